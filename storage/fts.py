@@ -1,0 +1,203 @@
+"""User text -> safe FTS5 queries: one search syntax everywhere (DEVIATIONS 9, 10).
+
+Every search in the project (``Session.search``, ``SessionManager.search``,
+the ``search_context`` tool through :class:`AgentSearchProvider`,
+``session_search``) parses its query with :func:`parse_query`:
+
+* each whitespace-separated word must match, in any order;
+* a ``"double-quoted part"`` must match as a phrase (adjacent tokens);
+* nothing the user types is FTS5 syntax: ``OR``, ``NEAR``, ``*``, ``:``,
+  ``-``, ``^``, parentheses and unbalanced quotes are plain text. Every
+  term reaches SQLite as a quoted FTS5 string bound as a parameter;
+* a term with no letter or digit (``#``, ``?``, ``""``) is dropped, and a
+  query left with no term matches nothing (:func:`parse_query` returns
+  ``None``): callers return ``[]`` without querying;
+* a term containing CJK text (Han, kana, Hangul) is looked up in the
+  trigram index beside the porter one, because ``unicode61`` makes a whole
+  run of CJK characters one token and would never find a word inside it.
+
+The porter index is ``<table>`` and the trigram index ``<table>_cjk``; both
+use the owning row's integer key as their rowid. Only text that contains
+CJK characters is put in the trigram index (:func:`has_cjk`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+_CJK_RANGES = (
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3130, 0x318F),  # Hangul compatibility Jamo
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0x20000, 0x2FA1F),  # CJK extensions B..F, compatibility supplement
+)
+
+#: A trigram index answers MATCH only for terms of at least this many characters.
+TRIGRAM_MIN_CHARS = 3
+
+_PHRASE = re.compile(r'"([^"]*)"')
+
+
+def is_cjk_char(ch: str) -> bool:
+    """``True`` for a Han, kana or Hangul character."""
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def has_cjk(text: str) -> bool:
+    """``True`` when ``text`` holds at least one CJK character (see :func:`is_cjk_char`)."""
+    return any(ord(ch) >= 0x1100 and is_cjk_char(ch) for ch in text)
+
+
+def _has_token_char(text: str) -> bool:
+    # unicode61 keeps letters, numbers and private-use characters as token characters.
+    return any(unicodedata.category(ch)[0] in "LN" or unicodedata.category(ch) == "Co" for ch in text)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One required part of a query: a word or a quoted phrase, as typed."""
+
+    text: str
+    phrase: bool
+    cjk: bool
+
+    @property
+    def fts_string(self) -> str:
+        """The term as an FTS5 string literal: ``"…"`` with inner quotes doubled."""
+        return '"' + self.text.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """A query reduced to the terms that must all match."""
+
+    terms: tuple[Term, ...]
+
+    @property
+    def porter_terms(self) -> tuple[Term, ...]:
+        return tuple(t for t in self.terms if not t.cjk)
+
+    @property
+    def cjk_terms(self) -> tuple[Term, ...]:
+        return tuple(t for t in self.terms if t.cjk)
+
+    @property
+    def match_expression(self) -> str | None:
+        """FTS5 MATCH text for the porter index (implicit AND), or ``None``."""
+        terms = self.porter_terms
+        return " ".join(t.fts_string for t in terms) if terms else None
+
+
+def parse_query(text: str) -> ParsedQuery | None:
+    """Split user text into required terms; ``None`` when nothing can match.
+
+    Args:
+        text: anything a user typed (``str``). Quotes pair up left to right; a
+            quote without a partner is plain text.
+
+    Returns:
+        A :class:`ParsedQuery`, or ``None`` for a blank query or one whose
+        terms hold no letter or digit.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"search query must be a string, not {type(text).__name__}")
+    terms: list[Term] = []
+
+    def add(raw: str, phrase: bool) -> None:
+        raw = raw.strip() if phrase else raw
+        if raw and _has_token_char(raw):
+            terms.append(Term(raw, phrase, has_cjk(raw)))
+
+    pos = 0
+    for m in _PHRASE.finditer(text):
+        for word in text[pos : m.start()].split():
+            add(word, False)
+        add(" ".join(m.group(1).split()), True)
+        pos = m.end()
+    for word in text[pos:].split():
+        add(word, False)
+    return ParsedQuery(tuple(terms)) if terms else None
+
+
+def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]:
+    """SQL selecting ``(rowid, rank)`` of the rows of ``table`` matching every term.
+
+    ``table`` is the porter FTS5 table; CJK terms are checked against
+    ``<table>_cjk``. ``rank`` is FTS5's bm25 rank (lower is better) of the
+    porter terms, or of the first CJK term long enough for the trigram index,
+    or ``0`` when neither applies. ``table`` must be a trusted identifier
+    (a constant of this package), never user text.
+
+    Returns:
+        ``(sql, params)`` -- every user string is a bound parameter.
+    """
+    cjk_table = f"{table}_cjk"
+    params: list[str] = []
+    conditions: list[str] = []
+    match = query.match_expression
+    if match is not None:
+        head = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ?"
+        params.append(match)
+    else:
+        head = None
+    for term in query.cjk_terms:
+        if head is None and len(term.text) >= TRIGRAM_MIN_CHARS:
+            head = f"SELECT rowid, rank FROM {cjk_table} WHERE {cjk_table} MATCH ?"
+            params.append(term.fts_string)
+            continue
+        if len(term.text) >= TRIGRAM_MIN_CHARS:
+            conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE {cjk_table} MATCH ?)")
+            params.append(term.fts_string)
+        else:
+            conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE instr(content, ?) > 0)")
+            params.append(term.text)
+    if head is None:
+        head = f"SELECT rowid, 0 AS rank FROM {cjk_table} WHERE 1"
+    sql = head + "".join(f" AND {c}" for c in conditions)
+    return sql, params
+
+
+def index_rows(table: str, rowid: int, text: str, *, extra: dict[str, str] | None = None) -> list[tuple[str, tuple]]:
+    """Statements that put ``text`` under ``rowid`` in ``table`` (and its CJK twin).
+
+    Args:
+        table: porter FTS5 table (trusted identifier).
+        rowid: the owning row's integer key.
+        text: the text to index; nothing is indexed for ``""``.
+        extra: other (UNINDEXED) columns of ``table`` and their values.
+
+    Returns:
+        ``[(sql, params), ...]`` to run in the caller's transaction.
+    """
+    if not text:
+        return []
+    cols = dict(extra or {})
+    cols["content"] = text
+    names = ", ".join(cols)
+    marks = ", ".join("?" for _ in cols)
+    stmts: list[tuple[str, tuple]] = [
+        (f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (rowid, *cols.values()))
+    ]
+    if has_cjk(text):
+        stmts.append((f"INSERT INTO {table}_cjk (rowid, content) VALUES (?, ?)", (rowid, text)))
+    return stmts
+
+
+def unindex_rows(table: str, rowid: int) -> list[tuple[str, tuple]]:
+    """Statements removing ``rowid`` from ``table`` and its CJK twin (no-op when absent)."""
+    return [
+        (f"DELETE FROM {table} WHERE rowid = ?", (rowid,)),
+        (f"DELETE FROM {table}_cjk WHERE rowid = ?", (rowid,)),
+    ]

@@ -1,0 +1,133 @@
+"""The schema of an actor's SQLite file, as a ``PRAGMA user_version`` ladder.
+
+``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``; a new file
+starts at 0 and climbs the whole ladder inside one transaction
+(:meth:`storage.SqlStorage.open`). Steps are only ever appended, never
+edited once released.
+
+Table names follow the TypeScript original (``assistant_messages``,
+``assistant_compactions``, ``assistant_fts``, ``assistant_config``,
+``assistant_sessions``, ``cf_agents_context_blocks``,
+``cf_agents_search_entries``, ``cf_agents_search_fts``) with the columns of
+``session-behaviours.md`` §1, except where DEVIATIONS.md says better:
+
+* messages are keyed by ``(session_id, id)`` (DEVIATIONS 1) and carry an
+  explicit ``seq`` (the rowid: insertion order, the tie-breaker of every
+  ordering, DEVIATIONS 2);
+* every ``created_at``/``updated_at`` is UTC text with milliseconds,
+  ``YYYY-MM-DD HH:MM:SS.SSS``;
+* full-text rows use the message's ``seq`` as their rowid, so indexing and
+  de-indexing a message are rowid lookups, never scans;
+* ``assistant_fts_cjk`` / ``cf_agents_search_fts_cjk`` are trigram indexes
+  holding only text that contains CJK characters (DEVIATIONS 10);
+* ``transcript_entries`` holds Claude Agent SDK transcript entries (opaque
+  JSON, append order, de-duplicated by ``uuid`` per ``subpath``);
+* ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
+  ``_cf_alarm`` the actor's single alarm.
+"""
+
+from __future__ import annotations
+
+NOW_MS = "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"
+
+_V1 = f"""
+CREATE TABLE assistant_messages (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    id         TEXT NOT NULL,
+    parent_id  TEXT,
+    role       TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL DEFAULT {NOW_MS},
+    UNIQUE (session_id, id)
+);
+CREATE INDEX idx_assistant_msg_parent ON assistant_messages (session_id, parent_id, seq);
+CREATE INDEX idx_assistant_msg_created ON assistant_messages (session_id, created_at, seq);
+
+CREATE TABLE assistant_compactions (
+    seq             INTEGER PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    session_id      TEXT NOT NULL DEFAULT '',
+    summary         TEXT NOT NULL,
+    from_message_id TEXT NOT NULL,
+    to_message_id   TEXT NOT NULL,
+    created_at      TEXT NOT NULL DEFAULT {NOW_MS}
+);
+CREATE INDEX idx_assistant_compactions_session ON assistant_compactions (session_id, seq);
+
+CREATE VIRTUAL TABLE assistant_fts USING fts5(
+    id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content,
+    tokenize = 'porter unicode61'
+);
+CREATE VIRTUAL TABLE assistant_fts_cjk USING fts5(content, tokenize = 'trigram');
+
+CREATE TABLE assistant_config (
+    session_id TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE cf_agents_context_blocks (
+    label      TEXT PRIMARY KEY,
+    content    TEXT NOT NULL,
+    updated_at TEXT NOT NULL DEFAULT {NOW_MS}
+);
+
+CREATE TABLE cf_agents_search_entries (
+    seq        INTEGER PRIMARY KEY,
+    label      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_at TEXT NOT NULL DEFAULT {NOW_MS},
+    UNIQUE (label, key)
+);
+CREATE VIRTUAL TABLE cf_agents_search_fts USING fts5(
+    label UNINDEXED, key UNINDEXED, content,
+    tokenize = 'porter unicode61'
+);
+CREATE VIRTUAL TABLE cf_agents_search_fts_cjk USING fts5(content, tokenize = 'trigram');
+
+CREATE TABLE assistant_sessions (
+    seq               INTEGER PRIMARY KEY,
+    id                TEXT NOT NULL UNIQUE,
+    name              TEXT NOT NULL,
+    parent_session_id TEXT,
+    model             TEXT,
+    source            TEXT,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    estimated_cost    REAL NOT NULL DEFAULT 0,
+    end_reason        TEXT,
+    created_at        TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_at        TEXT NOT NULL DEFAULT {NOW_MS}
+);
+CREATE INDEX idx_assistant_sessions_updated ON assistant_sessions (updated_at, seq);
+
+CREATE TABLE _cf_KV (
+    key   TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE transcript_entries (
+    seq     INTEGER PRIMARY KEY,
+    subpath TEXT NOT NULL DEFAULT '',
+    uuid    TEXT,
+    entry   TEXT NOT NULL
+);
+CREATE UNIQUE INDEX idx_transcript_uuid ON transcript_entries (subpath, uuid) WHERE uuid IS NOT NULL;
+CREATE INDEX idx_transcript_subpath ON transcript_entries (subpath, seq);
+
+CREATE TABLE _cf_alarm (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    scheduled_ms INTEGER NOT NULL,
+    retry_count  INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+#: The ladder. Index i holds the SQL that moves a file from version i to i+1.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+
+#: The version a file has once every migration ran.
+SCHEMA_VERSION = len(MIGRATIONS)

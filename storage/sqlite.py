@@ -1,0 +1,196 @@
+"""One apsw connection per actor file: settings, queries, transactions, migrations.
+
+:class:`SqlStorage` is the Python form of a Durable Object's ``ctx.storage.sql``:
+synchronous (a local SQLite file never waits on other tasks), one connection
+per file, used from the actor's own trio task only. It imports no trio.
+
+Connection settings come from :mod:`apsw.bestpractice` (WAL, foreign keys,
+double-quoted strings are identifiers only, a busy timeout); ``durability`` picks ``synchronous=NORMAL`` (survives a killed
+process) or ``FULL`` (also survives power loss).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import apsw
+import apsw.bestpractice
+
+from .errors import SchemaTooNewError, StorageClosedError
+from .schema import MIGRATIONS
+
+Durability = Literal["normal", "full"]
+
+#: How long a writer waits for another process holding the file's lock.
+BUSY_TIMEOUT_MS = 5_000
+
+_SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+
+_CONNECTION_SETTINGS = (
+    apsw.bestpractice.connection_wal,
+    apsw.bestpractice.connection_enable_foreign_keys,
+    apsw.bestpractice.connection_dqs,
+)
+
+
+class SqlStorage:
+    """A SQLite file owned by one actor.
+
+    Create with :meth:`open`; the constructor is internal.
+
+    Attributes:
+        path: the file's path (``str``), or ``":memory:"``.
+        durability: ``"normal"`` or ``"full"``.
+    """
+
+    def __init__(self, connection: apsw.Connection, path: str, durability: Durability) -> None:
+        self._con: apsw.Connection | None = connection
+        self.path = path
+        self.durability = durability
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "normal",
+        migrations: Sequence[str] = MIGRATIONS,
+    ) -> SqlStorage:
+        """Open (creating if needed) the SQLite file at ``path`` and migrate it.
+
+        Args:
+            path: file path; parent folders are created. ``":memory:"`` gives a
+                private in-memory database (tests).
+            durability: ``"normal"`` -> ``synchronous=NORMAL``: a committed write
+                survives the process being killed. ``"full"`` ->
+                ``synchronous=FULL``: it also survives power loss.
+            migrations: the schema ladder (default :data:`storage.schema.MIGRATIONS`).
+
+        Raises:
+            ValueError: ``durability`` is not ``"normal"`` or ``"full"``.
+            SchemaTooNewError: the file's ``user_version`` is above
+                ``len(migrations)``; the file is not modified.
+            apsw.Error: the file cannot be opened or is not a database.
+        """
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
+        path = os.fspath(path)
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        con = apsw.Connection(path)
+        try:
+            con.set_busy_timeout(BUSY_TIMEOUT_MS)
+            for setting in _CONNECTION_SETTINGS:
+                setting(con)
+            con.pragma("synchronous", _SYNCHRONOUS[durability])
+            _migrate(con, path, migrations)
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, path, durability)
+
+    def close(self) -> None:
+        """Close the file. Idempotent. Later calls raise :class:`StorageClosedError`."""
+        con, self._con = self._con, None
+        if con is not None:
+            con.close()
+
+    @property
+    def closed(self) -> bool:
+        """``True`` once :meth:`close` ran."""
+        return self._con is None
+
+    def __enter__(self) -> SqlStorage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queries -----------------------------------------------------------
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """The underlying :class:`apsw.Connection` (for code that needs apsw itself)."""
+        if self._con is None:
+            raise StorageClosedError(f"{self.path}: storage is closed")
+        return self._con
+
+    def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        """Run ``query`` with ``?`` placeholders bound to ``params``; return all rows.
+
+        The Python form of the original's ``this.sql`` tagged template. Each
+        row is a ``dict`` of column name -> value (``str``, ``int``, ``float``,
+        ``bytes`` or ``None``). A statement returning no rows gives ``[]``.
+
+        Raises:
+            StorageClosedError: after :meth:`close`.
+            apsw.Error: SQLite refused the statement (e.g. ``apsw.ConstraintError``).
+        """
+        cursor = self.connection.execute(query, params)
+        try:
+            names = [d[0] for d in cursor.get_description()]
+        except apsw.ExecutionCompleteError:
+            return []
+        return [dict(zip(names, row)) for row in cursor]
+
+    def exec(self, query: str, *params: Any) -> apsw.Cursor:
+        """Run ``query`` and return the apsw cursor (iterate it for tuples).
+
+        Raises: as :meth:`sql`.
+        """
+        return self.connection.execute(query, params)
+
+    def scalar(self, query: str, *params: Any) -> Any:
+        """First column of the first row, or ``None`` when there is no row."""
+        for row in self.connection.execute(query, params):
+            return row[0]
+        return None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SqlStorage]:
+        """``with storage.transaction():`` -- all or nothing.
+
+        The outermost block is a transaction; a nested block is a savepoint
+        that rolls back alone when its body raises. An exception rolls the
+        block back and propagates.
+        """
+        with self.connection:
+            yield self
+
+    @property
+    def in_transaction(self) -> bool:
+        """``True`` inside :meth:`transaction` (autocommit is off)."""
+        return not self.connection.get_autocommit()
+
+    @property
+    def database_size(self) -> int:
+        """Size of the database in bytes (``page_count * page_size``; excludes the WAL)."""
+        con = self.connection
+        return int(con.pragma("page_count")) * int(con.pragma("page_size"))
+
+    @property
+    def user_version(self) -> int:
+        """The file's schema version (``PRAGMA user_version``)."""
+        return int(self.connection.pragma("user_version"))
+
+
+def _migrate(con: apsw.Connection, path: str, migrations: Sequence[str]) -> None:
+    """Climb the ``user_version`` ladder in one transaction (or refuse a newer file)."""
+    known = len(migrations)
+    found = int(con.pragma("user_version"))
+    if found > known:
+        raise SchemaTooNewError(path, found, known)
+    if found == known:
+        return
+    with con:
+        # Re-read inside the write transaction: another process may have migrated.
+        found = int(con.pragma("user_version"))
+        for step in migrations[found:]:
+            con.execute(step)
+        con.pragma("user_version", known)
