@@ -1,0 +1,659 @@
+"""Context blocks, their providers, and the frozen system prompt (session-behaviours §3, §4).
+
+A *context block* is a labelled section of the system prompt whose content
+comes from a *provider*. What a provider can do decides what the block is
+(duck typing, as in the original):
+
+===================  =====================================  =============
+provider has         block is                               header tag
+===================  =====================================  =============
+``get``              read-only                              ``[readonly]``
+``get`` + ``set``    writable (``set_context``)             ``[writable]``
+``get`` + ``load``   a skill collection (``load_context``)  ``[loadable]``
+``get`` + ``search`` searchable (``search_context``)        ``[searchable]``
+===================  =====================================  =============
+
+Every provider method is ``async`` (a plain function works too); ``init(label)``
+is optional and runs before every full load.
+
+:class:`ContextBlocks` is the engine a ``Session`` delegates to: builder
+(:meth:`~ContextBlocks.with_context`, :meth:`~ContextBlocks.with_cached_prompt`,
+:meth:`~ContextBlocks.for_session`), block reads and writes, the frozen
+prompt, the AI tools and the loaded-skill set. It loads blocks on demand --
+reading a block after a wake works even when the prompt came from the cache
+(DEVIATIONS 3). Its host (the Session) is reached only through
+:class:`actors.skills.SkillHost`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import KeysView
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict, runtime_checkable
+
+from storage import context as sql
+from storage.sqlite import SqlStorage
+
+from .errors import ConflictError, ContextBlockError, InvalidInputError
+from .skills import SkillHost, SkillTracker
+from .tokens import estimate_string_tokens
+from .tools import Tool, build_context_tools, percent
+
+#: Line above and below each block header: 46 x U+2550.
+SEPARATOR = "═" * 46
+
+
+# -- provider protocols ------------------------------------------------------------
+
+
+@runtime_checkable
+class ContextProvider(Protocol):
+    """Read-only block: ``get()`` -> the content, or ``None`` for none (rendered as ``""``).
+
+    Optional ``init(label)``: called with the block label before each full load.
+    """
+
+    async def get(self) -> str | None: ...
+
+
+@runtime_checkable
+class WritableContextProvider(ContextProvider, Protocol):
+    """Writable block: ``set(content)`` stores the whole content."""
+
+    async def set(self, content: str) -> None: ...
+
+
+@runtime_checkable
+class SkillProvider(ContextProvider, Protocol):
+    """Skill collection: ``get()`` lists the skills, ``load(key)`` returns one (or ``None``).
+
+    Optional ``set(key, content, description=None)`` makes the block writable.
+    """
+
+    async def load(self, key: str) -> str | None: ...
+
+
+@runtime_checkable
+class SearchProvider(ContextProvider, Protocol):
+    """Searchable block: ``get()`` summarises, ``search(query)`` returns text (or ``None``).
+
+    Optional ``set(key, content)`` makes the block writable.
+    """
+
+    async def search(self, query: str) -> str | None: ...
+
+
+def _has(provider: Any, name: str) -> bool:
+    return provider is not None and callable(getattr(provider, name, None))
+
+
+def is_writable_provider(provider: Any) -> bool:
+    """``True`` when ``provider`` has a callable ``set`` (skill and search providers included)."""
+    return _has(provider, "set")
+
+
+def is_skill_provider(provider: Any) -> bool:
+    """``True`` when ``provider`` has a callable ``load``."""
+    return _has(provider, "load")
+
+
+def is_search_provider(provider: Any) -> bool:
+    """``True`` when ``provider`` has a callable ``search``."""
+    return _has(provider, "search")
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    result = fn(*args)
+    return await result if inspect.isawaitable(result) else result
+
+
+# -- block records and rendering ---------------------------------------------------------
+
+
+class ContextBlock(TypedDict):
+    """A block as read from :class:`ContextBlocks` (JSON keys of the spec).
+
+    ``description`` and ``maxTokens`` are ``None`` when unset; ``tokens`` is
+    :func:`~actors.tokens.estimate_string_tokens` of ``content``.
+    """
+
+    label: str
+    description: str | None
+    content: str
+    tokens: int
+    maxTokens: int | None
+    writable: bool
+    isSkill: bool
+    isSearchable: bool
+
+
+def render_header(block: ContextBlock) -> str:
+    """``LABEL (description) [pct% — tokens/max tokens] [tag]`` (§4).
+
+    The label is upper-cased with full Unicode rules (``straße`` ->
+    ``STRASSE``); description and usage appear only when truthy; the tag is
+    ``searchable``, else ``loadable``, else ``readonly``, else ``writable``.
+    """
+    header = block["label"].upper()
+    if block["description"]:
+        header += f" ({block['description']})"
+    if block["maxTokens"]:
+        pct = percent(block["tokens"], block["maxTokens"])
+        header += f" [{pct}% — {block['tokens']}/{block['maxTokens']} tokens]"
+    if block["isSearchable"]:
+        return header + " [searchable]"
+    if block["isSkill"]:
+        return header + " [loadable]"
+    return header + (" [writable]" if block["writable"] else " [readonly]")
+
+
+def render_prompt(blocks: list[ContextBlock]) -> str:
+    """The system prompt: each block as ``SEP\\nHEADER\\nSEP\\ncontent``, joined by a blank line.
+
+    An empty read-only block (not writable, not a skill, not searchable) is
+    left out; no blocks give ``""``. No trailing newline is added.
+    """
+    parts = [
+        f"{SEPARATOR}\n{render_header(b)}\n{SEPARATOR}\n{b['content']}"
+        for b in blocks
+        if b["content"] or b["writable"] or b["isSearchable"] or b["isSkill"]
+    ]
+    return "\n\n".join(parts)
+
+
+# -- the built-in SQLite providers ----------------------------------------------------------
+
+
+class AgentContextProvider:
+    """A writable block stored as one ``cf_agents_context_blocks`` row.
+
+    Args:
+        storage: the actor's :class:`~storage.SqlStorage`.
+        key: the row's ``label``; when ``None`` the block label given to
+            :meth:`init` is used (an explicit key is never replaced).
+    """
+
+    def __init__(self, storage: SqlStorage, key: str | None = None) -> None:
+        self.storage = storage
+        self.key = key or ""
+
+    def init(self, label: str) -> None:
+        if not self.key:
+            self.key = label
+
+    async def get(self) -> str | None:
+        return sql.read_block(self.storage, self.key)
+
+    async def set(self, content: str) -> None:
+        sql.write_block(self.storage, self.key, content)
+
+
+class AgentSearchProvider:
+    """A searchable block over ``cf_agents_search_entries`` (+ full-text index).
+
+    Entries are filed under the block label from :meth:`init`, so every
+    session using that label shares them. Queries follow
+    :mod:`storage.fts` (each word must match, ``"phrases"``, no FTS5
+    syntax, CJK via the trigram twin).
+    """
+
+    def __init__(self, storage: SqlStorage) -> None:
+        self.storage = storage
+        self.label = ""
+
+    def init(self, label: str) -> None:
+        self.label = label
+
+    async def get(self) -> str | None:
+        """``"<n> entries indexed."`` (also for 1), or ``None`` with no entries."""
+        count = sql.count_search_entries(self.storage, self.label)
+        return f"{count} entries indexed." if count else None
+
+    async def search(self, query: str) -> str | None:
+        """Best 10 matches as ``[<key>]\\n<content>`` joined by a blank line, or ``None``.
+
+        Raises:
+            storage.SearchQueryError: SQLite failed (never for user text).
+        """
+        rows = sql.search_entries(self.storage, self.label, query, sql.SEARCH_LIMIT)
+        return "\n\n".join(f"[{r['key']}]\n{r['content']}" for r in rows) if rows else None
+
+    async def set(self, key: str, content: str) -> None:
+        """Insert or replace entry ``key`` and its index rows, atomically."""
+        sql.upsert_search_entry(self.storage, self.label, key, content)
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Config:
+    label: str
+    description: str | None
+    max_tokens: int | None
+    provider: Any
+
+
+def _check_options(label: Any, description: Any, max_tokens: Any, provider: Any) -> None:
+    if not isinstance(label, str) or not label:
+        raise InvalidInputError("context block label must be a non-empty string", field="label")
+    if description is not None and not isinstance(description, str):
+        raise InvalidInputError("description must be a string or None", field="description")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
+        raise InvalidInputError("max_tokens must be an integer >= 0 or None", field="max_tokens")
+    if provider is not None and not _has(provider, "get"):
+        raise InvalidInputError("provider must have an async get() method", field="provider")
+
+
+def _check_text(value: Any, name: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
+
+
+class ContextBlocks:
+    """Context blocks, frozen system prompt, AI tools and loaded skills of one session.
+
+    Args:
+        storage: the actor's SQLite file. Blocks without a provider are
+            auto-wired to :class:`AgentContextProvider` rows
+            (``<label>_<session_id>``, or ``<label>`` without a session id),
+            the cached prompt to ``_system_prompt[_<session_id>]``, and the
+            loaded-skill set to an ``assistant_config`` row. ``None``: blocks
+            without a provider are empty and read-only, nothing is persisted.
+        host: the session's history (:class:`~actors.skills.SkillHost`), used
+            to rewrite unloaded skills and for the one-time restore scan.
+        session_id: namespace of auto-wired rows (``""`` for none).
+
+    Builder calls (:meth:`with_context`, :meth:`with_cached_prompt`,
+    :meth:`for_session`) are plain and chainable; everything else is async
+    and resolves the configuration on first use, after which the builder
+    raises :class:`~actors.errors.ConflictError`.
+
+    After each stored message the host calls :meth:`note_appended` (or
+    :meth:`note_updated`); after clearing messages :meth:`note_cleared`.
+    """
+
+    def __init__(self, storage: SqlStorage | None = None, *, host: SkillHost | None = None, session_id: str = "") -> None:
+        self._storage = storage
+        self._host = host
+        self._session_id = session_id
+        self._pending: list[_Config] = []
+        self._cached_prompt: Any = None
+        self._configs: list[_Config] | None = None
+        self._auto_keys: list[str] = []
+        self._prompt_store: Any = None
+        self._blocks: dict[str, ContextBlock] | None = None
+        self._snapshot: str | None = None
+        self._skills: SkillTracker | None = None
+
+    # -- builder ------------------------------------------------------------------
+
+    def _check_unresolved(self, method: str) -> None:
+        if self._configs is not None:
+            raise ConflictError(f"{method}() configures the session and must come before its first use")
+
+    def for_session(self, session_id: str) -> ContextBlocks:
+        """Namespace auto-wired rows by ``session_id``. Returns ``self``."""
+        self._check_unresolved("for_session")
+        if not isinstance(session_id, str):
+            raise InvalidInputError("session_id must be a string", field="session_id")
+        self._session_id = session_id
+        return self
+
+    def with_context(self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None) -> ContextBlocks:
+        """Declare a block (prompt order = call order). Returns ``self``.
+
+        Raises:
+            InvalidInputError: empty label, non-string description, negative
+                ``max_tokens``, or a provider without ``get``.
+            ConflictError: the label is already declared
+                (``Block "<label>" already exists``), or the engine is in use.
+        """
+        self._check_unresolved("with_context")
+        _check_options(label, description, max_tokens, provider)
+        if any(c.label == label for c in self._pending):
+            raise ConflictError(f'Block "{label}" already exists')
+        self._pending.append(_Config(label, description, max_tokens, provider))
+        return self
+
+    def with_cached_prompt(self, provider: Any = None) -> ContextBlocks:
+        """Persist the frozen prompt in ``provider`` (``get``/``set(content)``), or by
+        default in the ``_system_prompt[_<session_id>]`` row. Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``provider`` lacks ``get``/``set``, or no provider
+                and no storage.
+        """
+        self._check_unresolved("with_cached_prompt")
+        if provider is not None and not (_has(provider, "get") and _has(provider, "set")):
+            raise InvalidInputError("a prompt store needs get() and set(content)", field="provider")
+        if provider is None and self._storage is None:
+            raise InvalidInputError("with_cached_prompt() needs a provider when there is no storage", field="provider")
+        self._cached_prompt = provider if provider is not None else True
+        return self
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    def _auto_key(self, label: str) -> str:
+        return f"{label}_{self._session_id}" if self._session_id else label
+
+    def _wire(self, config: _Config) -> _Config:
+        if config.provider is None and self._storage is not None:
+            key = self._auto_key(config.label)
+            self._auto_keys.append(key)
+            return _Config(config.label, config.description, config.max_tokens, AgentContextProvider(self._storage, key))
+        return config
+
+    def _resolve(self) -> list[_Config]:
+        if self._configs is None:
+            self._configs = [self._wire(c) for c in self._pending]
+            if self._cached_prompt is True:
+                key = f"_system_prompt_{self._session_id}" if self._session_id else "_system_prompt"
+                self._prompt_store = AgentContextProvider(self._storage, key)
+            elif self._cached_prompt is not None:
+                self._prompt_store = self._cached_prompt
+            self._skills = SkillTracker(self._storage, self._session_id, self._host)
+        return self._configs
+
+    # -- loading --------------------------------------------------------------------
+
+    async def _read(self, config: _Config) -> ContextBlock:
+        provider = config.provider
+        content = await _call(provider.get) if provider is not None else None
+        if content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise TypeError(f'provider of block "{config.label}" returned {type(content).__name__} from get(), not str or None')
+        return ContextBlock(
+            label=config.label,
+            description=config.description,
+            content=content,
+            tokens=estimate_string_tokens(content),
+            maxTokens=config.max_tokens,
+            writable=is_writable_provider(provider),
+            isSkill=is_skill_provider(provider),
+            isSearchable=is_search_provider(provider),
+        )
+
+    async def _init_and_read(self, config: _Config) -> ContextBlock:
+        if _has(config.provider, "init"):
+            await _call(config.provider.init, config.label)
+        return await self._read(config)
+
+    async def _load_all(self) -> dict[str, ContextBlock]:
+        """Full load: ``init`` + ``get`` of every provider, in config order."""
+        blocks = {}
+        for config in list(self._resolve()):
+            blocks[config.label] = await self._init_and_read(config)
+        self._blocks = blocks
+        return blocks
+
+    async def _loaded(self) -> dict[str, ContextBlock]:
+        self._resolve()
+        return self._blocks if self._blocks is not None else await self._load_all()
+
+    def _config(self, label: str) -> _Config | None:
+        return next((c for c in self._resolve() if c.label == label), None)
+
+    def _may_scan(self) -> bool:
+        return any(is_skill_provider(c.provider) for c in self._resolve())
+
+    async def _tracker(self) -> SkillTracker:
+        self._resolve()
+        await self._skills.ensure(may_scan=self._may_scan())
+        return self._skills
+
+    # -- reading blocks -------------------------------------------------------------------
+
+    async def get_context_block(self, label: str) -> ContextBlock | None:
+        """A copy of block ``label`` (loading blocks if needed), or ``None`` if unknown."""
+        block = (await self._loaded()).get(label)
+        return ContextBlock(**block) if block is not None else None
+
+    async def get_context_blocks(self) -> list[ContextBlock]:
+        """Copies of all blocks in declaration order (``add_context`` ones last)."""
+        return [ContextBlock(**b) for b in (await self._loaded()).values()]
+
+    # -- writing blocks ---------------------------------------------------------------------
+
+    async def replace_context_block(self, label: str, content: str) -> ContextBlock:
+        """Store ``content`` as the whole of block ``label``; returns the new record.
+
+        The frozen prompt is not touched (call :meth:`refresh_system_prompt`).
+
+        Raises (:class:`~actors.errors.ContextBlockError`, nothing written):
+            ``Block "<label>" is readonly`` -- unknown or not writable;
+            ``Block "<label>" is a keyed provider. Use setSkill() or setSearchEntry() instead.``;
+            ``Block "<label>" exceeds maxTokens: <tokens> > <maxTokens>``.
+        """
+        _check_text(content, "content")
+        blocks = await self._loaded()
+        block = blocks.get(label)
+        if block is None or not block["writable"]:
+            raise ContextBlockError(f'Block "{label}" is readonly', field="label")
+        if block["isSkill"] or block["isSearchable"]:
+            raise ContextBlockError(
+                f'Block "{label}" is a keyed provider. Use setSkill() or setSearchEntry() instead.', field="label"
+            )
+        config = self._config(label)
+        tokens = estimate_string_tokens(content)
+        if config.max_tokens is not None and tokens > config.max_tokens:
+            raise ContextBlockError(f'Block "{label}" exceeds maxTokens: {tokens} > {config.max_tokens}', field="content")
+        await _call(config.provider.set, content)
+        blocks[label] = ContextBlock(**{**block, "content": content, "tokens": tokens})
+        return ContextBlock(**blocks[label])
+
+    async def append_context_block(self, label: str, content: str) -> ContextBlock:
+        """Append ``content`` to block ``label``, with a ``"\\n"`` between when the block
+        is non-empty and ``content`` does not start with one; the limit applies to the
+        result.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" not found``, or as :meth:`replace_context_block`.
+        """
+        _check_text(content, "content")
+        block = (await self._loaded()).get(label)
+        if block is None:
+            raise ContextBlockError(f'Block "{label}" not found', field="label")
+        sep = "\n" if block["content"] and not content.startswith("\n") else ""
+        return await self.replace_context_block(label, block["content"] + sep + content)
+
+    async def _keyed(self, label: str, kind: str, check: Any) -> tuple[ContextBlock, Any]:
+        block = (await self._loaded()).get(label)
+        if block is None or not block[kind]:
+            noun = "skill" if kind == "isSkill" else "search"
+            raise ContextBlockError(f'Block "{label}" is not a {noun} provider', field="label")
+        provider = self._config(label).provider
+        if not check(provider) or not is_writable_provider(provider):
+            raise ContextBlockError(f'Block "{label}" does not support writes', field="label")
+        return block, provider
+
+    async def set_skill(self, label: str, key: str, content: str, description: str | None = None) -> None:
+        """Write skill ``key`` of skill block ``label`` and re-read its listing.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" is not a skill provider`` or
+                ``Block "<label>" does not support writes``.
+        """
+        block, provider = await self._keyed(label, "isSkill", is_skill_provider)
+        await _call(provider.set, key, content, description)
+        listing = await _call(provider.get)
+        if listing:
+            self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": estimate_string_tokens(listing)})
+
+    async def set_search_entry(self, label: str, key: str, content: str) -> None:
+        """Index ``content`` under ``key`` in search block ``label`` and re-read its summary.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" is not a search provider`` or
+                ``Block "<label>" does not support writes``.
+        """
+        block, provider = await self._keyed(label, "isSearchable", is_search_provider)
+        await _call(provider.set, key, content)
+        summary = await _call(provider.get) or ""
+        self._blocks[label] = ContextBlock(**{**block, "content": summary, "tokens": estimate_string_tokens(summary)})
+
+    async def search_context(self, label: str, query: str) -> str | None:
+        """The search provider's answer for ``query``, or ``None`` for no results.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" is not a search provider``.
+        """
+        await self._loaded()
+        config = self._config(label)
+        if config is None or not is_search_provider(config.provider):
+            raise ContextBlockError(f'Block "{label}" is not a search provider', field="label")
+        return await _call(config.provider.search, query)
+
+    # -- adding and removing blocks ------------------------------------------------------------
+
+    async def add_context(self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None) -> ContextBlock:
+        """Add a block at runtime (last in order), load it, and return it.
+
+        Without a provider it is auto-wired like a builder block. The frozen
+        prompt is not refreshed. A skill block restores the loaded-skill set
+        if that never happened.
+
+        Raises:
+            ConflictError: ``Block "<label>" already exists``.
+            InvalidInputError: as :meth:`with_context`.
+        """
+        _check_options(label, description, max_tokens, provider)
+        blocks = await self._loaded()
+        if self._config(label) is not None:
+            raise ConflictError(f'Block "{label}" already exists')
+        config = self._wire(_Config(label, description, max_tokens, provider))
+        block = await self._init_and_read(config)
+        self._configs.append(config)
+        blocks[label] = block
+        if block["isSkill"]:
+            await self._tracker()
+        return ContextBlock(**block)
+
+    async def remove_context(self, label: str) -> bool:
+        """Remove block ``label``; ``False`` if unknown. Its ``label:*`` skills are
+        forgotten without rewriting history; the frozen prompt is not refreshed."""
+        config = self._config(label)
+        if config is None:
+            return False
+        tracker = await self._tracker()
+        self._configs.remove(config)
+        if self._blocks is not None:
+            self._blocks.pop(label, None)
+        tracker.drop_label(label)
+        return True
+
+    # -- the system prompt ------------------------------------------------------------------------
+
+    async def freeze_system_prompt(self) -> str:
+        """The frozen prompt: the stored one when the prompt store holds one
+        (``""`` counts); else the in-memory snapshot, rendered now if there is
+        none; then persisted to the store. Block writes never change it."""
+        self._resolve()
+        if self._prompt_store is not None:
+            stored = await _call(self._prompt_store.get)
+            if stored is not None:
+                return stored
+        blocks = await self._loaded()
+        if self._snapshot is None:
+            self._snapshot = render_prompt(list(blocks.values()))
+        if self._prompt_store is not None:
+            await _call(self._prompt_store.set, self._snapshot)
+        return self._snapshot
+
+    async def refresh_system_prompt(self) -> str:
+        """Reload every provider (``init`` + ``get``), re-render, replace the snapshot, persist."""
+        blocks = await self._load_all()
+        self._snapshot = render_prompt(list(blocks.values()))
+        if self._prompt_store is not None:
+            await _call(self._prompt_store.set, self._snapshot)
+        return self._snapshot
+
+    async def prompt_for_estimate(self) -> str:
+        """The prompt to count in token estimates: the snapshot, else the stored
+        prompt, else a fresh render that is neither frozen nor stored."""
+        self._resolve()
+        if self._snapshot is not None:
+            return self._snapshot
+        if self._prompt_store is not None:
+            stored = await _call(self._prompt_store.get)
+            if stored is not None:
+                return stored
+        return render_prompt(list((await self._loaded()).values()))
+
+    # -- tools and skills -----------------------------------------------------------------------------
+
+    async def tools(self) -> dict[str, Tool]:
+        """The AI tools for the current blocks (see :func:`actors.tools.build_context_tools`)."""
+        await self._loaded()
+        await self._tracker()
+        return await build_context_tools(self)
+
+    async def load_skill(self, label: str, key: str) -> str | None:
+        """Content of skill ``key`` in block ``label`` (``None``: not found). A
+        non-``None`` result marks ``"label:key"`` loaded at once (persisted).
+
+        Raises:
+            ContextBlockError: ``Block "<label>" is not a skill provider``.
+        """
+        await self._loaded()
+        config = self._config(label)
+        if config is None or not is_skill_provider(config.provider):
+            raise ContextBlockError(f'Block "{label}" is not a skill provider', field="label")
+        content = await _call(config.provider.load, key)
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f'skill provider of "{label}" returned {type(content).__name__} from load(), not str or None')
+        if content is not None:
+            (await self._tracker()).add(f"{label}:{key}")
+        return content
+
+    async def unload_skill(self, label: str, key: str) -> bool:
+        """Unload ``label:key``. ``False`` if it was not loaded; otherwise its
+        newest stored load output becomes ``[skill unloaded: <key>]`` (via the
+        host's ``update_message``) and ``True`` is returned."""
+        return await (await self._tracker()).remove(label, key)
+
+    async def get_loaded_skill_keys(self) -> KeysView[str]:
+        """Loaded skills as an ordered, set-like view of ``"label:key"`` (a snapshot)."""
+        return (await self._tracker()).keys()
+
+    async def clear_loaded_skills(self) -> None:
+        """Forget every loaded skill (persisted), without touching history."""
+        self._resolve()
+        self._skills.clear()
+
+    # -- host notifications ----------------------------------------------------------------------------
+
+    async def note_appended(self, message: dict[str, Any]) -> None:
+        """Call after a message was stored: its finished load/unload tool parts
+        update the loaded set. Costs nothing for a message without such parts."""
+        self._resolve()
+        await self._skills.note_appended(message, may_scan=self._may_scan())
+
+    async def note_updated(self, message: dict[str, Any]) -> None:
+        """Call after a message was updated (see :meth:`SkillTracker.note_updated`)."""
+        self._resolve()
+        await self._skills.note_updated(message, may_scan=self._may_scan())
+
+    async def note_cleared(self) -> str:
+        """Call after all messages were cleared: empties the loaded set and
+        refreshes the prompt (returned). Block contents are kept."""
+        await self.clear_loaded_skills()
+        return await self.refresh_system_prompt()
+
+    def delete_stored_state(self) -> None:
+        """Delete this session's auto-wired block rows, its default cached prompt
+        row and its loaded-skill row (for a session being deleted). Shared
+        search entries and explicit providers are left alone."""
+        self._resolve()
+        if self._storage is None:
+            return
+        keys = list(self._auto_keys)
+        if self._cached_prompt is True:
+            keys.append(self._prompt_store.key)
+        with self._storage.transaction():
+            sql.delete_blocks(self._storage, keys)
+            sql.delete_config(self._storage, self._session_id, SkillTracker.CONFIG_KEY)

@@ -1,0 +1,446 @@
+"""Skills: which are loaded, how loads look in history, and a folder of skill files.
+
+* :func:`skill_events` / :func:`rewrite_unloaded` read and rewrite the tool
+  parts that record skill loads in assistant messages (session-behaviours
+  §7). A part counts by its ``toolName``, or by an AI SDK ``type`` of
+  ``tool-load_context`` / ``tool-unload_context`` when it has no
+  ``toolName``; ``dynamic-tool`` parts carry ``toolName`` (DEVIATIONS 12).
+* :class:`SkillTracker` keeps the ordered set of loaded skills
+  (``"label:key"``) and persists it in one ``assistant_config`` row per
+  session, updated on every change, so waking a session costs one row
+  read -- O(loaded skills), whatever the history length. Only a file with
+  no such row (written before the row existed, or by the original) is
+  scanned once, and the result is stored.
+* :class:`DirectorySkillProvider` -- a folder of Markdown files, one per
+  skill: the local stand-in for the original's R2 bucket.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, KeysView, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import trio
+
+from storage.context import read_config, write_config
+from storage.sqlite import SqlStorage
+
+from .errors import InvalidInputError
+
+LOAD_TOOL = "load_context"
+UNLOAD_TOOL = "unload_context"
+UNLOADED_PREFIX = "[skill unloaded:"
+
+
+def unloaded_marker(key: str) -> str:
+    """The output a load part gets once its skill is unloaded: ``[skill unloaded: <key>]``."""
+    return f"{UNLOADED_PREFIX} {key}]"
+
+
+# -- tool parts in history -------------------------------------------------------
+
+
+def part_tool_name(part: Mapping[str, Any]) -> str | None:
+    """``toolName`` of a tool part, else the name in an AI SDK ``tool-<name>`` type."""
+    name = part.get("toolName")
+    if isinstance(name, str):
+        return name
+    kind = part.get("type")
+    if isinstance(kind, str) and kind.startswith("tool-"):
+        return kind[len("tool-") :]
+    return None
+
+
+def _skill_part(part: Any) -> tuple[str, str, str, str] | None:
+    """``(tool, label, key, id)`` of a finished load/unload part, else ``None``."""
+    if not isinstance(part, Mapping) or part.get("state") != "output-available":
+        return None
+    tool = part_tool_name(part)
+    data = part.get("input")
+    if tool not in (LOAD_TOOL, UNLOAD_TOOL) or not isinstance(data, Mapping):
+        return None
+    label, key = data.get("label"), data.get("key")
+    if not (isinstance(label, str) and label and isinstance(key, str) and key):
+        return None
+    return tool, label, key, f"{label}:{key}"
+
+
+def skill_events(message: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """Skill changes recorded by an assistant ``message``, in part order.
+
+    Returns ``[("label:key", loaded)]``: a finished ``load_context`` part
+    loads, unless its output starts with ``[skill unloaded:``; a finished
+    ``unload_context`` part unloads. Other roles and unfinished parts give
+    nothing.
+    """
+    if message.get("role") != "assistant" or not isinstance(message.get("parts"), list):
+        return []
+    events = []
+    for part in message["parts"]:
+        found = _skill_part(part)
+        if found is None:
+            continue
+        tool, _, _, skill_id = found
+        output = part.get("output")
+        unloaded = tool == UNLOAD_TOOL or (isinstance(output, str) and output.startswith(UNLOADED_PREFIX))
+        events.append((skill_id, not unloaded))
+    return events
+
+
+def rewrite_unloaded(message: Mapping[str, Any], label: str, key: str) -> dict[str, Any] | None:
+    """A copy of ``message`` whose finished ``load_context`` parts for
+    ``(label, key)`` have the output ``[skill unloaded: <key>]``; ``None``
+    when it is not an assistant message holding such a part."""
+    if message.get("role") != "assistant" or not isinstance(message.get("parts"), list):
+        return None
+    parts, changed = [], False
+    for part in message["parts"]:
+        found = _skill_part(part)
+        if found is not None and found[0] == LOAD_TOOL and found[1:3] == (label, key):
+            part, changed = {**part, "output": unloaded_marker(key)}, True
+        parts.append(part)
+    return {**message, "parts": parts} if changed else None
+
+
+# -- the loaded-skill set ------------------------------------------------------------
+
+
+class SkillHost(Protocol):
+    """What :class:`SkillTracker` needs from the session that hosts it.
+
+    ``Session`` satisfies it with its own methods. These calls must not call
+    back into the tracker's restore (a re-entrant call raises
+    ``RuntimeError``).
+
+    Optional: ``raw_path_messages()`` -> the stored messages root -> latest
+    leaf *without* compaction overlays (a list, an iterable or an awaitable
+    of one), used by the one-time scan of a file with no persisted set;
+    without it the scan reads :meth:`get_history`.
+    """
+
+    async def get_history(self) -> list[dict[str, Any]]: ...
+    async def get_message(self, message_id: str) -> dict[str, Any] | None: ...
+    async def update_message(self, message: dict[str, Any]) -> Any: ...
+    async def get_latest_leaf(self) -> dict[str, Any] | None: ...
+
+
+class SkillTracker:
+    """Ordered set of loaded skills (``"label:key"``) of one session, persisted.
+
+    Each entry remembers the id of the newest message that loaded it (or
+    ``None`` while the load is not in history yet), so unloading rewrites
+    that message without walking history. The set is stored as JSON in
+    ``assistant_config`` under ``(session_id, "loaded_skills")``; with no
+    ``storage`` it lives in memory and is rebuilt by a scan on each wake.
+
+    Until :meth:`ensure` succeeds the set is *unknown*: nothing is written.
+    """
+
+    CONFIG_KEY = "loaded_skills"
+
+    def __init__(self, storage: SqlStorage | None, session_id: str, host: SkillHost | None) -> None:
+        self._storage = storage
+        self._session_id = session_id
+        self._host = host
+        self._loaded: dict[str, str | None] | None = None
+        self._lock = trio.Lock()
+
+    @property
+    def known(self) -> bool:
+        """``True`` once the set was restored (or scanned, or cleared)."""
+        return self._loaded is not None
+
+    def keys(self) -> KeysView[str]:
+        """A set-like, ordered snapshot of the loaded ids (empty while unknown)."""
+        return dict(self._loaded or {}).keys()
+
+    async def ensure(self, *, may_scan: bool) -> bool:
+        """Restore the set if needed; ``True`` when it is known afterwards.
+
+        Reads the persisted row; without one, scans history when ``may_scan``
+        (a skill block is configured) and a host exists, then persists the
+        result so the next wake reads the row.
+        """
+        if self._loaded is not None:
+            return True
+        async with self._lock:
+            if self._loaded is None:
+                stored = read_config(self._storage, self._session_id, self.CONFIG_KEY) if self._storage else None
+                if stored is not None:
+                    self._loaded = _decode(stored)
+                elif self._host is None:
+                    self._loaded = {}  # no history to restore from; nothing to pin in storage
+                elif may_scan:
+                    self._loaded = await self._scan()
+                    self._persist()
+        return self._loaded is not None
+
+    async def _scan(self) -> dict[str, str | None]:
+        loaded: dict[str, str | None] = {}
+        for message in await self._path_messages():
+            self._fold(loaded, skill_events(message), message.get("id"), allow_loads=True)
+        return loaded
+
+    async def _path_messages(self) -> Iterable[Mapping[str, Any]]:
+        raw = getattr(self._host, "raw_path_messages", None)
+        if raw is None:
+            return await self._host.get_history()
+        result = raw()
+        return await result if inspect.isawaitable(result) else result
+
+    def _persist(self) -> None:
+        if self._storage is not None and self._loaded is not None:
+            write_config(self._storage, self._session_id, self.CONFIG_KEY, _encode(self._loaded))
+
+    def add(self, skill_id: str) -> None:
+        """Mark ``skill_id`` loaded (``load_context`` ran); keeps its place and message if already loaded."""
+        if self._loaded is not None and skill_id not in self._loaded:
+            self._loaded[skill_id] = None
+            self._persist()
+
+    def drop_label(self, label: str) -> None:
+        """Forget every ``label:*`` entry (the block was removed); no history rewrite."""
+        if self._loaded is None:
+            return
+        prefix = f"{label}:"
+        kept = {k: v for k, v in self._loaded.items() if not k.startswith(prefix)}
+        if len(kept) != len(self._loaded):
+            self._loaded = kept
+            self._persist()
+
+    def clear(self) -> None:
+        """Empty the set (messages were cleared). The set becomes known."""
+        self._loaded = {}
+        self._persist()
+
+    async def remove(self, label: str, key: str) -> bool:
+        """Unload ``label:key``: ``False`` if it was not loaded; otherwise drop it and
+        rewrite the newest stored load to ``[skill unloaded: <key>]`` (if any)."""
+        skill_id = f"{label}:{key}"
+        if self._loaded is None or skill_id not in self._loaded:
+            return False
+        message_id = self._loaded.pop(skill_id)
+        self._persist()
+        if self._host is not None:
+            await self._rewrite(message_id, label, key)
+        return True
+
+    async def _rewrite(self, message_id: str | None, label: str, key: str) -> None:
+        if message_id is not None:
+            stored = await self._host.get_message(message_id)
+            updated = rewrite_unloaded(stored, label, key) if stored else None
+            if updated is not None:
+                await self._host.update_message(updated)
+                return
+        for message in reversed(await self._host.get_history()):
+            updated = rewrite_unloaded(message, label, key)
+            if updated is not None:
+                await self._host.update_message(updated)
+                return
+
+    async def note_appended(self, message: Mapping[str, Any], *, may_scan: bool) -> None:
+        """Apply the skill changes a newly stored message records (no I/O when it has none)."""
+        events = skill_events(message)
+        if events and await self.ensure(may_scan=may_scan):
+            self._apply(events, message.get("id"), allow_loads=True)
+
+    async def note_updated(self, message: Mapping[str, Any], *, may_scan: bool) -> None:
+        """Apply the changes an updated message records. Unloads always apply;
+        loads only when it is the latest leaf (a streamed message finishing),
+        so editing an old message cannot revive a skill unloaded since."""
+        events = skill_events(message)
+        if not events or not await self.ensure(may_scan=may_scan):
+            return
+        allow = True
+        if any(loaded for _, loaded in events) and self._host is not None:
+            leaf = await self._host.get_latest_leaf()
+            allow = leaf is not None and leaf.get("id") == message.get("id")
+        self._apply(events, message.get("id"), allow_loads=allow)
+
+    def _apply(self, events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
+        before = list(self._loaded.items())
+        self._fold(self._loaded, events, message_id, allow_loads=allow_loads)
+        if before != list(self._loaded.items()):
+            self._persist()
+
+    @staticmethod
+    def _fold(loaded: dict[str, str | None], events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
+        """Apply events like a JS ``Set``: a re-load keeps its place, an unload-then-load moves to the end."""
+        for skill_id, is_loaded in events:
+            if not is_loaded:
+                loaded.pop(skill_id, None)
+            elif allow_loads:
+                loaded[skill_id] = message_id if isinstance(message_id, str) else None
+
+
+def _encode(loaded: dict[str, str | None]) -> str:
+    return json.dumps({"v": 1, "loaded": [[k, v] for k, v in loaded.items()]}, separators=(",", ":"))
+
+
+def _decode(text: str) -> dict[str, str | None]:
+    data = json.loads(text)
+    return {str(k): (v if isinstance(v, str) else None) for k, v in data.get("loaded", [])}
+
+
+# -- a folder of skill files ------------------------------------------------------------
+
+_FRONT = "---"
+_BAD_KEY = re.compile(r"[/\\\x00-\x1f\x7f]")
+_MAX_KEY_CHARS = 200
+_PLAIN_VALUE = re.compile(r"[^\s\"'#&*!|>%@`\[\]{},?:-][^\n]*")
+
+
+def validate_skill_key(key: Any) -> str:
+    """Return ``key`` if it names a file directly inside the folder, else raise.
+
+    Raises:
+        InvalidInputError: (``field="key"``) not a string, empty, longer than
+            200 characters, starting with ``.``, or holding ``/``, ``\\`` or a
+            control character.
+    """
+    if not isinstance(key, str):
+        raise InvalidInputError(f"skill key must be a string, not {type(key).__name__}", field="key")
+    if not _valid_key(key):
+        raise InvalidInputError(
+            f"invalid skill key {key!r}: use 1-{_MAX_KEY_CHARS} characters, no '/', '\\', control "
+            "characters, leading '.' or surrounding spaces",
+            field="key",
+        )
+    return key
+
+
+def _valid_key(key: str) -> bool:
+    return bool(key) and len(key) <= _MAX_KEY_CHARS and not key.startswith(".") and not _BAD_KEY.search(key) and key == key.strip()
+
+
+def _split_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """``({name: value}, body)``; a file without a closed ``---`` block is all body."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].rstrip("\r\n") != _FRONT:
+        return {}, text
+    fields: dict[str, str] = {}
+    for i, line in enumerate(lines[1:], start=1):
+        bare = line.rstrip("\r\n")
+        if bare == _FRONT:
+            return fields, "".join(lines[i + 1 :])
+        name, sep, value = bare.partition(":")
+        if sep:
+            fields[name.strip()] = _unquote(value.strip())
+    return {}, text
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            return str(json.loads(value))
+        except ValueError:
+            return value[1:-1]
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    return value
+
+
+def _yaml_value(value: str) -> str:
+    plain = _PLAIN_VALUE.fullmatch(value) and value == value.strip() and ": " not in value and " #" not in value
+    return value if plain else json.dumps(value, ensure_ascii=False)
+
+
+class DirectorySkillProvider:
+    """Skills as Markdown files in a folder: ``<folder>/<key>.md``.
+
+    A file may open with front matter; its ``description:`` line is the
+    skill's description::
+
+        ---
+        description: How to review code
+        ---
+        <body>
+
+    * :meth:`get` lists ``- <key>: <description>`` lines (``- <key>`` with
+      no description), sorted by key, or ``None`` for an empty or missing
+      folder. Files starting with ``.`` and other extensions are ignored.
+    * :meth:`load` returns the body with the front matter stripped, so it
+      is exactly the ``content`` given to :meth:`set`.
+    * :meth:`set` replaces the whole file atomically (temporary file,
+      ``fsync``, rename). Keys are checked by :func:`validate_skill_key`,
+      so no key reaches outside the folder.
+
+    File I/O is synchronous, like the rest of the actor's local storage.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, extension: str = ".md") -> None:
+        self.path = Path(path)
+        self.extension = extension
+
+    def _file(self, key: str) -> Path:
+        return self.path / f"{validate_skill_key(key)}{self.extension}"
+
+    def _entries(self) -> list[tuple[str, Path]]:
+        if not self.path.is_dir():
+            return []
+        found = []
+        for item in self.path.iterdir():
+            key = item.name[: -len(self.extension)] if item.name.endswith(self.extension) else None
+            if key and _valid_key(key) and item.is_file():
+                found.append((key, item))
+        return sorted(found)
+
+    async def get(self) -> str | None:
+        """The listing shown in the prompt, e.g. ``- code-review: How to review code``."""
+        lines = []
+        for key, file in self._entries():
+            description = _split_front_matter(file.read_text(encoding="utf-8"))[0].get("description")
+            lines.append(f"- {key}: {description}" if description else f"- {key}")
+        return "\n".join(lines) if lines else None
+
+    async def load(self, key: str) -> str | None:
+        """The body of skill ``key``, or ``None`` when there is no such file.
+
+        Raises:
+            InvalidInputError: ``key`` is not a valid skill key.
+        """
+        file = self._file(key)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return _split_front_matter(text)[1]
+
+    async def set(self, key: str, content: str, description: str | None = None) -> None:
+        """Write skill ``key`` (creating the folder); ``description`` goes to the front matter.
+
+        Raises:
+            InvalidInputError: ``key`` is not a valid skill key.
+        """
+        file = self._file(key)
+        head = ""
+        if description is not None:
+            head = f"{_FRONT}\ndescription: {_yaml_value(description)}\n{_FRONT}\n"
+        elif content.splitlines()[:1] == [_FRONT]:
+            head = f"{_FRONT}\n{_FRONT}\n"  # keep a body that starts with '---' from reading as front matter
+        self.path.mkdir(parents=True, exist_ok=True)
+        _atomic_write(file, head + content)
+
+
+def _atomic_write(file: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(file.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
