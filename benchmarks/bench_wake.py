@@ -1,0 +1,140 @@
+"""Wake cost: reopen a session file -> first ``freeze_system_prompt()`` + ``get_loaded_skill_keys()``.
+
+For sessions of 100, 10k and 100k messages with 5 skills loaded early in
+the conversation, this reopens the file many times and reports the median
+wake in milliseconds. The wake must stay flat as history grows: the
+loaded-skill set is one ``assistant_config`` row, the cached prompt one
+``cf_agents_context_blocks`` row. For reference it also times, once per
+size, the one-time scan of a file that has no persisted set (a file written
+by an older version), and a wake without a cached prompt (render from the
+providers).
+
+Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30]``
+
+Uses :class:`actors.session.Session`. Until the Session wires the context
+engine itself (``Session.with_context``), the engine is composed here with
+the Session as its host, exactly as the Session will do internally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actors.context import ContextBlocks  # noqa: E402
+from actors.skills import DirectorySkillProvider  # noqa: E402
+from storage import SqlStorage  # noqa: E402
+from storage.context import delete_config  # noqa: E402
+
+try:
+    from actors.session import Session  # noqa: E402
+except ImportError as exc:  # pragma: no cover - only before the Session exists
+    sys.exit(f"bench_wake needs actors.session.Session: {exc}")
+
+SID = "bench"
+SKILLS = ("deploy", "review", "pirate", "refunds", "baggage")
+TEXT = ("I need to change my flight to Friday morning and keep the same seat if possible, "
+        "the booking reference is in my email from last week")
+
+
+class Life:
+    """One activation: the file open, a Session and its context engine."""
+
+    def __init__(self, path: Path, skills_dir: Path, *, cached: bool = True) -> None:
+        self.storage = SqlStorage.open(path)
+        session = Session.create(self.storage).for_session(SID)
+        self.wired = hasattr(session, "with_context")
+        engine = session if self.wired else ContextBlocks(self.storage, host=session).for_session(SID)
+        engine.with_context("soul", provider=_Soul()).with_context("memory", description="Learned facts", max_tokens=1100)
+        engine.with_context("skills", description="Loadable skills", provider=DirectorySkillProvider(skills_dir))
+        if cached:
+            engine.with_cached_prompt()
+        self.session, self.engine = session, engine
+
+    async def append(self, message: dict) -> None:
+        await self.session.append_message(message)
+        if not self.wired:
+            await self.engine.note_appended(message)
+
+    async def wake(self) -> set[str]:
+        await self.engine.freeze_system_prompt()
+        return set(await self.engine.get_loaded_skill_keys())
+
+    def close(self) -> None:
+        self.storage.close()
+
+
+class _Soul:
+    async def get(self) -> str:
+        return "You are a helpful airline assistant."
+
+
+async def build(path: Path, skills_dir: Path, size: int) -> None:
+    life = Life(path, skills_dir)
+    tools = await life.engine.tools()
+    for i, key in enumerate(SKILLS):
+        output = await tools["load_context"].execute({"label": "skills", "key": key})
+        part = {"type": "tool-load_context", "toolName": "load_context", "toolCallId": f"call{i}",
+                "state": "output-available", "input": {"label": "skills", "key": key}, "output": output}
+        await life.append({"id": f"load{i}", "role": "assistant", "parts": [part]})
+    await life.engine.freeze_system_prompt()
+    for i in range(size - len(SKILLS)):
+        role = "user" if i % 2 == 0 else "assistant"
+        await life.append({"id": f"m{i}", "role": role, "parts": [{"type": "text", "text": f"{TEXT} ({i})"}]})
+    life.close()
+
+
+async def time_wake(path: Path, skills_dir: Path, *, cached: bool = True) -> float:
+    start = time.perf_counter()
+    life = Life(path, skills_dir, cached=cached)
+    loaded = await life.wake()
+    elapsed = (time.perf_counter() - start) * 1000
+    life.close()
+    if loaded != {f"skills:{k}" for k in SKILLS}:
+        raise SystemExit(f"wrong skills restored: {sorted(loaded)}")
+    return elapsed
+
+
+async def run(sizes: list[int], wakes: int) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench_wake_"))
+    try:
+        skills_dir = root / "skills"
+        provider = DirectorySkillProvider(skills_dir)
+        for key in SKILLS:
+            await provider.set(key, f"How to handle {key}.\n" * 20, f"The {key} playbook")
+        print(f"{'messages':>9} | {'wake ms (median)':>16} | {'no cached prompt':>16} | {'one-time scan ms':>16}")
+        for size in sizes:
+            path = root / f"s{size}.db"
+            t0 = time.perf_counter()
+            await build(path, skills_dir, size)
+            built = time.perf_counter() - t0
+            warm = [await time_wake(path, skills_dir) for _ in range(wakes)]
+            rendered = [await time_wake(path, skills_dir, cached=False) for _ in range(wakes)]
+            with SqlStorage.open(path) as storage:
+                delete_config(storage, SID, "loaded_skills")
+            scan = await time_wake(path, skills_dir)  # scans once, then stores the set again
+            print(f"{size:>9} | {statistics.median(warm):>16.3f} | {statistics.median(rendered):>16.3f} | "
+                  f"{scan:>16.1f}   (built in {built:.1f} s)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,10000,100000", help="comma-separated message counts")
+    parser.add_argument("--wakes", type=int, default=30, help="wakes timed per size")
+    args = parser.parse_args()
+    trio.run(run, [int(s) for s in args.sizes.split(",")], args.wakes)
+
+
+if __name__ == "__main__":
+    main()
