@@ -2,6 +2,16 @@
 tools), the SessionManager and the Agent base class. Uses ``storage`` only.
 """
 
+from .context import (
+    AgentContextProvider,
+    AgentSearchProvider,
+    ContextBlock,
+    ContextBlocks,
+    ContextProvider,
+    SearchProvider,
+    SkillProvider,
+    WritableContextProvider,
+)
 from .errors import (
     CompactionError,
     ConflictError,
@@ -12,8 +22,20 @@ from .errors import (
     NotFoundError,
     SessionError,
 )
+from .skills import DirectorySkillProvider
+from .tools import Tool
 
 __all__ = [
+    "AgentContextProvider",
+    "AgentSearchProvider",
+    "ContextBlock",
+    "ContextBlocks",
+    "ContextProvider",
+    "DirectorySkillProvider",
+    "SearchProvider",
+    "SkillProvider",
+    "Tool",
+    "WritableContextProvider",
     "CompactionError",
     "ConflictError",
     "ContextBlockError",
