@@ -274,7 +274,9 @@ class ContextBlocks:
     :meth:`note_updated`); after clearing messages :meth:`note_cleared`.
     """
 
-    def __init__(self, storage: SqlStorage | None = None, *, host: SkillHost | None = None, session_id: str = "") -> None:
+    def __init__(
+        self, storage: SqlStorage | None = None, *, host: SkillHost | None = None, session_id: str = ""
+    ) -> None:
         self._storage = storage
         self._host = host
         self._session_id = session_id
@@ -301,7 +303,9 @@ class ContextBlocks:
         self._session_id = session_id
         return self
 
-    def with_context(self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None) -> ContextBlocks:
+    def with_context(
+        self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
+    ) -> ContextBlocks:
         """Declare a block (prompt order = call order). Returns ``self``.
 
         Raises:
@@ -344,7 +348,8 @@ class ContextBlocks:
         if config.provider is None and self._storage is not None:
             key = self._auto_key(config.label)
             self._auto_keys.append(key)
-            return _Config(config.label, config.description, config.max_tokens, AgentContextProvider(self._storage, key))
+            provider = AgentContextProvider(self._storage, key)
+            return _Config(config.label, config.description, config.max_tokens, provider)
         return config
 
     def _resolve(self) -> list[_Config]:
@@ -366,7 +371,9 @@ class ContextBlocks:
         if content is None:
             content = ""
         elif not isinstance(content, str):
-            raise TypeError(f'provider of block "{config.label}" returned {type(content).__name__} from get(), not str or None')
+            raise TypeError(
+                f'provider of block "{config.label}" returned {type(content).__name__} from get(), not str or None'
+            )
         return ContextBlock(
             label=config.label,
             description=config.description,
@@ -441,7 +448,8 @@ class ContextBlocks:
         config = self._config(label)
         tokens = estimate_string_tokens(content)
         if config.max_tokens is not None and tokens > config.max_tokens:
-            raise ContextBlockError(f'Block "{label}" exceeds maxTokens: {tokens} > {config.max_tokens}', field="content")
+            message = f'Block "{label}" exceeds maxTokens: {tokens} > {config.max_tokens}'
+            raise ContextBlockError(message, field="content")
         await _call(config.provider.set, content)
         blocks[label] = ContextBlock(**{**block, "content": content, "tokens": tokens})
         return ContextBlock(**blocks[label])
@@ -482,7 +490,8 @@ class ContextBlocks:
         await _call(provider.set, key, content, description)
         listing = await _call(provider.get)
         if listing:
-            self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": estimate_string_tokens(listing)})
+            tokens = estimate_string_tokens(listing)
+            self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": tokens})
 
     async def set_search_entry(self, label: str, key: str, content: str) -> None:
         """Index ``content`` under ``key`` in search block ``label`` and re-read its summary.
@@ -510,7 +519,9 @@ class ContextBlocks:
 
     # -- adding and removing blocks ------------------------------------------------------------
 
-    async def add_context(self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None) -> ContextBlock:
+    async def add_context(
+        self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
+    ) -> ContextBlock:
         """Add a block at runtime (last in order), load it, and return it.
 
         Without a provider it is auto-wired like a builder block. The frozen
@@ -605,7 +616,9 @@ class ContextBlocks:
             raise ContextBlockError(f'Block "{label}" is not a skill provider', field="label")
         content = await _call(config.provider.load, key)
         if content is not None and not isinstance(content, str):
-            raise TypeError(f'skill provider of "{label}" returned {type(content).__name__} from load(), not str or None')
+            raise TypeError(
+                f'skill provider of "{label}" returned {type(content).__name__} from load(), not str or None'
+            )
         if content is not None:
             (await self._tracker()).add(f"{label}:{key}")
         return content
@@ -644,7 +657,7 @@ class ContextBlocks:
         await self.clear_loaded_skills()
         return await self.refresh_system_prompt()
 
-    def delete_stored_state(self) -> None:
+    async def delete_stored_state(self) -> None:
         """Delete this session's auto-wired block rows, its default cached prompt
         row and its loaded-skill row (for a session being deleted). Shared
         search entries and explicit providers are left alone."""

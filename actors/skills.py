@@ -163,9 +163,11 @@ class SkillTracker:
     async def ensure(self, *, may_scan: bool) -> bool:
         """Restore the set if needed; ``True`` when it is known afterwards.
 
-        Reads the persisted row; without one, scans history when ``may_scan``
-        (a skill block is configured) and a host exists, then persists the
-        result so the next wake reads the row.
+        Reads the persisted row. Without one: with no host there is no
+        history, so the set starts empty (in memory only); with a host and
+        ``may_scan`` (a skill block is configured) history is scanned once and
+        the result persisted, so the next wake reads the row; otherwise the
+        set stays unknown (a later skill block triggers the scan).
         """
         if self._loaded is not None:
             return True
@@ -270,7 +272,9 @@ class SkillTracker:
             self._persist()
 
     @staticmethod
-    def _fold(loaded: dict[str, str | None], events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
+    def _fold(
+        loaded: dict[str, str | None], events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool
+    ) -> None:
         """Apply events like a JS ``Set``: a re-load keeps its place, an unload-then-load moves to the end."""
         for skill_id, is_loaded in events:
             if not is_loaded:
@@ -316,7 +320,9 @@ def validate_skill_key(key: Any) -> str:
 
 
 def _valid_key(key: str) -> bool:
-    return bool(key) and len(key) <= _MAX_KEY_CHARS and not key.startswith(".") and not _BAD_KEY.search(key) and key == key.strip()
+    if not key or len(key) > _MAX_KEY_CHARS or key.startswith(".") or key != key.strip():
+        return False
+    return _BAD_KEY.search(key) is None
 
 
 def _split_front_matter(text: str) -> tuple[dict[str, str], str]:

@@ -272,7 +272,11 @@ class Tool:
         """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": copy.deepcopy(self.input_schema)},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": copy.deepcopy(self.input_schema),
+            },
         }
 
     def anthropic_format(self) -> dict[str, Any]:

@@ -379,7 +379,7 @@ async def test_delete_stored_state_removes_only_this_sessions_rows(storage):
         await session.replace_context_block("memory", "x")
         await session.freeze_system_prompt()
         await session.clear_loaded_skills()
-    one.delete_stored_state()
+    await one.delete_stored_state()
     assert [read_block(storage, k) for k in ("memory_s1", "_system_prompt_s1")] == [None, None]
     assert read_config(storage, "s1", "loaded_skills") is None
     assert read_block(storage, "memory_s2") == "x" and read_config(storage, "s2", "loaded_skills") is not None

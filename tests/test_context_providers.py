@@ -132,7 +132,7 @@ async def test_search_returns_at_most_ten_entries(storage, knowledge):
 
 def test_upsert_is_atomic(storage):
     upsert_search_entry(storage, "knowledge", "k", "old text")
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="abort"):
         with storage.transaction():
             upsert_search_entry(storage, "knowledge", "k", "new text")
             raise RuntimeError("abort")
