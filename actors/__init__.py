@@ -2,6 +2,7 @@
 tools), the SessionManager and the Agent base class. Uses ``storage`` only.
 """
 
+from .agent import Agent, AgentContext, AlarmInfo, ConnectionLike
 from .context import (
     AgentContextProvider,
     AgentSearchProvider,
@@ -36,6 +37,10 @@ __all__ = [
     "SkillProvider",
     "Tool",
     "WritableContextProvider",
+    "Agent",
+    "AgentContext",
+    "AlarmInfo",
+    "ConnectionLike",
     "CompactionError",
     "ConflictError",
     "ContextBlockError",

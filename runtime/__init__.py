@@ -2,4 +2,37 @@
 server, the Python client, the CLI and test helpers. Wires ``actors`` and ``storage``.
 """
 
-__all__: list[str] = []
+from .alarms import HostClock
+from .errors import (
+    ActorOverloadedError,
+    ActorRuntimeError,
+    HostClosedError,
+    InvalidActorIdError,
+    InvalidArgumentsError,
+    InvalidNamespaceError,
+    TransactionLeftOpenError,
+    UnknownMethodError,
+    UnknownNamespaceError,
+)
+from .host import ActorHost, HostStatistics, open_host
+from .ids import ActorId
+from .namespace import ActorStub, Namespace
+
+__all__ = [
+    "ActorHost",
+    "ActorId",
+    "ActorOverloadedError",
+    "ActorRuntimeError",
+    "ActorStub",
+    "HostClock",
+    "HostClosedError",
+    "HostStatistics",
+    "InvalidActorIdError",
+    "InvalidArgumentsError",
+    "InvalidNamespaceError",
+    "Namespace",
+    "TransactionLeftOpenError",
+    "UnknownMethodError",
+    "UnknownNamespaceError",
+    "open_host",
+]

@@ -1,0 +1,156 @@
+"""One actor's place in the host: its lifecycle state, gate and context.
+
+An :class:`ActorSlot` exists while an actor is activating or active; the
+host drops it on hibernation. :class:`ActorContext` is the ``ctx`` the
+runtime hands to an :class:`actors.Agent` (it satisfies
+:class:`actors.agent.AgentContext`).
+
+The *gate* is the Durable Object input gate made explicit. Storage calls
+are synchronous, so they never interleave; a call may only yield to another
+at an ``await``. The gate is closed -- no other call of the actor starts --
+while :meth:`ActorContext.block_concurrency_while` runs, and while a storage
+transaction is open (so code that awaits inside ``storage.transaction()``
+cannot see another call join its transaction). Commit and rollback hooks on
+the connection reopen it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+from actors.agent import Agent, ConnectionLike
+from storage.kv import ActorStorage
+
+from .ids import ActorId
+
+if TYPE_CHECKING:
+    from .host import ActorHost
+
+T = TypeVar("T")
+
+_HOOK_ID = "runtime.gate"
+
+
+class SlotState(enum.Enum):
+    ACTIVATING = "activating"
+    ACTIVE = "active"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class ActorSlot:
+    """Lifecycle record of one live actor (internal to the host).
+
+    Attributes:
+        pending: calls admitted and not yet answered (waiting or running).
+        running: calls executing actor code now.
+    """
+
+    __slots__ = (
+        "id", "key", "state", "ready", "error", "agent", "storage",
+        "pending", "running", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks",
+    )
+
+    def __init__(self, actor_id: ActorId) -> None:
+        self.id = actor_id
+        self.key = (actor_id.namespace, actor_id.hex)
+        self.state = SlotState.ACTIVATING
+        self.ready = trio.Event()
+        self.error: BaseException | None = None
+        self.agent: Agent | None = None
+        self.storage: ActorStorage | None = None
+        self.pending = 0
+        self.running = 0
+        self.gate_holder: trio.lowlevel.Task | None = None
+        self.gate_lot = trio.lowlevel.ParkingLot()
+        self.alarm_dirty = False
+        self.rollbacks = 0
+
+    def attach(self, storage: ActorStorage) -> None:
+        """Adopt the actor's opened file and hook its commits and rollbacks to the gate."""
+        self.storage = storage
+        connection = storage.connection
+        connection.set_commit_hook(self._on_commit, id=_HOOK_ID)
+        connection.set_rollback_hook(self._on_rollback, id=_HOOK_ID)
+
+    def _on_commit(self) -> bool:
+        self.gate_lot.unpark_all()
+        return False  # let the commit go ahead
+
+    def _on_rollback(self) -> None:
+        self.rollbacks += 1
+        self.gate_lot.unpark_all()
+
+    @property
+    def gate_closed(self) -> bool:
+        """``True`` while another task holds the gate or a transaction is open."""
+        holder = self.gate_holder
+        if holder is not None and holder is not trio.lowlevel.current_task():
+            return True
+        return self.storage is not None and self.storage.in_transaction
+
+    async def pass_gate(self) -> None:
+        """Wait while the gate is closed (no checkpoint when it is open)."""
+        while self.gate_closed:
+            await self.gate_lot.park()
+
+    async def hold_gate(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """``await fn()`` holding the gate (re-entrant for the holding task)."""
+        task = trio.lowlevel.current_task()
+        if self.gate_holder is task:
+            return await fn()
+        while self.gate_holder is not None:  # an open transaction does not matter here: it may be ours
+            await self.gate_lot.park()
+        self.gate_holder = task
+        try:
+            return await fn()
+        finally:
+            self.gate_holder = None
+            self.gate_lot.unpark_all()
+
+
+class ActorContext:
+    """The ``ctx`` of an actor instance (see :class:`actors.agent.AgentContext`).
+
+    Attributes:
+        id: the actor's :class:`~runtime.ids.ActorId`.
+        storage: its :class:`storage.kv.ActorStorage`.
+    """
+
+    __slots__ = ("id", "storage", "_host", "_slot")
+
+    def __init__(self, host: ActorHost, slot: ActorSlot, storage: ActorStorage) -> None:
+        self.id = slot.id
+        self.storage = storage
+        self._host = host
+        self._slot = slot
+
+    async def block_concurrency_while(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``await fn()`` while no other call or alarm of this actor may start.
+
+        Calls already running elsewhere in the actor are not paused. Nested
+        use from the same call just runs ``fn``. Returns ``fn``'s result;
+        its exception propagates and the gate reopens.
+        """
+        return await self._slot.hold_gate(fn)
+
+    def get_connections(self) -> Sequence[ConnectionLike]:
+        """The actor's WebSocket peers, in connection order."""
+        return self._host.connections_of(self.id)
+
+    def now_ms(self) -> int:
+        """The host clock in epoch milliseconds (follows trio's clock)."""
+        return self._host.clock.now_ms()
+
+    def __repr__(self) -> str:
+        return f"<ActorContext {self.id.namespace}/{self.id.hex}>"
+
+
+def describe(actor_id: ActorId) -> str:
+    """``namespace/hex`` for messages and logs."""
+    return f"{actor_id.namespace}/{actor_id.hex}"
+

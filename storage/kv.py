@@ -1,0 +1,258 @@
+"""The Durable Object key-value API and alarm row on an actor's SQLite file.
+
+:class:`ActorStorage` is what an actor sees as ``ctx.storage``: a
+:class:`~storage.sqlite.SqlStorage` (``sql``, ``exec``, ``transaction``...)
+plus the key-value calls of a Durable Object's storage (``get``, ``put``,
+``delete``, ``list``) kept in the ``_cf_KV`` table, and its single alarm
+(``set_alarm``, ``get_alarm``, ``delete_alarm``) kept in ``_cf_alarm``.
+
+Values are encoded with msgpack: ``None``, ``bool``, ``int`` (64-bit),
+``float``, ``str``, ``bytes``, lists and dicts of these. Tuples come back as
+lists. Keys are ``str`` of at most :data:`MAX_KEY_BYTES` UTF-8 bytes, ordered
+by their UTF-8 bytes (which is code-point order).
+
+Like the rest of ``storage`` this is synchronous and knows nothing of trio:
+scheduling an alarm only writes the row and tells an optional
+:attr:`ActorStorage.alarm_listener` (the runtime's hook into its alarm index).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .sqlite import SqlStorage
+
+#: Largest key, in UTF-8 bytes (a Durable Object's limit).
+MAX_KEY_BYTES = 2048
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmRow:
+    """The stored alarm: when (epoch milliseconds) and how many failed runs so far."""
+
+    scheduled_ms: int
+    retry_count: int
+
+
+class ActorStorage(SqlStorage):
+    """An actor's file: SQL plus the key-value store and the alarm.
+
+    Open with :meth:`SqlStorage.open` on this class (``ActorStorage.open(path)``).
+
+    Attributes:
+        alarm_listener: called as ``listener(epoch_ms)`` just *before*
+            :meth:`set_alarm` writes its row and ``listener(None)`` after
+            :meth:`delete_alarm` removed it; ``None`` by default.
+        delivering_alarm: set by the runtime to :attr:`alarm_generation` while
+            ``alarm()`` runs, so :meth:`get_alarm` reports no alarm until the
+            handler schedules a new one (as in a Durable Object).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.alarm_listener: Callable[[int | None], None] | None = None
+        self.delivering_alarm: int | None = None
+        self._alarm_generation = 0
+
+    # -- key-value ---------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default`` when there is none.
+
+        Raises:
+            TypeError: ``key`` is not a ``str``.
+            ValueError: ``key`` is longer than :data:`MAX_KEY_BYTES`.
+        """
+        blob = self.scalar("SELECT value FROM _cf_KV WHERE key = ?", _check_key(key))
+        return default if blob is None else _decode(blob)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """``{key: value}`` for those of ``keys`` that are stored, in key order."""
+        found = {}
+        for key in sorted(set(_check_key(k) for k in keys)):
+            value = self.get(key, _MISSING)
+            if value is not _MISSING:
+                found[key] = value
+        return found
+
+    def put(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` (replacing any previous value).
+
+        Raises:
+            TypeError: ``key`` is not a ``str``, or msgpack cannot encode ``value``.
+            ValueError: ``key`` is too long, or an ``int`` does not fit 64 bits.
+        """
+        self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", _check_key(key), _encode(value))
+
+    def put_many(self, entries: Mapping[str, Any]) -> None:
+        """Store every ``key: value`` of ``entries`` in one transaction (all or none)."""
+        rows = [(_check_key(k), _encode(v)) for k, v in entries.items()]
+        with self.transaction():
+            for row in rows:
+                self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", *row)
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; ``True`` when it existed."""
+        self.exec("DELETE FROM _cf_KV WHERE key = ?", _check_key(key))
+        return self.connection.changes() > 0
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Remove each of ``keys`` in one transaction; the number that existed."""
+        checked = [_check_key(k) for k in keys]
+        with self.transaction():
+            return sum(self.delete(k) for k in set(checked))
+
+    # -- alarm -------------------------------------------------------------
+
+    @property
+    def alarm_generation(self) -> int:
+        """Counts :meth:`set_alarm` / :meth:`delete_alarm` calls on this connection."""
+        return self._alarm_generation
+
+    def get_alarm(self) -> int | None:
+        """The scheduled alarm time in epoch milliseconds, or ``None``."""
+        if self.delivering_alarm is not None and self.delivering_alarm == self._alarm_generation:
+            return None
+        row = self.read_alarm_row()
+        return None if row is None else row.scheduled_ms
+
+    def set_alarm(self, epoch_ms: float) -> None:
+        """Schedule the actor's one alarm at ``epoch_ms`` (replacing any other).
+
+        A time in the past fires as soon as possible. Fractions of a
+        millisecond are dropped.
+
+        Raises:
+            TypeError: ``epoch_ms`` is not an ``int`` or ``float``.
+            ValueError: ``epoch_ms`` is negative, NaN or infinite.
+        """
+        if isinstance(epoch_ms, bool) or not isinstance(epoch_ms, int | float):
+            raise TypeError(f"alarm time must be epoch milliseconds (int or float), not {type(epoch_ms).__name__}")
+        if not math.isfinite(epoch_ms) or epoch_ms < 0:
+            raise ValueError(f"alarm time must be a finite, non-negative number of epoch milliseconds, not {epoch_ms!r}")
+        scheduled = int(epoch_ms)
+        if self.alarm_listener is not None:
+            self.alarm_listener(scheduled)
+        self.write_alarm_row(scheduled, 0)
+        self._alarm_generation += 1
+
+    def delete_alarm(self) -> None:
+        """Cancel the scheduled alarm, if any."""
+        self.clear_alarm_row()
+        self._alarm_generation += 1
+        if self.alarm_listener is not None:
+            self.alarm_listener(None)
+
+    def read_alarm_row(self) -> AlarmRow | None:
+        """The stored alarm row, including a pending retry (runtime use)."""
+        for scheduled_ms, retry_count in self.exec("SELECT scheduled_ms, retry_count FROM _cf_alarm WHERE id = 1"):
+            return AlarmRow(scheduled_ms, retry_count)
+        return None
+
+    def write_alarm_row(self, scheduled_ms: int, retry_count: int) -> None:
+        """Store the alarm row as is, telling no listener (runtime use)."""
+        self.exec(
+            "INSERT OR REPLACE INTO _cf_alarm (id, scheduled_ms, retry_count) VALUES (1, ?, ?)",
+            scheduled_ms,
+            retry_count,
+        )
+
+    def clear_alarm_row(self) -> None:
+        """Remove the alarm row, telling no listener (runtime use)."""
+        self.exec("DELETE FROM _cf_alarm WHERE id = 1")
+
+    # Defined last: the name shadows the builtin inside the class body.
+    def list(
+        self,
+        *,
+        prefix: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> dict[str, Any]:
+        """Stored entries as an ordered ``{key: value}``, ascending by key.
+
+        Args:
+            prefix: only keys starting with it.
+            start: only keys ``>= start``; end: only keys ``< end``.
+            limit: at most this many entries (``None``: all).
+            reverse: descending order (``limit`` then keeps the last keys).
+
+        Raises:
+            TypeError: a bound is not a ``str`` / ``limit`` not an ``int``.
+            ValueError: ``limit`` is below 1.
+        """
+        where, params = _range_clause(prefix, start, end)
+        query = f"SELECT key, value FROM _cf_KV{where} ORDER BY key {'DESC' if reverse else 'ASC'}"
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+            if limit < 1:
+                raise ValueError(f"limit must be at least 1, not {limit}")
+            query += " LIMIT ?"
+            params.append(limit)
+        return {key: _decode(blob) for key, blob in self.exec(query, *params)}
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"storage keys are str, not {type(key).__name__}")
+    if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ValueError(f"storage key is longer than {MAX_KEY_BYTES} UTF-8 bytes")
+    return key
+
+
+def _encode(value: Any) -> bytes:
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"value cannot be stored: {exc}") from exc
+    except OverflowError as exc:
+        raise ValueError(f"value cannot be stored: {exc}") from exc
+
+
+def _decode(blob: bytes) -> Any:
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+
+
+def _range_clause(prefix: str | None, start: str | None, end: str | None) -> tuple[str, list[Any]]:
+    """``WHERE`` text and parameters for key bounds (all index range scans)."""
+    conditions, params = [], []
+    if prefix is not None:
+        conditions.append("key >= ?")
+        params.append(_check_key(prefix))
+        upper = _prefix_upper_bound(prefix)
+        if upper is not None:
+            conditions.append("key < ?")
+            params.append(upper)
+    if start is not None:
+        conditions.append("key >= ?")
+        params.append(_check_key(start))
+    if end is not None:
+        conditions.append("key < ?")
+        params.append(_check_key(end))
+    return (" WHERE " + " AND ".join(conditions) if conditions else ""), params
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """The least string above every string starting with ``prefix`` (``None``: no bound).
+
+    Keys compare by UTF-8 bytes, which is code-point order, so bumping the
+    last code point that can grow gives the exclusive upper bound.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code == 0xD800:
+            code = 0xE000  # surrogates never occur in stored UTF-8
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None
