@@ -6,14 +6,22 @@ import json
 import random
 
 import pytest
+from claude_agent_sdk import (
+    get_subagent_messages_from_store,
+    list_sessions_from_store,
+    list_subagents_from_store,
+    project_key_for_directory,
+)
 from claude_agent_sdk import fold_session_summary as sdk_fold
 from claude_agent_sdk.testing import run_session_store_conformance
 
+from storage.formats.claude_code import find_claude_code_files, read_transcript_entries
 from storage.transcript_summary import fold_session_summary
 from storage.transcripts import CATALOG_FILE_NAME, TRANSCRIPTS_DIR_NAME, LocalTranscriptStore, session_file_id
 
 MAIN = {"project_key": "proj", "session_id": "sess"}
 SUB = {**MAIN, "subpath": "subagents/agent-1"}
+WORKTREES = "ef958aa1-0e93-49f0-bb71-150f63befcd1"
 
 
 @pytest.fixture
@@ -178,3 +186,43 @@ def test_fold_matches_the_sdk_on_every_real_transcript(claude_code_log_file):
         theirs = sdk_fold(theirs, key, entries[start:end])
         assert ours == theirs
         start = end
+
+
+# -- Claude Code files pushed as raw transcript entries ---------------------
+
+
+async def test_every_shared_transcript_round_trips_through_the_store(shared_data, tmp_path):
+    files = find_claude_code_files(shared_data / "claude_code" / "claude-code-log")
+    assert len(files) == 99
+    async with LocalTranscriptStore(tmp_path / "d") as store:
+        for file in files:
+            await store.append(file.transcript_key, read_transcript_entries(file.path))
+        for file in files:
+            lines = [json.loads(line) for line in file.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            assert await store.load(file.transcript_key) == (lines or None), file.path
+        main_keys = {(f.project_key, f.session_id) for f in files if f.subpath is None and f.path.stat().st_size}
+        listed = {(f.project_key, s["session_id"]) for f in files for s in await store.list_sessions(f.project_key)}
+        assert listed == main_keys
+        assert await store.list_subkeys({"project_key": "-experiments-worktrees", "session_id": WORKTREES}) == [
+            f"subagents/agent-{a}" for a in sorted(
+                ["a36efb2a1231c41e2", "a4ca7529859c158c2", "a52886dc180afb356", "a6aa8ad077d9ea083",
+                 "ab1e6e141221a29ab", "aef063ba534d73153"])]
+
+
+async def test_the_sdk_store_helpers_read_what_we_stored(test_data, tmp_path):
+    project_dir = tmp_path / "project"
+    project_dir.mkdir()
+    project_key = project_key_for_directory(project_dir)
+    async with LocalTranscriptStore(tmp_path / "d") as store:
+        for file in find_claude_code_files(test_data / "claude_code" / "projects"):
+            await store.append({**file.transcript_key, "project_key": project_key}, read_transcript_entries(file.path))
+        infos = await list_sessions_from_store(store, directory=str(project_dir))
+        assert sorted((i.session_id, i.summary[:40]) for i in infos) == [
+            ("4e27c414-a885-46a0-b5c8-d58e1417377d", "TUI Cache Handling: Empty State Fix"),
+            ("71c9afe9-d9cc-4583-86b3-e62ba682b83a", "Please have a look at this patch diff, I"),
+            ("94604a7b-062f-4369-bdf0-da948381c3e5", "What are the tools that are available to"),
+        ]
+        assert await list_subagents_from_store(store, WORKTREES, directory=str(project_dir)) == ["aef063ba534d73153"]
+        messages = await get_subagent_messages_from_store(
+            store, WORKTREES, "aef063ba534d73153", directory=str(project_dir))
+        assert len(messages) == 16
