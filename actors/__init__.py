@@ -23,6 +23,7 @@ from .errors import (
     NotFoundError,
     SessionError,
 )
+from .session import Session
 from .skills import DirectorySkillProvider
 from .tools import Tool
 
@@ -34,6 +35,7 @@ __all__ = [
     "ContextProvider",
     "DirectorySkillProvider",
     "SearchProvider",
+    "Session",
     "SkillProvider",
     "Tool",
     "WritableContextProvider",

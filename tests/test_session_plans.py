@@ -1,0 +1,90 @@
+"""No Session call walks a whole session's rows to append, read a path or list children.
+
+PERFORMANCE.md: the original's latest-leaf self-join and its appends scan
+the session. Here every statement the Session runs is captured with apsw's
+exec tracer and explained: each touch of ``assistant_messages`` must be a
+seek on more than ``session_id`` (or a rowid lookup).
+"""
+
+import re
+
+import pytest
+
+from actors.session import Session
+from storage import SqlStorage
+
+# A plan line on the messages table that is neither a rowid lookup nor a seek on
+# session_id AND something more (id, parent_id, or a rowid bound).
+WHOLE_SESSION = re.compile(r"^(SCAN|SEARCH) (m|k|assistant_messages) (?!USING INTEGER PRIMARY KEY)(?!.*\(session_id=\? AND)")
+
+
+def msg(mid):
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": f"flight {mid}"}]}
+
+
+@pytest.fixture
+async def traced(tmp_path):
+    storage = SqlStorage.open(tmp_path / "actor.sqlite3")
+    session = Session.create(storage)
+    other = Session.create(storage).for_session("other")
+    with storage.transaction():
+        for i in range(300):
+            await session.append_message(msg(f"m{i}"))
+            await other.append_message(msg(f"m{i}"))
+    statements = []
+
+    def trace(cursor, sql, bindings):
+        statements.append((sql, bindings))
+        return True
+
+    storage.connection.exec_trace = trace
+    yield storage, session, statements
+    storage.connection.exec_trace = None
+    storage.close()
+
+
+def plans(storage, statements):
+    storage.connection.exec_trace = None
+    found = {}
+    for sql, bindings in statements:
+        if sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT", "ROLLBACK")):
+            continue
+        found[sql] = [row[3] for row in storage.connection.execute("EXPLAIN QUERY PLAN " + sql, bindings)]
+    return found
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+async def test_hot_calls_seek_instead_of_walking_the_session(traced, analyzed):
+    storage, session, statements = traced
+    if analyzed:
+        storage.exec("ANALYZE")
+    await session.append_message(msg("new"))
+    await session.append_message(msg("branch"), "m150")
+    await session.append_message(msg("m3"))
+    await session.get_branches("m150")
+    await session.get_message("m7")
+    await session.get_latest_leaf()
+    await session.get_history()
+    await session.get_path_length("m20")
+    await session.get_recent_history(500)
+    await session.update_message(msg("m9"))
+    await session.delete_messages(["m10"])
+    await session.search("flight m42")
+    explained = plans(storage, statements)
+    assert len(explained) >= 10
+    offenders = {sql: plan for sql, plan in explained.items() if any(WHOLE_SESSION.match(p) for p in plan)}
+    assert offenders == {}
+
+
+async def test_newest_leaf_fallback_walks_the_created_index_backwards(traced):
+    storage, session, statements = traced
+    storage.exec("DELETE FROM assistant_config")  # as after deleting the active leaf
+    assert (await session.get_latest_leaf())["id"] == "m299"
+    [fallback] = [sql for sql, plan in plans(storage, statements).items() if "ORDER BY m.created_at DESC" in sql]
+    plan = [row[3] for row in storage.connection.execute("EXPLAIN QUERY PLAN " + fallback, ("",))]
+    assert plan == [
+        "SEARCH m USING INDEX idx_assistant_msg_created (session_id=?)",
+        "CORRELATED SCALAR SUBQUERY 1",
+        "SEARCH k USING COVERING INDEX idx_assistant_msg_parent (session_id=? AND parent_id=?)",
+    ]
+    assert "LIMIT 1" in fallback

@@ -1,0 +1,190 @@
+"""Session.search: one safe syntax, session scope, index upkeep, real errors.
+
+session-behaviours §11 with DEVIATIONS 9 and 10.
+"""
+
+import re
+
+import pytest
+
+from actors import InvalidInputError
+from actors.session import Session
+from storage import SearchQueryError, SqlStorage
+
+TEXTS = {
+    "apostrophe": "The user's guide explains the refund flow",
+    "path": "See docs/setup.md before you start",
+    "policy": "Policy POL-358 covers lost baggage",
+    "error": "The booking failed with E-1042 again",
+    "mail": "Send the receipt to ops@example.com please",
+    "deploy": "The deploy happens on Friday",
+    "japanese": "私は東京に行きました",
+    "chinese": "我们明天去北京开会",
+}
+
+ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def msg(mid, *texts, role="user", extra_parts=()):
+    parts = [{"type": "text", "text": t} for t in texts]
+    return {"id": mid, "role": role, "parts": [*parts, *extra_parts]}
+
+
+@pytest.fixture
+def storage(tmp_path):
+    s = SqlStorage.open(tmp_path / "actor.sqlite3")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+async def session(storage):
+    session = Session.create(storage)
+    for mid, text in TEXTS.items():
+        await session.append_message(msg(mid, text))
+    return session
+
+
+async def found(session, query, **kwargs):
+    return [hit["id"] for hit in await session.search(query, **kwargs)]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("user's", ["apostrophe"]),
+        ("docs/setup.md", ["path"]),
+        ("POL-358", ["policy"]),
+        ("E-1042", ["error"]),
+        ("ops@example.com", ["mail"]),
+        ("why?", []),
+        ("a,b", []),
+        ("key:value", []),
+        ("#tag", []),
+        ("[bracket]", []),
+        ('""', []),
+        ('"', []),
+        ("   ", []),
+    ],
+)
+async def test_awkward_queries_return_lists_and_find_their_message(session, query, expected):
+    assert await found(session, query) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("deploy OR monday", []),  # OR is a word that must match, not an operator
+        ("deploy NEAR friday", []),
+        ("deploy NOT friday", []),
+        ("fri*", []),  # no prefix search: "fri" is a word of its own
+        ("-friday", ["deploy"]),  # not a negation: "-" is punctuation
+        ("^deploy", ["deploy"]),
+        ("(deploy", ["deploy"]),
+        ("content:deploy", []),  # not a column filter: the words "content" and "deploy"
+    ],
+)
+async def test_fts5_operators_are_plain_text(session, query, expected):
+    assert await found(session, query) == expected
+
+
+async def test_words_match_in_any_order_and_quotes_make_a_phrase(session):
+    assert await found(session, "friday deploy") == ["deploy"]
+    assert await found(session, '"deploy happens"') == ["deploy"]
+    assert await found(session, '"happens deploy"') == []
+    assert await found(session, "deploying") == ["deploy"]
+
+
+async def test_cjk_words_inside_sentences_are_found(session):
+    assert await found(session, "東京") == ["japanese"]
+    assert await found(session, "北京") == ["chinese"]
+    assert await found(session, "明天去北京") == ["chinese"]
+
+
+async def test_hits_carry_role_indexed_text_and_stored_time(session):
+    [hit] = await session.search("POL-358")
+    stored = session.storage.scalar("SELECT created_at FROM assistant_messages WHERE id = 'policy'")
+    assert hit == {
+        "id": "policy",
+        "role": "user",
+        "content": "Policy POL-358 covers lost baggage",
+        "createdAt": stored.replace(" ", "T") + "Z",
+    }
+    assert ISO_MS.match(hit["createdAt"])
+
+
+async def test_only_text_parts_are_indexed_joined_by_one_space(storage):
+    session = Session.create(storage)
+    tool = {"type": "tool-lookup", "toolCallId": "c1", "input": {"q": "zebra"}, "output": "zebra"}
+    reasoning = {"type": "reasoning", "text": "zebra"}
+    await session.append_message(msg("m1", "first half", "second half", extra_parts=[tool, reasoning]))
+    await session.append_message(msg("m2", extra_parts=[tool]))
+    assert await session.search("zebra") == []
+    [hit] = await session.search("half")
+    assert hit["content"] == "first half second half"
+    assert storage.scalar("SELECT count(*) FROM assistant_fts") == 1
+
+
+async def test_best_rank_first_and_limit(storage):
+    session = Session.create(storage)
+    await session.append_message(msg("once", "baggage policy for long flights and other rules"))
+    await session.append_message(msg("twice", "baggage baggage"))
+    await session.append_message(msg("thrice", "baggage baggage baggage"))
+    assert await found(session, "baggage") == ["thrice", "twice", "once"]
+    assert await found(session, "baggage", limit=2) == ["thrice", "twice"]
+    assert await found(session, "baggage", limit=0) == []
+
+
+async def test_equal_ranks_come_out_oldest_first(storage):
+    session = Session.create(storage)
+    for i in range(5):
+        await session.append_message(msg(f"m{i}", "same words"))
+    assert await found(session, "same") == ["m0", "m1", "m2", "m3", "m4"]
+
+
+async def test_search_is_scoped_to_the_session_even_when_others_rank_higher(storage):
+    mine = Session.create(storage).for_session("mine")
+    other = Session.create(storage).for_session("other")
+    for i in range(30):
+        await other.append_message(msg(f"o{i}", "refund refund refund"))
+    await mine.append_message(msg("m1", "a refund request with many other words around it"))
+    assert await found(mine, "refund") == ["m1"]
+    assert await found(mine, "refund", limit=1) == ["m1"]
+    assert len(await other.search("refund", limit=50)) == 30
+    assert await found(Session.create(storage), "refund") == []
+
+
+async def test_update_reindexes_and_delete_and_clear_deindex(session):
+    await session.update_message(msg("deploy", "The release moved to Monday"))
+    assert await found(session, "friday") == []
+    assert await found(session, "monday") == ["deploy"]
+    await session.update_message({"id": "deploy", "role": "user", "parts": []})
+    assert await found(session, "monday") == []
+    await session.delete_messages(["policy", "japanese"])
+    assert await found(session, "POL-358") == []
+    assert await found(session, "東京") == []
+    await session.clear_messages()
+    assert await found(session, "refund") == []
+    assert session.storage.scalar("SELECT count(*) FROM assistant_fts") == 0
+    assert session.storage.scalar("SELECT count(*) FROM assistant_fts_cjk") == 0
+
+
+async def test_duplicate_append_does_not_index_twice(session):
+    await session.append_message(msg("deploy", "something else entirely"))
+    assert await found(session, "entirely") == []
+    assert session.storage.scalar("SELECT count(*) FROM assistant_fts WHERE id = 'deploy'") == 1
+
+
+async def test_a_storage_failure_is_raised_not_hidden(session):
+    session.storage.exec("DROP TABLE assistant_fts")
+    with pytest.raises(SearchQueryError, match="no such table: assistant_fts"):
+        await session.search("deploy")
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"query": 5}, "query"), ({"query": "x", "limit": -1}, "limit"),
+                                              ({"query": "x", "limit": True}, "limit")])
+async def test_bad_arguments_are_refused(session, kwargs, field):
+    query = kwargs.pop("query")
+    with pytest.raises(InvalidInputError) as info:
+        await session.search(query, **kwargs)
+    assert info.value.field == field
