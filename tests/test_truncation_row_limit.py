@@ -26,6 +26,8 @@ def tool_message(call_id, output, message_id="big"):
 
 def test_row_bytes_counts_utf8_bytes_of_compact_json():
     assert row_bytes({"id": "é", "n": 1.0}) == len('{"id":"é","n":1}'.encode())
+    assert row_bytes({"big": 1e16, "small": 2.5, "text": "1.0 e-mail"}) == len(
+        '{"big":10000000000000000,"small":2.5,"text":"1.0 e-mail"}')
 
 
 def test_message_under_the_limit_is_returned_as_the_same_object():
