@@ -24,15 +24,19 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 CLAUDE_CODE_LOG = Path("claude_code") / "claude-code-log"
 
 
+def _shared_data_candidate() -> Path:
+    configured = os.environ.get("DURABLE_SESSIONS_SHARED_DATA")
+    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
+
+
 def shared_data_dir() -> Path | None:
     """The shared data folder, or ``None`` when it is not on this machine."""
-    configured = os.environ.get("DURABLE_SESSIONS_SHARED_DATA")
-    path = Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
+    path = _shared_data_candidate()
     return path if path.is_dir() else None
 
 
 def _missing_reason() -> str:
-    return f"shared data not found at {REPO_ROOT.parent / 'shared' / 'data'} (set DURABLE_SESSIONS_SHARED_DATA)"
+    return f"shared data not found at {_shared_data_candidate()} (set DURABLE_SESSIONS_SHARED_DATA)"
 
 
 @pytest.fixture

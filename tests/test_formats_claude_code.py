@@ -141,8 +141,11 @@ def test_fixture_transcripts_match_the_reference_counts(projects):
 
 
 def test_files_are_classified_like_the_sdk_keys_them(projects):
-    keys = {f.path.relative_to(projects).as_posix(): (f.transcript_key, f.agent_id) for f in find_claude_code_files(projects)}
-    assert keys[f"{SAMPLE}/agent-3be551df.jsonl"] == ({"project_key": SAMPLE, "session_id": "agent-3be551df"}, "3be551df")
+    keys = {
+        f.path.relative_to(projects).as_posix(): (f.transcript_key, f.agent_id) for f in find_claude_code_files(projects)
+    }
+    old_layout = ({"project_key": SAMPLE, "session_id": "agent-3be551df"}, "3be551df")
+    assert keys[f"{SAMPLE}/agent-3be551df.jsonl"] == old_layout
     nested = f"-experiments-worktrees/{WORKTREES_SESSION}/subagents/agent-aef063ba534d73153.jsonl"
     assert keys[nested] == (
         {"project_key": "-experiments-worktrees", "session_id": WORKTREES_SESSION,
@@ -200,12 +203,14 @@ def test_one_api_response_is_one_message_with_its_results_folded_in(projects):
 
 
 def test_leading_bookkeeping_entries_go_to_the_first_message(projects):
-    session = read_claude_code_session(projects / "-src-experiments-claude_p" / "94604a7b-062f-4369-bdf0-da948381c3e5.jsonl")
+    path = projects / "-src-experiments-claude_p" / "94604a7b-062f-4369-bdf0-da948381c3e5.jsonl"
+    session = read_claude_code_session(path)
     assert [m.message["role"] for m in session.messages] == ["user", "assistant"]
     user = session.messages[0].message
     assert [(p["type"], p.get("data", {}).get("type")) for p in user["parts"]] == [
         (ENTRY_PART, "queue-operation"), (ENTRY_PART, "progress"), ("text", None)]
-    assert user["parts"][2] == {"type": "text", "text": "What are the tools that are available to you (allowed or not)?"}
+    assert user["parts"][2] == {
+        "type": "text", "text": "What are the tools that are available to you (allowed or not)?"}
     assert session.messages[1].parent_id == "c8fc3f44-cce3-44c5-8310-2615f46c301a"
 
 
@@ -348,7 +353,8 @@ def test_bad_lines_unknown_types_and_orphans_never_crash():
     assert first[0] == {"type": LINE_PART, "data": {"line": 2, "text": "{truncated"}}
     assert first[3]["data"]["type"] == "brand-new-type"
     assert first[4] == {"type": ENTRY_PART, "id": "u1", "data": json.loads(lines[7])}  # a repeated uuid joins its first
-    assert orphan[0] == {"type": BLOCK_PART, "data": {"type": "tool_result", "tool_use_id": "nowhere", "content": "lost?"}}
+    assert orphan[0] == {
+        "type": BLOCK_PART, "data": {"type": "tool_result", "tool_use_id": "nowhere", "content": "lost?"}}
     assert orphan[1] == {"type": ENTRY_PART, "id": "u3", "data": json.loads(lines[6])}
     assert reply == [{"type": BLOCK_PART, "data": {"type": "tool_use", "id": "t1", "input": {}}}]
 

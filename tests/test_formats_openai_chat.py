@@ -132,7 +132,8 @@ def test_content_parts_reasoning_refusal_and_extra_keys():
         {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,AAA"},
         {"type": "file", "mediaType": "image/*", "url": "https://example.com/a.jpg"},
         {"type": "file", "mediaType": "audio/wav", "url": "data:audio/wav;base64,UklG"},
-        {"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,JVBE", "filename": "a.pdf"},
+        {"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,JVBE",
+         "filename": "a.pdf"},
         {"type": DATA_PART, "data": {"type": "file", "file": {"file_id": "file-1"}}},
     ]
     assert out[2]["parts"] == [{"type": "reasoning", "text": "hmm"}, {"type": "text", "text": "I can't."}]

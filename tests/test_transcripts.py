@@ -1,5 +1,7 @@
 """TranscriptFile and TranscriptCatalog: the synchronous transcript storage."""
 
+import json
+
 import apsw
 import pytest
 
@@ -70,6 +72,15 @@ def test_entries_come_back_deep_equal_in_append_order(file):
     file.append("", batch[:2])
     file.append("", batch[2:])
     assert file.load("") == batch
+
+
+def test_load_json_is_the_compact_json_array_of_load(file):
+    assert file.load_json("") is None
+    batch = [entry("b", text="日本", n=[1, {"x": None}]), entry(None, customTitle="t")]
+    file.append("", batch)
+    assert file.load_json("") == json.dumps(batch, separators=(",", ":"), ensure_ascii=False)
+    assert json.loads(file.load_json("")) == file.load("") == batch
+    assert file.load_json(SUB) is None
 
 
 def test_entries_are_stored_as_compact_json_text(file):
@@ -259,7 +270,8 @@ def test_catalog_summary_is_folded_across_batches_with_the_listing_mtime(catalog
         "p",
         "s",
         [
-            entry("1", timestamp="2024-01-01T00:00:00.000Z", cwd="/w", message={"content": "<command-name>/init</command-name>"}),
+            entry("1", timestamp="2024-01-01T00:00:00.000Z", cwd="/w",
+                  message={"content": "<command-name>/init</command-name>"}),
             entry("2", customTitle="first", message={"content": [{"type": "text", "text": "Fix the bug\nplease"}]}),
         ],
     )
