@@ -109,6 +109,8 @@ class TranscriptFile:
         _check_subpath(subpath)
         rows = [(encode_entry(entry, i), _entry_uuid(entry)) for i, entry in enumerate(entries)]
         stored: list[Mapping[str, Any]] = []
+        if not rows:
+            return stored
         con = self.storage.connection
         with self.storage.transaction():
             for entry, (text, uuid) in zip(entries, rows):

@@ -103,6 +103,12 @@ def test_a_retried_batch_with_new_entries_stores_only_the_new_ones(file):
     assert [e["uuid"] for e in file.load("")] == ["u1", "u2"]
 
 
+def test_an_empty_batch_writes_nothing(file):
+    assert file.append("", []) == []
+    assert file.load("") is None
+    assert file.count() == 0
+
+
 def test_entries_without_uuid_are_never_deduplicated(file):
     file.append("", [entry(None, tag="x"), entry(None, tag="x")])
     file.append("", [entry(None, tag="x")])
