@@ -363,12 +363,8 @@ class ActorHost:
     async def _activate(self, slot: ActorSlot) -> None:
         try:
             await self._reserve_file()
-            try:
-                storage = ActorStorage.open(self.path_for(slot.id), durability=self.durability, template=self._template)
-            except BaseException:
-                self._open_files -= 1
-                raise
-            slot.attach(storage)
+            slot.attach(self._open_storage(slot.id))
+            storage = slot.storage
             storage.alarm_listener = partial(self._on_alarm_change, slot)
             namespace = self._namespaces[slot.id.namespace]
             slot.agent = namespace.agent_class(ActorContext(self, slot, storage), namespace.env)
@@ -385,6 +381,21 @@ class ActorHost:
             self._hibernated.discard(slot.key)
             self._counts["activations"] += 1
             slot.ready.set()
+
+    def _open_storage(self, actor_id: ActorId) -> ActorStorage:
+        """Open the actor's file (copying the template when new); give back the reservation on failure."""
+        try:
+            storage = ActorStorage.open(self.path_for(actor_id), durability=self.durability, template=self._template)
+        except BaseException:
+            self._open_files -= 1
+            raise
+        try:
+            storage.skip_checkpoint_on_close()  # hibernating must not wait for the disk
+        except BaseException:
+            storage.close()
+            self._open_files -= 1
+            raise
+        return storage
 
     def _fail_activation(self, slot: ActorSlot, error: BaseException) -> None:
         logger.warning("activation of %s failed: %r", describe(slot.id), error)

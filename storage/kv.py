@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import apsw
 import msgpack
 
 from .sqlite import SqlStorage
@@ -60,6 +61,17 @@ class ActorStorage(SqlStorage):
         self.alarm_listener: Callable[[int | None], None] | None = None
         self.delivering_alarm: int | None = None
         self._alarm_generation = 0
+
+    def skip_checkpoint_on_close(self) -> None:
+        """Leave the WAL (and its index) in place when this connection closes.
+
+        Closing then costs no disk sync, and the next open carries on
+        appending to the same WAL (no header sync either); checkpoints
+        still happen every ``wal_autocheckpoint`` pages. Durability is
+        unchanged: committed frames are in the WAL either way. The price is
+        two extra files per database on disk (``-wal``, ``-shm``).
+        """
+        self.connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
 
     # -- key-value ---------------------------------------------------------
 

@@ -187,3 +187,14 @@ def test_template_copy_has_the_same_schema_as_the_ladder(tmp_path):
         expected = s.sql(schema)
     with SqlStorage.open(tmp_path / "copy.sqlite3", template=tmp_path / "t.sqlite3") as s:
         assert s.sql(schema) == expected
+
+
+def test_skip_checkpoint_on_close_keeps_the_wal_and_the_data(tmp_path):
+    path = tmp_path / "w.sqlite3"
+    with ActorStorage.open(path) as s:
+        s.skip_checkpoint_on_close()
+        s.put("k", "v")
+    assert (tmp_path / "w.sqlite3-wal").stat().st_size > 0
+    with ActorStorage.open(path) as s:
+        assert s.get("k") == "v"
+    assert not (tmp_path / "w.sqlite3-wal").exists()  # a normal close checkpoints and removes it
