@@ -68,6 +68,9 @@ COMPACTION_PREFIX = OVERLAY_PREFIX
 
 Message = dict[str, Any]
 
+# Budgets are clamped to what SQLite can bind (an infinite budget means "everything").
+_MAX_SQL_INT = 2**62
+
 
 @dataclass(frozen=True, slots=True)
 class MessagesChange:
@@ -279,7 +282,8 @@ class Session:
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""
         leaf = self._leaf(leaf_id)
-        return 0 if leaf is None else self._messages.path_length(leaf)
+        place = None if leaf is None else self._messages.place(leaf)
+        return 0 if place is None else place[0]
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first (ties in insertion order)."""
@@ -302,7 +306,8 @@ class Session:
 
         The window always holds the leaf; it grows toward the root while it
         has fewer than ``min_recent`` rows or the next row still fits the
-        budget. Only the window's content is read.
+        budget. Only the window's rows are read, so the cost follows the
+        window, not the history.
 
         Returns:
             ``{"messages": [...], "truncated": bool, "totalContentBytes": int}``:
@@ -313,22 +318,17 @@ class Session:
         Raises:
             InvalidInputError: ``max_bytes`` or ``min_recent`` is not a number.
         """
-        budget = _check_number(max_bytes, "max_bytes")
-        floor = max(1, int(_check_number(min_recent, "min_recent")))
+        budget = min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)
+        floor = max(1, int(min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)))
         leaf = self._leaf(leaf_id)
-        stats = self._messages.path_stats(leaf) if leaf is not None else []
-        if not stats:
+        place = None if leaf is None else self._messages.place(leaf)
+        if place is None:
             return {"messages": [], "truncated": False, "totalContentBytes": 0}
-        start = len(stats) - 1
-        used = stats[start].bytes
-        while start > 0 and (len(stats) - start < floor or used + stats[start - 1].bytes <= budget):
-            start -= 1
-            used += stats[start].bytes
-        window = _parse_all(self._messages.contents([r.seq for r in stats[start:]]))
+        contents, truncated = self._messages.window(leaf, budget, floor)
         return {
-            "messages": _apply_overlays(window, self._messages.compactions()),
-            "truncated": start > 0,
-            "totalContentBytes": sum(r.bytes for r in stats),
+            "messages": _apply_overlays(_parse_all(contents), self._messages.compactions()),
+            "truncated": truncated,
+            "totalContentBytes": place[1],
         }
 
     def _leaf(self, leaf_id: str | None) -> str | None:

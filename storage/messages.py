@@ -16,10 +16,16 @@ Invariants the queries rely on:
 
 * **A parent is older than its children** (``parent.seq < child.seq``). A
   parent must exist when a child is inserted, and deleting a message hands
-  its children to its own parent, an older row still. So the path walk can
+  its children to its own parent, an older row still. So a path walk can
   require ``seq`` to fall at every step, which bounds it by the path length
-  even in a damaged file (no depth cap, DEVIATIONS 18), and the newest
-  message of a session is always a leaf.
+  even in a damaged file (no depth cap, DEVIATIONS 18), and rows sorted by
+  ``seq`` list every parent before its children.
+* **Each row knows its place**: ``depth`` (rows from the root to it) and
+  ``path_bytes`` (UTF-8 bytes of ``content`` from the root to it). An insert
+  adds its own to its parent's; an update shifts ``path_bytes`` below the
+  message; a delete recomputes the subtrees it re-attached, once. Path
+  length, a path's total size and the byte-budgeted window therefore never
+  walk the whole path.
 * **The active leaf is persisted** (DEVIATIONS 3): every insert makes the new
   message the active leaf; deleting it drops the row; reads fall back to the
   newest childless message (``created_at DESC, seq DESC``), found by walking
@@ -27,11 +33,14 @@ Invariants the queries rely on:
   children -- normally the first row it looks at.
 
 Every lookup is an index seek; nothing here scans a session to append,
-find the leaf or list children (PERFORMANCE.md).
+find the leaf or list children (PERFORMANCE.md). Recursive steps and joins
+use ``CROSS JOIN`` to pin the loop order: with ``ANALYZE`` statistics the
+planner would otherwise sometimes put the whole table in the outer loop.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -137,20 +146,28 @@ WITH RECURSIVE path(seq, parent_id, depth) AS (
     SELECT seq, parent_id, 0 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
     UNION ALL
     SELECT m.seq, m.parent_id, p.depth + 1
-    FROM path AS p JOIN assistant_messages AS m ON m.session_id = ?1 AND m.id = p.parent_id
+    FROM path AS p CROSS JOIN assistant_messages AS m ON m.session_id = ?1 AND m.id = p.parent_id
     WHERE m.seq < p.seq
 )
 """
 _PATH_CONTENT = _PATH_CTE + """
-SELECT m.content FROM path JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
+SELECT m.content FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
 """
 _PATH_STATS = _PATH_CTE + """
 SELECT m.seq, m.id, m.role, octet_length(m.content)
-FROM path JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
+FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
 """
-_PATH_LENGTH = _PATH_CTE + "SELECT count(*) FROM path"
-_CONTENTS = """
-SELECT seq, content FROM assistant_messages WHERE seq IN (SELECT value FROM json_each(?1))
+# The newest rows of the path to ?2 that fit: the leaf, then each parent while the
+# window has fewer than ?3 rows or the parent's bytes still fit the budget ?4.
+_WINDOW = """
+WITH RECURSIVE w(seq, parent_id, used, n) AS (
+    SELECT seq, parent_id, octet_length(content), 1 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+    UNION ALL
+    SELECT m.seq, m.parent_id, w.used + octet_length(m.content), w.n + 1
+    FROM w CROSS JOIN assistant_messages AS m ON m.session_id = ?1 AND m.id = w.parent_id
+    WHERE m.seq < w.seq AND (w.n < ?3 OR w.used + octet_length(m.content) <= ?4)
+)
+SELECT w.parent_id, m.content FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
 """
 _CHILDREN = """
 SELECT content FROM assistant_messages INDEXED BY idx_assistant_msg_parent
@@ -158,13 +175,49 @@ WHERE session_id = ?1 AND parent_id = ?2 ORDER BY created_at, seq
 """
 
 _INSERT = """
-INSERT INTO assistant_messages (session_id, id, parent_id, role, content) VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes) VALUES (
+    ?1, ?2, ?3, ?4, ?5,
+    coalesce((SELECT depth FROM assistant_messages WHERE session_id = ?1 AND id = ?3), 0) + 1,
+    coalesce((SELECT path_bytes FROM assistant_messages WHERE session_id = ?1 AND id = ?3), 0) + octet_length(?5)
+)
 ON CONFLICT (session_id, id) DO NOTHING RETURNING seq
 """
+_OLD_SIZE = "SELECT octet_length(content) FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _UPDATE = """
 UPDATE assistant_messages SET role = ?3, content = ?4 WHERE session_id = ?1 AND id = ?2 RETURNING seq
 """
+# Every message below ?2 (and ?2 itself), walking down the parent index. In every
+# recursive step below, CROSS JOIN pins the order (the queue outside, the table
+# inside): left to itself the planner may walk a whole session per step.
+_SUBTREE_CTE = """
+WITH RECURSIVE sub(seq, id) AS (
+    SELECT seq, id FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+    UNION ALL
+    SELECT c.seq, c.id FROM sub CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent
+    ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
+)
+"""
+_SHIFT_PATH_BYTES = _SUBTREE_CTE + """
+UPDATE assistant_messages SET path_bytes = path_bytes + ?3 WHERE seq IN (SELECT seq FROM sub)
+"""
+# The subtrees under the ids of the JSON list ?2, each message once, parents first.
+_SUBTREES = """
+WITH RECURSIVE sub(seq, id, parent_id, bytes) AS (
+    SELECT seq, id, parent_id, octet_length(content) FROM assistant_messages
+    WHERE session_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+    UNION
+    SELECT c.seq, c.id, c.parent_id, octet_length(c.content)
+    FROM sub CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent
+    ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
+)
+SELECT seq, id, parent_id, bytes FROM sub ORDER BY seq
+"""
+_PLACE = "SELECT depth, path_bytes FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+_SET_PLACE = "UPDATE assistant_messages SET depth = ?, path_bytes = ? WHERE seq = ?"
 _ROW_FOR_DELETE = "SELECT seq, parent_id FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+_CHILD_IDS = """
+SELECT id FROM assistant_messages INDEXED BY idx_assistant_msg_parent WHERE session_id = ?1 AND parent_id = ?2
+"""
 _REPARENT = """
 UPDATE assistant_messages INDEXED BY idx_assistant_msg_parent SET parent_id = ?3
 WHERE session_id = ?1 AND parent_id = ?2
@@ -177,15 +230,15 @@ _CLEAR_COMPACTIONS = "DELETE FROM assistant_compactions WHERE session_id = ?1"
 # Search: ``{hits}`` is storage.fts.matching_rowids_sql(...) -> (rowid, rank) of every match.
 _TOP_HITS = "SELECT h.rowid, h.rank FROM ({hits}) AS h ORDER BY h.rank, h.rowid LIMIT ?"
 _TOP_SESSION_HITS = """
-SELECT h.rowid, h.rank FROM ({hits}) AS h JOIN assistant_messages AS m ON m.seq = h.rowid
+SELECT h.rowid, h.rank FROM ({hits}) AS h CROSS JOIN assistant_messages AS m ON m.seq = h.rowid
 WHERE m.session_id = ? ORDER BY h.rank, h.rowid LIMIT ?
 """
 # ``+m.session_id``: a filter on the few rows named, never a reason to walk a session index.
 _HIT_ROWS = """
 SELECT m.seq, m.id, m.role, f.content, m.created_at
 FROM json_each(?2) AS j
-JOIN assistant_messages AS m ON m.seq = j.value
-JOIN assistant_fts AS f ON f.rowid = m.seq
+CROSS JOIN assistant_messages AS m ON m.seq = j.value
+CROSS JOIN assistant_fts AS f ON f.rowid = m.seq
 WHERE +m.session_id = ?1
 """
 
@@ -241,12 +294,6 @@ class MessageStore:
         leaf = self._one(_ACTIVE_LEAF)
         return leaf if leaf is not None else self._one(_NEWEST_LEAF)
 
-    def resolve_leaf(self, leaf_id: str | None) -> str | None:
-        """``leaf_id`` if stored, the latest leaf when ``leaf_id`` is ``None``, else ``None``."""
-        if leaf_id is None:
-            return self.latest_leaf()
-        return leaf_id if self.exists(leaf_id) else None
-
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
         return [row[0] for row in self._rows(_PATH_CONTENT, leaf_id)]
@@ -255,17 +302,24 @@ class MessageStore:
         """Root -> ``leaf_id`` as :class:`PathRow` (no content is read)."""
         return [PathRow(*row) for row in self._rows(_PATH_STATS, leaf_id)]
 
-    def path_length(self, leaf_id: str) -> int:
-        """Number of rows from the root to ``leaf_id`` (0 if unknown)."""
-        return int(self._one(_PATH_LENGTH, leaf_id))
+    def place(self, message_id: str) -> tuple[int, int] | None:
+        """``(depth, path_bytes)`` of a stored message: its path's row count and JSON bytes; else ``None``."""
+        rows = self._rows(_PLACE, message_id).fetchall()
+        return rows[0] if rows else None
 
-    def contents(self, seqs: list[int]) -> list[str]:
-        """Stored JSON of the messages ``seqs``, in the order given (unknown seqs are skipped)."""
-        if not seqs:
-            return []
-        con = self.storage.connection
-        by_seq = dict(con.execute(_CONTENTS, ("[" + ",".join(map(str, seqs)) + "]",)))
-        return [by_seq[s] for s in seqs if s in by_seq]
+    def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
+        """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
+
+        The window holds the leaf, then grows toward the root while it has
+        fewer than ``min_rows`` rows or the next row still fits. Reads only
+        the window's rows.
+
+        Returns:
+            ``(contents, truncated)``: stored JSON root-side first (``[]`` for
+            an unknown leaf) and whether older rows were left out.
+        """
+        rows = self._rows(_WINDOW, leaf_id, min_rows, max_bytes).fetchall()
+        return [content for _, content in rows], bool(rows) and rows[0][0] is not None
 
     def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
@@ -324,15 +378,15 @@ class MessageStore:
             text: the text to index; ``""`` indexes nothing.
 
         Returns:
-            ``(inserted, parent)``: ``inserted`` is ``False`` when the id is
-            already stored (nothing changes, the first content stays);
-            ``parent`` is the parent actually used.
+            ``(inserted, parent)``: ``(True, <the parent used>)``, or
+            ``(False, None)`` when the id is already stored (nothing changes,
+            the first content stays).
         """
         with self.storage.transaction():
             parent = self._resolve_parent(parent_id)
             seq = self._one(_INSERT, message_id, parent, role, content)
             if seq is None:
-                return False, parent
+                return False, None
             self._run(fts.index_rows(FTS_TABLE, seq, text, extra=self._fts_extra(message_id, role)))
             self._rows(_SET_ACTIVE_LEAF, message_id)
             return True, parent
@@ -358,9 +412,13 @@ class MessageStore:
         Returns ``False`` (and writes nothing) when ``message_id`` is not stored.
         """
         with self.storage.transaction():
+            old_size = self._one(_OLD_SIZE, message_id)
             seq = self._one(_UPDATE, message_id, role, content)
             if seq is None:
                 return False
+            delta = len(content.encode()) - old_size
+            if delta:
+                self._rows(_SHIFT_PATH_BYTES, message_id, delta)
             self._run(fts.unindex_rows(FTS_TABLE, seq))
             self._run(fts.index_rows(FTS_TABLE, seq, text, extra=self._fts_extra(message_id, role)))
             return True
@@ -369,23 +427,45 @@ class MessageStore:
         """Delete messages and their search rows; children move up to the deleted message's parent.
 
         Ids not stored are skipped. Deleting the active leaf drops it (the
-        next read falls back to the newest leaf). Returns the ids deleted,
-        in the order given, without repeats.
+        next read falls back to the newest leaf). The ``depth`` and
+        ``path_bytes`` of everything below a deleted message are recomputed
+        once, at the end: deleting a leaf costs O(1), deleting an inner
+        message O(size of its subtree). Returns the ids deleted, in the order
+        given, without repeats.
         """
         deleted: list[str] = []
+        moved: list[str] = []
         with self.storage.transaction():
             for message_id in message_ids:
                 row = self._rows(_ROW_FOR_DELETE, message_id).fetchone()
                 if row is None:
                     continue
                 seq, parent = row
+                moved.extend(child for (child,) in self._rows(_CHILD_IDS, message_id))
                 self._rows(_REPARENT, message_id, parent)
                 self.storage.connection.execute(_DELETE, (seq,))
                 self._run(fts.unindex_rows(FTS_TABLE, seq))
                 deleted.append(message_id)
+            gone = set(deleted)
+            self._recompute_places([child for child in moved if child not in gone])
             if deleted and self._one(_ACTIVE_LEAF) is None:
                 self._rows(_DROP_ACTIVE_LEAF)
         return deleted
+
+    def _recompute_places(self, tops: list[str]) -> None:
+        """Recompute ``depth``/``path_bytes`` of the subtrees under ``tops`` (parents before children)."""
+        if not tops:
+            return
+        places: dict[str, tuple[int, int]] = {}
+        updates: list[tuple[int, int, int]] = []
+        for seq, message_id, parent, size in self._rows(_SUBTREES, json.dumps(tops)).fetchall():
+            if parent is None:
+                depth, total = 0, 0
+            else:
+                depth, total = places.get(parent) or self.place(parent) or (0, 0)
+            places[message_id] = (depth + 1, total + size)
+            updates.append((depth + 1, total + size, seq))
+        self.storage.connection.executemany(_SET_PLACE, updates)
 
     def clear(self) -> None:
         """Delete every message, compaction and search row of the session and its active leaf."""

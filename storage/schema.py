@@ -14,6 +14,10 @@ Table names follow the TypeScript original (``assistant_messages``,
 * messages are keyed by ``(session_id, id)`` (DEVIATIONS 1) and carry an
   explicit ``seq`` (the rowid: insertion order, the tie-breaker of every
   ordering, DEVIATIONS 2);
+* each message row also keeps its place on its path: ``depth`` (messages
+  from the root to it, the root being 1) and ``path_bytes`` (UTF-8 bytes of
+  ``content`` summed from the root to it), so a path's length and size are
+  one row read (``storage/messages.py`` maintains them);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
   ``YYYY-MM-DD HH:MM:SS.SSS``;
 * full-text rows use the message's ``seq`` as their rowid, so indexing and
@@ -39,6 +43,8 @@ CREATE TABLE assistant_messages (
     role       TEXT NOT NULL,
     content    TEXT NOT NULL,
     created_at TEXT NOT NULL DEFAULT {NOW_MS},
+    depth      INTEGER NOT NULL DEFAULT 1,
+    path_bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE (session_id, id)
 );
 CREATE INDEX idx_assistant_msg_parent ON assistant_messages (session_id, parent_id, seq);

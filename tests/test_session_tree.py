@@ -409,3 +409,46 @@ async def test_every_write_passes_through_the_hooks(storage):
         ("clear", False, ()),
     ]
     assert session.changes[0] == MessagesChange("append", {**msg("m1"), "seen": True}, None, True)
+
+
+# -- stored path length and size --------------------------------------------------
+
+
+async def assert_places_match_walks(session):
+    """get_path_length/totalContentBytes (stored per row) equal a fresh walk of each path."""
+    for (mid,) in session.storage.exec("SELECT id FROM assistant_messages WHERE session_id = ?", session.session_id):
+        walked = await session.get_history_row_stats(mid)
+        assert await session.get_path_length(mid) == len(walked)
+        recent = await session.get_recent_history(float("inf"), leaf_id=mid)
+        assert recent["totalContentBytes"] == sum(r["bytes"] for r in walked)
+        assert ids(recent["messages"]) == [r["id"] for r in walked]
+
+
+async def test_path_length_and_size_stay_exact_through_random_edits(storage):
+    import random
+
+    rng = random.Random(2024)
+    session = Session.create(storage).for_session("fuzz")
+    live = []
+    for step in range(400):
+        action = rng.random()
+        if action < 0.6 or not live:
+            parent = rng.choice([LATEST_LEAF, None, "unknown", *(live[-5:] or [None])])
+            mid = f"m{step}"
+            await session.append_message(msg(mid, "é" * rng.randint(0, 40)), parent)
+            live.append(mid)
+        elif action < 0.8:
+            await session.update_message(msg(rng.choice(live), "ü" * rng.randint(0, 80)))
+        else:
+            doomed = rng.sample(live, min(len(live), rng.randint(1, 3)))
+            await session.delete_messages(doomed)
+            live = [m for m in live if m not in doomed]
+    assert len(live) > 60
+    await assert_places_match_walks(session)
+
+
+async def test_deleting_the_head_of_a_long_chain_updates_every_place_once(session):
+    await chain(session, *[f"m{i}" for i in range(200)])
+    assert await session.delete_messages([f"m{i}" for i in range(0, 100, 2)]) == 50
+    assert await session.get_path_length() == 150
+    await assert_places_match_walks(session)

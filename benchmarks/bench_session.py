@@ -1,0 +1,285 @@
+"""Session message-tree benchmark: per-operation medians against raw apsw.
+
+Run: ``.venv/bin/python benchmarks/bench_session.py [--sizes 100,10000,100000]``
+
+For each session size it times, as medians in milliseconds:
+
+* ``append_message`` (one transaction each) against raw apsw running the
+  same statements (latest-leaf lookup, insert, FTS row, active-leaf row)
+  and against the bare minimum (message row + FTS row);
+* ``get_history()`` of the whole path against the same recursive query
+  fetched raw (and raw + ``json.loads`` per row);
+* ``get_recent_history(8 KiB)``, ``get_path_length()``, ``get_latest_leaf()``
+  (all flat: they read a window or one row) and the latest-leaf fallback a
+  wake pays when no active leaf is recorded; ``get_history_row_stats()``;
+* ``search`` over the largest session against the same two statements run
+  raw, and against plain ``MATCH ? ORDER BY rank LIMIT 20`` on the FTS table.
+
+Messages are ~20-word chunks of the tau-bench airline chats when
+``/work/shared/data/chat/tau-bench/gpt-4o-airline.json`` exists, generated
+sentences otherwise. Sessions are bulk-loaded with the rows a Session would
+write, then measured through the public API on a real WAL file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actors.session import Session  # noqa: E402
+from actors.tokens import js_stringify  # noqa: E402
+from storage import SqlStorage  # noqa: E402
+from storage import fts  # noqa: E402
+from storage import messages as sql  # noqa: E402
+
+CORPUS = Path("/work/shared/data/chat/tau-bench/gpt-4o-airline.json")
+WORDS_PER_MESSAGE = 20
+SEARCH_QUERIES = ("flight", "cancel reservation", "baggage allowance", '"gold member"')
+
+
+# -- data -------------------------------------------------------------------------
+
+
+def corpus_words() -> list[str]:
+    """Words of the airline chats (user and assistant turns), or generated ones."""
+    if CORPUS.exists():
+        words: list[str] = []
+        for task in json.loads(CORPUS.read_text(encoding="utf-8")):
+            for turn in task.get("traj", []):
+                if turn.get("role") in ("user", "assistant") and isinstance(turn.get("content"), str):
+                    words.extend(turn["content"].split())
+        if len(words) > 10 * WORDS_PER_MESSAGE:
+            return words
+    rng = random.Random(7)
+    vocab = "flight reservation cancel baggage refund seat upgrade gold member economy business the a to for on my".split()
+    return [rng.choice(vocab) for _ in range(200_000)]
+
+
+class Messages:
+    """Deterministic messages ``p<i>`` whose text walks through the corpus."""
+
+    def __init__(self, words: list[str], prefix: str = "p") -> None:
+        self.words = words
+        self.prefix = prefix
+
+    def __call__(self, i: int) -> dict:
+        start = (i * WORDS_PER_MESSAGE) % (len(self.words) - WORDS_PER_MESSAGE)
+        text = " ".join(self.words[start : start + WORDS_PER_MESSAGE])
+        role = "user" if i % 2 == 0 else "assistant"
+        return {"id": f"{self.prefix}{i}", "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
+    """Write a chain of ``n`` messages exactly as Session would (one transaction); returns the leaf id."""
+    con = storage.connection
+    with storage.transaction():
+        parent, path_bytes = None, 0
+        for i in range(n):
+            m = make(i)
+            content = js_stringify(m)
+            path_bytes += len(content.encode())
+            [(seq,)] = con.execute(
+                "INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes) "
+                "VALUES ('', ?, ?, ?, ?, ?, ?) RETURNING seq",
+                (m["id"], parent, m["role"], content, i + 1, path_bytes),
+            ).fetchall()
+            extra = {"id": m["id"], "session_id": "", "role": m["role"]}
+            for stmt, params in fts.index_rows(sql.FTS_TABLE, seq, m["parts"][0]["text"], extra=extra):
+                con.execute(stmt, params)
+            parent = m["id"]
+        con.execute(sql._SET_ACTIVE_LEAF, ("", parent))
+    return parent
+
+
+# -- timing -----------------------------------------------------------------------
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def time_calls(fn: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return median_ms(samples)
+
+
+async def time_async(fn, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - t)
+    return median_ms(samples)
+
+
+def row(name: str, ours: float, raw: float, extra: str = "") -> None:
+    print(f"  {name:<44} {ours:9.3f} ms  raw {raw:9.3f} ms  x{ours / raw:6.2f}  {extra}")
+
+
+# -- operations done raw -------------------------------------------------------------
+
+
+def raw_append_same_sql(con, m: dict) -> None:
+    """The statements MessageStore.append runs, without the Session around them."""
+    content = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
+    with con:
+        leaf = con.execute(sql._ACTIVE_LEAF, ("",)).fetchall()
+        parent = leaf[0][0] if leaf else None
+        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content)).fetchall()
+        con.execute(
+            "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
+            (seq, m["id"], m["role"], m["parts"][0]["text"]),
+        )
+        con.execute(sql._SET_ACTIVE_LEAF, ("", m["id"]))
+
+
+def raw_append_minimal(con, m: dict, parent: str) -> None:
+    """PERFORMANCE.md's floor: one transaction with the message row and its FTS row."""
+    content = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
+    with con:
+        [(seq,)] = con.execute(
+            "INSERT INTO assistant_messages (session_id, id, parent_id, role, content) "
+            "VALUES ('', ?, ?, ?, ?) RETURNING seq",
+            (m["id"], parent, m["role"], content),
+        ).fetchall()
+        con.execute(
+            "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
+            (seq, m["id"], m["role"], m["parts"][0]["text"]),
+        )
+
+
+def raw_leaf(con) -> str:
+    return con.execute(sql._ACTIVE_LEAF, ("",)).fetchall()[0][0]
+
+
+def raw_read(con, query: str, *, with_compactions: bool = False) -> list:
+    """The latest-leaf lookup, then ``query`` on it (and the compaction rows), as the Session runs them."""
+    rows = con.execute(query, ("", raw_leaf(con))).fetchall()
+    if with_compactions:
+        con.execute(sql._COMPACTIONS, ("",)).fetchall()
+    return rows
+
+
+def raw_recent(con, max_bytes: int) -> list:
+    leaf = raw_leaf(con)
+    con.execute(sql._PLACE, ("", leaf)).fetchall()
+    rows = con.execute(sql._WINDOW, ("", leaf, 1, max_bytes)).fetchall()
+    con.execute(sql._COMPACTIONS, ("",)).fetchall()
+    return rows
+
+
+def raw_search_same_sql(con, query: str, limit: int = 20) -> list:
+    hits, params = fts.matching_rowids_sql(fts.parse_query(query), sql.FTS_TABLE)
+    best = con.execute(sql._TOP_HITS.format(hits=hits), (*params, limit)).fetchall()
+    seqs = "[" + ",".join(str(s) for s, _ in best) + "]"
+    return con.execute(sql._HIT_ROWS, ("", seqs)).fetchall()
+
+
+def raw_search_plain(con, query: str, limit: int = 20) -> list:
+    match = fts.parse_query(query).match_expression
+    return con.execute(
+        "SELECT id, role, content FROM assistant_fts WHERE assistant_fts MATCH ? AND session_id = '' "
+        "ORDER BY rank LIMIT ?",
+        (match, limit),
+    ).fetchall()
+
+
+# -- the benchmark --------------------------------------------------------------------
+
+
+async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: int) -> tuple[SqlStorage, Session]:
+    path = folder / f"session-{n}.sqlite3"
+    storage = SqlStorage.open(path)
+    t = time.perf_counter()
+    leaf = bulk_load(storage, make, n)
+    print(f"\n{n:,} messages (bulk-loaded in {time.perf_counter() - t:.1f} s)")
+    session = Session.create(storage)
+    con = storage.connection
+
+    history_ms = await time_async(session.get_history, reads)
+    raw_history = time_calls(lambda: raw_read(con, sql._PATH_CONTENT, with_compactions=True), reads)
+    raw_parsed = time_calls(lambda: [json.loads(r[0]) for r in raw_read(con, sql._PATH_CONTENT)], reads)
+    row("get_history() (whole path)", history_ms, raw_history, f"raw+json.loads {raw_parsed:.3f} ms")
+
+    recent = await time_async(lambda: session.get_recent_history(8192), 50)
+    raw_window = time_calls(lambda: raw_recent(con, 8192), 50)
+    row("get_recent_history(8 KiB)", recent, raw_window)
+    stats = await time_async(session.get_history_row_stats, reads)
+    raw_stats = time_calls(lambda: raw_read(con, sql._PATH_STATS), reads)
+    row("get_history_row_stats() (whole path)", stats, raw_stats)
+    length = await time_async(session.get_path_length, 50)
+    raw_length = time_calls(lambda: raw_read(con, sql._PLACE), 50)
+    row("get_path_length()", length, raw_length)
+
+    latest = await time_async(session.get_latest_leaf, 50)
+    raw_latest = time_calls(lambda: raw_read(con, sql._GET), 50)
+    row("get_latest_leaf()", latest, raw_latest)
+    fallback = time_calls(lambda: con.execute(sql._NEWEST_LEAF, ("",)).fetchall(), 50)
+    print(f"  {'latest-leaf fallback (no active leaf row)':<44} {fallback:9.3f} ms")
+
+    counter = iter(range(n, n + 3 * appends))
+    ours = await time_async(lambda: session.append_message(make(next(counter))), appends)
+    same = time_calls(lambda: raw_append_same_sql(con, make(next(counter))), appends)
+    last = [session.storage.scalar(sql._ACTIVE_LEAF, "")]
+
+    def minimal() -> None:
+        m = make(next(counter))
+        raw_append_minimal(con, m, last[0])
+        last[0] = m["id"]
+
+    floor = time_calls(minimal, appends)
+    row("append_message", ours, same, f"bare insert+FTS {floor:.3f} ms (x{ours / floor:.2f})")
+    return storage, session
+
+
+async def bench_search(storage: SqlStorage, session: Session, reads: int) -> None:
+    con = storage.connection
+    print(f"\nsearch over {storage.scalar('SELECT count(*) FROM assistant_messages'):,} messages (limit 20)")
+    for query in SEARCH_QUERIES:
+        parsed = fts.parse_query(query)
+        hits, params = fts.matching_rowids_sql(parsed, sql.FTS_TABLE)
+        matches = storage.scalar(f"SELECT count(*) FROM ({hits})", *params)
+        ours = await time_async(lambda: session.search(query), reads)
+        same = time_calls(lambda: raw_search_same_sql(con, query), reads)
+        plain = time_calls(lambda: raw_search_plain(con, query), reads)
+        row(f"search({query!r}) {matches:,} matches", ours, same, f"plain FTS ORDER BY rank {plain:.3f} ms")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,10000,100000", help="session sizes, comma-separated")
+    parser.add_argument("--appends", type=int, default=300, help="appends timed per variant and size")
+    parser.add_argument("--reads", type=int, default=11, help="repeats of each read")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    make = Messages(corpus_words())
+    print("Session benchmark: medians in ms; x = ours / raw apsw running the same SQL")
+    with tempfile.TemporaryDirectory(prefix="bench_session_") as tmp:
+        largest = None
+        for n in sizes:
+            reads = args.reads if n <= 10_000 else max(3, args.reads // 2)
+            storage, session = await bench_size(Path(tmp), make, n, args.appends, reads)
+            if largest is not None:
+                largest[0].close()
+            largest = (storage, session)
+        await bench_search(*largest, reads=args.reads)
+        largest[0].close()
+
+
+if __name__ == "__main__":
+    trio.run(main)
