@@ -297,7 +297,7 @@ class Session:
         leaf = self._leaf(leaf_id)
         if leaf is None:
             return []
-        return [{"id": r.id, "role": r.role, "bytes": r.bytes} for r in self._messages.path_stats(leaf)]
+        return [{"id": i, "role": role, "bytes": size} for i, role, size in self._messages.path_stats(leaf)]
 
     async def get_recent_history(
         self, max_bytes: int, min_recent: int = 1, *, leaf_id: str | None = None
@@ -436,10 +436,14 @@ def _js_date(value: _dt.datetime) -> str:
 
 
 def _serialise(message: Message) -> str:
+    """Compact JSON as JavaScript writes it; NaN and infinities are refused (JSON has no such numbers)."""
     try:
-        return js_stringify(message)
+        content = js_stringify(message)
+        if "NaN" in content or "Infinity" in content:  # cheap filter; the strict pass decides
+            json.dumps(message, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(f"message is not JSON data: {exc}", field="message") from exc
+    return content
 
 
 def _search_text(parts: list[Any]) -> str:

@@ -62,7 +62,8 @@ def corpus_words() -> list[str]:
         if len(words) > 10 * WORDS_PER_MESSAGE:
             return words
     rng = random.Random(7)
-    vocab = "flight reservation cancel baggage refund seat upgrade gold member economy business the a to for on my".split()
+    vocab = ("flight reservation cancel baggage refund seat upgrade gold member economy business "
+             "the a to for on my").split()
     return [rng.choice(vocab) for _ in range(200_000)]
 
 
@@ -206,7 +207,7 @@ async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: 
     path = folder / f"session-{n}.sqlite3"
     storage = SqlStorage.open(path)
     t = time.perf_counter()
-    leaf = bulk_load(storage, make, n)
+    bulk_load(storage, make, n)
     print(f"\n{n:,} messages (bulk-loaded in {time.perf_counter() - t:.1f} s)")
     session = Session.create(storage)
     con = storage.connection

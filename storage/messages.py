@@ -78,16 +78,6 @@ LATEST_LEAF = _LatestLeaf()
 
 
 @dataclass(frozen=True, slots=True)
-class PathRow:
-    """One message on a path, without its content. ``bytes`` is the UTF-8 size of the JSON."""
-
-    seq: int
-    id: str
-    role: str
-    bytes: int
-
-
-@dataclass(frozen=True, slots=True)
 class CompactionRow:
     """One ``assistant_compactions`` row; ``created_at`` as stored (UTC, ms)."""
 
@@ -154,7 +144,7 @@ _PATH_CONTENT = _PATH_CTE + """
 SELECT m.content FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
 """
 _PATH_STATS = _PATH_CTE + """
-SELECT m.seq, m.id, m.role, octet_length(m.content)
+SELECT m.id, m.role, octet_length(m.content)
 FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
 """
 # The newest rows of the path to ?2 that fit: the leaf, then each parent while the
@@ -298,9 +288,9 @@ class MessageStore:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
         return [row[0] for row in self._rows(_PATH_CONTENT, leaf_id)]
 
-    def path_stats(self, leaf_id: str) -> list[PathRow]:
-        """Root -> ``leaf_id`` as :class:`PathRow` (no content is read)."""
-        return [PathRow(*row) for row in self._rows(_PATH_STATS, leaf_id)]
+    def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
+        """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
+        return self._rows(_PATH_STATS, leaf_id).fetchall()
 
     def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)`` of a stored message: its path's row count and JSON bytes; else ``None``."""

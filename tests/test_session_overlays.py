@@ -122,15 +122,18 @@ async def test_add_compaction_refuses_non_strings(session, bad):
 
 
 def size(message_id):
-    return len(f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"text of {message_id}"}}]}}'.encode())
+    """UTF-8 bytes of msg(message_id) as stored."""
+    text = f"text of {message_id}"
+    return len(f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"{text}"}}]}}'.encode())
 
 
 async def test_row_stats_give_utf8_json_bytes_root_to_leaf(storage):
     session = Session.create(storage)
     await session.append_message(msg("a", "héllo"))
     await session.append_message({"id": "b", "role": "assistant", "parts": []})
+    first = '{"id":"a","role":"user","parts":[{"type":"text","text":"héllo"}]}'
     assert await session.get_history_row_stats() == [
-        {"id": "a", "role": "user", "bytes": len('{"id":"a","role":"user","parts":[{"type":"text","text":"héllo"}]}'.encode())},
+        {"id": "a", "role": "user", "bytes": len(first.encode())},
         {"id": "b", "role": "assistant", "bytes": len(b'{"id":"b","role":"assistant","parts":[]}')},
     ]
     assert await session.get_history_row_stats("a") == (await session.get_history_row_stats())[:1]

@@ -16,7 +16,8 @@ from storage import SqlStorage
 # A plan line that walks a whole session: a table scan of the messages, or a seek
 # on session_id alone (assistant_compactions excepted: a session has few).
 WHOLE_SESSION = re.compile(
-    r"^(SCAN (m|k|c|assistant_messages)\b|SEARCH (?!assistant_compactions )\w+ USING (COVERING )?INDEX \w+ \(session_id=\?\)$)"
+    r"^(SCAN (m|k|c|assistant_messages)\b"
+    r"|SEARCH (?!assistant_compactions )\w+ USING (COVERING )?INDEX \w+ \(session_id=\?\)$)"
 )
 
 

@@ -130,6 +130,11 @@ async def test_message_is_stored_as_compact_js_json(session):
     assert stored == '{"id":"m1","role":"user","parts":[{"type":"text","text":"héllo ✓"}],"n":1,"f":0.5}'
 
 
+async def test_text_that_mentions_nan_is_still_json(session):
+    await session.append_message(msg("m1", "NaN and Infinity are words here"))
+    assert (await session.get_message("m1"))["parts"][0]["text"] == "NaN and Infinity are words here"
+
+
 async def test_datetime_created_at_is_stored_like_a_js_date(session):
     when = dt.datetime(2026, 11, 29, 19, 30, 0, 123456, tzinfo=dt.timezone.utc)
     await session.append_message(msg("m1", createdAt=when))
@@ -173,6 +178,7 @@ async def test_same_ids_in_two_sessions_of_one_file_coexist(storage):
         ({"id": "m", "role": "user", "parts": "hi"}, "message.parts", "message.parts must be a list, not str"),
         ("m1", "message", "message must be a dict with id, role and parts, not str"),
         ({"id": "m", "role": "user", "parts": [{"x": {1, 2}}]}, "message", "message is not JSON data"),
+        ({"id": "m", "role": "user", "parts": [], "score": float("nan")}, "message", "message is not JSON data"),
     ],
 )
 async def test_invalid_message_names_the_field_and_writes_nothing(session, bad, field, text):
