@@ -74,8 +74,9 @@ DEFAULT_MAX_PENDING_CALLS = 1000
 class HostStatistics:
     """A snapshot of the host (``host.statistics()``).
 
-    Gauges: ``active`` actors with an open file (activating or active), of
-    which ``idle`` have no pending call; ``hibernated``: actors this host put
+    Gauges: ``active`` actors with an open file (at most ``max_active``), of
+    which ``idle`` have no pending call; ``activating`` actors being woken
+    (opening, in ``on_start`` or waiting for a free file); ``hibernated``: actors this host put
     to sleep (idle, evicted or ``hibernate()``) not woken since; ``running``
     calls executing actor code; ``queued`` calls waiting to start;
     ``connections`` WebSocket peers held. Counters since the host opened:
@@ -86,6 +87,7 @@ class HostStatistics:
     """
 
     active: int
+    activating: int
     idle: int
     hibernated: int
     running: int
@@ -210,7 +212,8 @@ class ActorHost:
         running = sum(slot.running for slot in self._slots.values())
         pending = sum(slot.pending for slot in self._slots.values())
         return HostStatistics(
-            active=len(self._slots),
+            active=self._open_files,
+            activating=sum(slot.state is SlotState.ACTIVATING for slot in self._slots.values()),
             idle=len(self._idle),
             hibernated=len(self._hibernated),
             running=running,

@@ -144,7 +144,11 @@ async def test_waking_past_max_active_waits_for_an_idle_actor(autojump_clock, ac
         async with trio.open_nursery() as nursery:
             nursery.start_soon(busy.hold, 10)
             await trio.sleep(1)
-            assert await other.bump() == (1, 1)
+            nursery.start_soon(other.bump)
+            await trio.sleep(1)
+            stats = host.statistics()
+            assert (stats.active, stats.activating, stats.running, stats.queued) == (1, 1, 1, 1)
+            assert await other.bump() == (2, 2)
             assert trio.current_time() == pytest.approx(10)
         assert not host.is_active(ns, busy.id) and host.is_active(ns, other.id)
         assert host.statistics().evictions == 1
@@ -168,7 +172,7 @@ async def test_touching_many_actors_keeps_open_files_bounded(actor_data_dir):
 async def test_statistics_is_a_frozen_snapshot(actor_host):
     stats = actor_host.statistics()
     assert dataclasses.asdict(stats) == {
-        "active": 0, "idle": 0, "hibernated": 0, "running": 0, "queued": 0, "connections": 0, "calls": 0,
+        "active": 0, "activating": 0, "idle": 0, "hibernated": 0, "running": 0, "queued": 0, "connections": 0, "calls": 0,
         "activations": 0, "failed_activations": 0, "hibernations": 0, "evictions": 0, "overloads": 0,
         "alarms_run": 0, "alarm_failures": 0, "max_active": actor_host.max_active,
     }
