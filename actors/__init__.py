@@ -24,10 +24,15 @@ from .errors import (
     SessionError,
 )
 from .session import Session
+from .session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig
 from .skills import DirectorySkillProvider
 from .tools import Tool
 
 __all__ = [
+    "BlockConfig",
+    "CompactionConfig",
+    "SessionAgent",
+    "SessionConfig",
     "AgentContextProvider",
     "AgentSearchProvider",
     "ContextBlock",

@@ -1,0 +1,504 @@
+"""The default session actor: :class:`SessionAgent`, one Session per actor, set up by a :class:`SessionConfig`.
+
+The host binds it (``host.bind("sessions", SessionAgent, env=config)``);
+every actor id is one conversation with its own SQLite file. Its public
+methods are the Session API under the same snake_case names, callable
+through stubs, the HTTP routes and WebSocket RPC frames. Each returns fresh
+JSON data (dicts, lists, strings, numbers, booleans, ``None``), never
+internal state, so a result can be sent over the wire as it is.
+
+Configuration (:class:`SessionConfig`): context blocks in prompt order -- a
+readonly *soul* (fixed text or a file), writable blocks with
+``max_tokens``, a skills folder (:class:`~actors.skills.DirectorySkillProvider`),
+searchable blocks (:class:`~actors.context.AgentSearchProvider`) -- the
+cached prompt, and compaction (threshold and summarizer). The default is a
+useful assistant session: the soul ``You are a helpful assistant.``, a
+writable ``memory`` block of 1100 tokens, a cached prompt and extractive
+compaction above 100,000 estimated tokens.
+
+Session wiring. The context-block engine and compaction are being wired
+into :class:`~actors.session.Session` itself (``with_context``,
+``compact``, ...). Until a Session has them, this class composes the engine
+beside the Session, the way the Session will internally, and runs
+``compact()`` from the helpers of :mod:`actors.compaction`; automatic
+compaction and status broadcasts then arrive with the Session's wiring.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .agent import Agent, AgentContext
+from .compaction import call_compaction_function, create_compact_function, extractive_summarize, plan_compaction
+from .context import AgentSearchProvider, ContextBlocks
+from .errors import CompactionError, InvalidInputError, InvalidMessageError, NotFoundError
+from .session import LATEST_LEAF, Session
+from .skills import DirectorySkillProvider
+from .tokens import js_stringify
+from .tools import anthropic_tools, openai_tools
+
+__all__ = [
+    "DEFAULT_SOUL",
+    "BlockConfig",
+    "CompactionConfig",
+    "SessionAgent",
+    "SessionConfig",
+    "resolve_summarizer",
+]
+
+#: The soul of the default configuration.
+DEFAULT_SOUL = "You are a helpful assistant."
+#: Block kinds: how a block's provider is made.
+BLOCK_KINDS = ("readonly", "writable", "skills", "searchable")
+#: Formats of :meth:`SessionAgent.tools`.
+TOOL_FORMATS = ("raw", "openai", "anthropic")
+
+BlockKind = Literal["readonly", "writable", "skills", "searchable"]
+Message = dict[str, Any]
+
+
+# -- configuration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """One context block, in the order it appears in the system prompt.
+
+    Attributes:
+        label: the block label (non-empty).
+        kind: ``"readonly"`` (``text`` or ``file``), ``"writable"`` (stored
+            in the actor's file, limited by ``max_tokens``), ``"skills"``
+            (Markdown files in the folder ``path``) or ``"searchable"``
+            (entries indexed in the actor's file).
+        description: shown in the block header, e.g. ``Learned facts``.
+        max_tokens: writable blocks only: the limit writes must respect
+            (estimated tokens); ``None`` for none.
+        text: readonly blocks: the fixed content.
+        file: readonly blocks: a UTF-8 file read on every (re)load instead of ``text``.
+        path: skills blocks: the folder of ``<key>.md`` files.
+
+    Raises:
+        InvalidInputError: (``field`` names the culprit) an unknown kind, an
+            empty label, or an option that does not belong to the kind.
+    """
+
+    label: str
+    kind: BlockKind = "writable"
+    description: str | None = None
+    max_tokens: int | None = None
+    text: str | None = None
+    file: Path | None = None
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label:
+            raise InvalidInputError("a block label must be a non-empty string", field="label")
+        if self.kind not in BLOCK_KINDS:
+            raise InvalidInputError(
+                f"block {self.label!r}: kind must be one of {', '.join(BLOCK_KINDS)}, not {self.kind!r}", field="kind"
+            )
+        if self.description is not None and not isinstance(self.description, str):
+            raise InvalidInputError(f"block {self.label!r}: description must be a string", field="description")
+        self._check_kind_options()
+
+    def _check_kind_options(self) -> None:
+        allowed = {"readonly": {"text", "file"}, "writable": {"max_tokens"}, "skills": {"path"}, "searchable": set()}
+        for name in ("max_tokens", "text", "file", "path"):
+            if getattr(self, name) is not None and name not in allowed[self.kind]:
+                raise InvalidInputError(f"block {self.label!r}: {name} does not apply to a {self.kind} block", field=name)
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0
+        ):
+            raise InvalidInputError(f"block {self.label!r}: max_tokens must be an integer >= 0", field="max_tokens")
+        if self.kind == "readonly" and (self.text is None) == (self.file is None):
+            raise InvalidInputError(f"readonly block {self.label!r} needs exactly one of text or file", field="text")
+        if self.text is not None and not isinstance(self.text, str):
+            raise InvalidInputError(f"block {self.label!r}: text must be a string", field="text")
+        if self.kind == "skills" and self.path is None:
+            raise InvalidInputError(f"skills block {self.label!r} needs a folder path", field="path")
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    """How a session compacts (spec: Compaction; ``create_compact_function``).
+
+    Attributes:
+        threshold: compact automatically once the estimated tokens of history
+            plus prompt exceed this; ``None`` compacts only on request.
+        summarizer: ``"extractive"`` (:func:`actors.compaction.extractive_summarize`,
+            no model needed) or ``"module:function"``, a callable
+            ``(prompt: str) -> str`` (sync or async) importable here.
+        protect_head: first messages never compacted.
+        tail_token_budget: estimated tokens kept verbatim at the end.
+        min_tail_messages: messages always kept at the end.
+    """
+
+    threshold: int | None = 100_000
+    summarizer: str = "extractive"
+    protect_head: int = 3
+    tail_token_budget: int = 20_000
+    min_tail_messages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold <= 0
+        ):
+            raise InvalidInputError("compaction threshold must be a positive integer or None", field="threshold")
+        for name in ("protect_head", "tail_token_budget", "min_tail_messages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"compaction {name} must be an integer >= 0", field=name)
+        if not isinstance(self.summarizer, str) or not self.summarizer:
+            raise InvalidInputError("summarizer must be 'extractive' or 'module:function'", field="summarizer")
+
+
+def _default_blocks() -> tuple[BlockConfig, ...]:
+    return (
+        BlockConfig("soul", "readonly", text=DEFAULT_SOUL),
+        BlockConfig("memory", "writable", description="Learned facts", max_tokens=1100),
+    )
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything that shapes a :class:`SessionAgent`'s session (shared by all its actors).
+
+    Attributes:
+        blocks: context blocks in prompt order (labels unique).
+        cached_prompt: keep the frozen system prompt in the actor's file, so
+            it survives hibernation unchanged (``with_cached_prompt``).
+        compaction: compaction settings, or ``None`` for no compaction
+            (``compact()`` then raises :class:`~actors.errors.CompactionError`).
+
+    Raises:
+        InvalidInputError: two blocks share a label.
+    """
+
+    blocks: tuple[BlockConfig, ...] = field(default_factory=_default_blocks)
+    cached_prompt: bool = True
+    compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "blocks", tuple(self.blocks))
+        labels = [block.label for block in self.blocks]
+        for label in labels:
+            if labels.count(label) > 1:
+                raise InvalidInputError(f'Block "{label}" already exists', field="blocks")
+
+
+def resolve_summarizer(name: str) -> Callable[[str], Any]:
+    """The summarizer a :class:`CompactionConfig` names.
+
+    ``"extractive"`` gives :func:`actors.compaction.extractive_summarize`;
+    ``"package.module:function"`` imports the module and returns the attribute.
+
+    Raises:
+        InvalidInputError: (``field="summarizer"``) malformed name, module not
+            importable, attribute missing or not callable.
+    """
+    if name == "extractive":
+        return extractive_summarize
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidInputError(f"summarizer must be 'extractive' or 'module:function', not {name!r}", field="summarizer")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"summarizer {name!r} cannot be loaded: {exc}", field="summarizer") from None
+    if not callable(found):
+        raise InvalidInputError(f"summarizer {name!r} is not callable", field="summarizer")
+    return found
+
+
+class _TextProvider:
+    """A readonly block with fixed text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def get(self) -> str:
+        return self.text
+
+
+class _FileProvider:
+    """A readonly block read from a UTF-8 file at each (re)load."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    async def get(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+def _provider(block: BlockConfig, agent: Agent) -> Any:
+    if block.kind == "readonly":
+        return _TextProvider(block.text) if block.text is not None else _FileProvider(block.file)
+    if block.kind == "skills":
+        return DirectorySkillProvider(block.path)
+    if block.kind == "searchable":
+        return AgentSearchProvider(agent.storage)
+    return None  # writable: auto-wired to the actor's file by the engine
+
+
+# -- the actor -------------------------------------------------------------------------
+
+
+class SessionAgent(Agent):
+    """One conversation per actor: the Session API as stub methods.
+
+    Args:
+        ctx: the runtime context.
+        env: a :class:`SessionConfig` (``None``: the default configuration).
+
+    Raises:
+        TypeError: ``env`` is neither ``None`` nor a :class:`SessionConfig`.
+
+    Methods raise the errors of :mod:`actors.errors` (each carries its HTTP
+    ``status``): :class:`~actors.errors.InvalidInputError` for bad arguments
+    (``.field`` names it), :class:`~actors.errors.NotFoundError` for unknown
+    messages or tools, :class:`~actors.errors.CompactionError` when
+    compaction is not configured.
+    """
+
+    def __init__(self, ctx: AgentContext, env: SessionConfig | None = None) -> None:
+        super().__init__(ctx, env)
+        if env is not None and not isinstance(env, SessionConfig):
+            raise TypeError(f"SessionAgent needs a SessionConfig as env, not {type(env).__name__}")
+        self.config = env or SessionConfig()
+        self.session = Session.create(self)
+        self._wired = hasattr(self.session, "with_context")
+        self._context: Any = self.session if self._wired else ContextBlocks(self.storage, host=self.session)
+        self._compact_fn = self._configure()
+
+    def _configure(self) -> Callable[..., Any] | None:
+        for block in self.config.blocks:
+            self._context.with_context(
+                block.label, description=block.description, max_tokens=block.max_tokens,
+                provider=_provider(block, self),
+            )
+        if self.config.cached_prompt:
+            self._context.with_cached_prompt()
+        compaction = self.config.compaction
+        if compaction is None:
+            return None
+        fn = create_compact_function(
+            summarize=resolve_summarizer(compaction.summarizer),
+            protect_head=compaction.protect_head,
+            tail_token_budget=compaction.tail_token_budget,
+            min_tail_messages=compaction.min_tail_messages,
+        )
+        if hasattr(self.session, "on_compaction"):
+            self.session.on_compaction(fn)
+            if compaction.threshold is not None and hasattr(self.session, "compact_after"):
+                self.session.compact_after(compaction.threshold)
+        return fn
+
+    # -- messages --------------------------------------------------------------------
+
+    async def append_message(self, message: Message, parent_id: str | None | object = LATEST_LEAF) -> bool:
+        """Append ``message`` under ``parent_id`` (omitted: the latest leaf; ``None``: a new root).
+
+        Returns ``True`` if stored, ``False`` for a duplicate id or an overlay id.
+
+        Raises:
+            InvalidMessageError: not ``{"id": str, "role": str, "parts": list}``.
+            InvalidInputError: ``parent_id`` is not a string or ``None``.
+        """
+        inserted = await self.session.append_message(message, parent_id)
+        if inserted and not self._wired:
+            await self._context.note_appended(message)
+        return inserted
+
+    async def append_messages(self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF) -> list[bool]:
+        """Append ``messages`` as a chain: the first under ``parent_id`` (as
+        :meth:`append_message`), each next one under the one before.
+
+        Every message is checked before anything is written, so a bad one
+        leaves the session untouched. Returns one ``inserted`` flag per message.
+
+        Raises:
+            InvalidMessageError: ``field`` is ``messages[<i>]...`` for the first bad message.
+            InvalidInputError: ``messages`` is not a list, or a bad ``parent_id``.
+        """
+        _check_batch(messages)
+        if parent_id is not LATEST_LEAF and parent_id is not None and not isinstance(parent_id, str):
+            raise InvalidInputError(f"parent_id must be a string or None, not {type(parent_id).__name__}",
+                                    field="parent_id")
+        flags = []
+        for message in messages:
+            flags.append(await self.append_message(message, parent_id))
+            parent_id = message["id"]
+        return flags
+
+    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
+        """The path root -> ``leaf_id`` (default: latest leaf), compaction overlays applied."""
+        return await self.session.get_history(leaf_id)
+
+    async def get_message(self, message_id: str) -> Message | None:
+        """The stored message, or ``None``."""
+        return await self.session.get_message(message_id)
+
+    async def update_message(self, message: Message) -> None:
+        """Replace the stored message with ``message["id"]`` (its place in the tree is kept).
+
+        Raises:
+            InvalidMessageError: malformed ``message``.
+            MessageNotFoundError: no such id (nothing written).
+        """
+        await self.session.update_message(message)
+        if not self._wired:
+            await self._context.note_updated(message)
+
+    async def delete_messages(self, message_ids: Sequence[str]) -> int:
+        """Delete these messages (children move up to the parent); returns how many existed."""
+        return await self.session.delete_messages(message_ids)
+
+    async def clear_messages(self) -> None:
+        """Delete every message and compaction; unload all skills; refresh the prompt."""
+        await self.session.clear_messages()
+        if not self._wired:
+            await self._context.note_cleared()
+
+    async def get_branches(self, message_id: str) -> list[Message]:
+        """The children of ``message_id``, oldest first."""
+        return await self.session.get_branches(message_id)
+
+    async def get_latest_leaf(self) -> Message | None:
+        """The latest leaf message, or ``None`` in an empty session."""
+        return await self.session.get_latest_leaf()
+
+    async def get_path_length(self, leaf_id: str | None = None) -> int:
+        """Stored messages on the path to ``leaf_id`` (default: latest leaf), overlays not applied."""
+        return await self.session.get_path_length(leaf_id)
+
+    async def search(self, query: str, limit: int = 20) -> list[dict[str, str]]:
+        """Full-text search: up to ``limit`` hits ``{"id", "role", "content", "createdAt"}``, best first."""
+        return await self.session.search(query, limit=limit)
+
+    # -- context blocks and the system prompt ---------------------------------------------
+
+    async def get_context_blocks(self) -> list[dict[str, Any]]:
+        """Every block ``{label, description, content, tokens, maxTokens, writable, isSkill, isSearchable}``."""
+        return [dict(block) for block in await self._context.get_context_blocks()]
+
+    async def get_context_block(self, label: str) -> dict[str, Any] | None:
+        """Block ``label``, or ``None`` when there is none."""
+        block = await self._context.get_context_block(label)
+        return None if block is None else dict(block)
+
+    async def replace_context_block(self, label: str, content: str) -> dict[str, Any]:
+        """Replace the content of a writable block; returns the new block.
+
+        Raises:
+            ContextBlockError: readonly/unknown, keyed, or over ``max_tokens`` (message as in the spec).
+        """
+        return dict(await self._context.replace_context_block(label, content))
+
+    async def append_context_block(self, label: str, content: str) -> dict[str, Any]:
+        """Append to a writable block (a newline between when needed); returns the new block.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" not found``, or as :meth:`replace_context_block`.
+        """
+        return dict(await self._context.append_context_block(label, content))
+
+    async def freeze_system_prompt(self) -> str:
+        """The frozen system prompt (rendered and stored on first use)."""
+        return await self._context.freeze_system_prompt()
+
+    async def refresh_system_prompt(self) -> str:
+        """Re-render the system prompt from the blocks now, store and return it."""
+        return await self._context.refresh_system_prompt()
+
+    # -- tools and skills ---------------------------------------------------------------------
+
+    async def tools(self, format: str = "raw") -> dict[str, Any] | list[dict[str, Any]]:
+        """The AI tools of the current blocks.
+
+        Args:
+            format: ``"raw"`` -> ``{name: {"description", "inputSchema"}}`` in
+                tool order; ``"openai"`` -> the OpenAI ``tools`` list;
+                ``"anthropic"`` -> the Anthropic ``tools`` list.
+
+        Raises:
+            InvalidInputError: unknown ``format`` (``field="format"``).
+        """
+        if format not in TOOL_FORMATS:
+            raise InvalidInputError(f"format must be one of {', '.join(TOOL_FORMATS)}, not {format!r}", field="format")
+        tools = await self._context.tools()
+        if format == "openai":
+            return openai_tools(tools)
+        if format == "anthropic":
+            return anthropic_tools(tools)
+        return {name: {"description": t.description, "inputSchema": t.input_schema} for name, t in tools.items()}
+
+    async def execute_tool(self, name: str, args: Any) -> str:
+        """Run tool ``name`` with ``args``; its result string (tool errors are ``Error: ...`` strings).
+
+        Raises:
+            NotFoundError: (``kind="tool"``) no tool of that name for the current blocks.
+        """
+        tool = (await self._context.tools()).get(name)
+        if tool is None:
+            raise NotFoundError(f"no tool named {name!r}", kind="tool", key=str(name))
+        return await tool.execute(args)
+
+    async def get_loaded_skill_keys(self) -> list[str]:
+        """Loaded skills as ``"label:key"`` strings, in load order."""
+        return list(await self._context.get_loaded_skill_keys())
+
+    async def unload_skill(self, label: str, key: str) -> bool:
+        """Unload ``label:key`` (its stored output becomes a marker); ``False`` if it was not loaded."""
+        return await self._context.unload_skill(label, key)
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    async def compact(self) -> dict[str, str] | None:
+        """Compact now; ``{"fromMessageId", "toMessageId", "summary"}`` or ``None`` if nothing was.
+
+        Raises:
+            CompactionError: no compaction is configured, or the function's range is not on the path.
+        """
+        if hasattr(self.session, "compact"):
+            return await self.session.compact()
+        if self._compact_fn is None:
+            raise CompactionError("No compaction function registered. Call onCompaction() first.")
+        history = await self.session.get_history()
+        result = await call_compaction_function(self._compact_fn, history)
+        path_ids = [row["id"] for row in await self.session.get_history_row_stats()]
+        plan = plan_compaction(result, history=history, path_ids=path_ids,
+                               compactions=await self.session.get_compactions())
+        if plan is not None:
+            await self.session.add_compaction(plan["summary"], plan["fromMessageId"], plan["toMessageId"])
+            await self._context.refresh_system_prompt()
+        return plan
+
+    async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, str]:
+        """Store an overlay ``from_id..to_id`` -> ``summary``; returns the compaction record."""
+        return await self.session.add_compaction(summary, from_id, to_id)
+
+    async def get_compactions(self) -> list[dict[str, str]]:
+        """Every compaction record ``{id, summary, fromMessageId, toMessageId, createdAt}``, oldest first."""
+        return await self.session.get_compactions()
+
+
+def _check_batch(messages: Any) -> None:
+    """Raise for the first message of a batch that could not be stored."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages must be a list of messages", field="messages")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise InvalidMessageError(f"{where} must be an object with id, role and parts", field=where)
+        for name, kind, wanted in (("id", str, "a string"), ("role", str, "a string"), ("parts", list, "a list")):
+            if not isinstance(message.get(name), kind):
+                problem = "is missing" if name not in message else f"must be {wanted}"
+                raise InvalidMessageError(f"{where}.{name} {problem}", field=f"{where}.{name}")
+        try:
+            js_stringify({k: v for k, v in message.items() if k != "createdAt"})
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessageError(f"{where} is not JSON data: {exc}", field=where) from None
