@@ -1,0 +1,232 @@
+"""The host's configuration file (``--config sessions.toml``), read with :mod:`tomllib`.
+
+Every key is optional; with no file at all the host serves the default
+session of :class:`actors.session_agent.SessionConfig` from ``./data`` on
+``127.0.0.1:8787``. Relative paths in the file are relative to the file.
+Unknown keys are errors, so a typo never passes silently::
+
+    [server]
+    bind = "127.0.0.1:8787"      # host:port; a non-loopback address needs a token
+    data = "./data"              # actor files
+    idle_timeout_s = 30          # seconds before an idle actor hibernates
+    durability = "normal"        # or "full" (also survives power loss)
+    max_body_bytes = 8388608     # request body / WebSocket frame limit
+    max_active = 4096            # actor files open at once (default: from the fd limit)
+    max_pending_calls = 1000     # per actor, then 429
+    graceful_timeout_s = 10      # how long shutdown waits for running requests
+
+    [session]
+    cached_prompt = true
+
+    [[session.blocks]]           # in prompt order; replaces the default blocks
+    label = "soul"
+    kind = "readonly"            # readonly | writable | skills | searchable
+    text = "You are a helpful assistant."   # or: file = "soul.md"
+
+    [[session.blocks]]
+    label = "memory"
+    kind = "writable"
+    description = "Learned facts"
+    max_tokens = 1100
+
+    [[session.blocks]]
+    label = "skills"
+    kind = "skills"
+    description = "Loadable skills"
+    path = "skills"              # folder of <key>.md files
+
+    [session.compaction]         # or: compaction = false
+    threshold = 100000           # estimated tokens (0: compact only on request)
+    summarizer = "extractive"    # or "package.module:function"
+    protect_head = 3
+    tail_token_budget = 20000
+    min_tail_messages = 2
+
+The bearer token is never read from this file: pass ``--token`` or set
+``DURABLE_SESSIONS_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from actors.errors import InvalidInputError
+from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
+
+from .wire import DEFAULT_MAX_BODY_BYTES
+
+__all__ = ["ConfigError", "HostConfig", "ServerSettings", "load_config"]
+
+DURABILITIES = ("normal", "full")
+
+
+class ConfigError(ValueError):
+    """The configuration file is unreadable or holds a bad value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Process-level settings (``[server]``; command-line flags override them).
+
+    Attributes:
+        bind: ``host:port`` to listen on (port 0: any free port).
+        data: folder of the actor files.
+        idle_timeout_s: seconds an actor may idle before it hibernates.
+        durability: ``"normal"`` or ``"full"``.
+        max_body_bytes: request body and WebSocket frame limit (bytes).
+        max_active: most actor files open at once (``None``: from the fd limit).
+        max_pending_calls: calls waiting per actor before 429.
+        graceful_timeout_s: seconds shutdown waits for running requests.
+    """
+
+    bind: str = "127.0.0.1:8787"
+    data: Path = Path("data")
+    idle_timeout_s: float = 30.0
+    durability: str = "normal"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_active: int | None = None
+    max_pending_calls: int = 1000
+    graceful_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
+            raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
+        if self.durability not in DURABILITIES:
+            raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
+        for name in ("idle_timeout_s", "graceful_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")
+        for name in ("max_body_bytes", "max_pending_calls", "max_active"):
+            value = getattr(self, name)
+            if value is None and name == "max_active":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"server.{name} must be a positive integer, not {value!r}")
+        object.__setattr__(self, "data", Path(self.data))
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A loaded configuration: ``server`` settings and the ``session`` every actor gets."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    session: SessionConfig = field(default_factory=SessionConfig)
+
+    def with_overrides(self, **changes: Any) -> HostConfig:
+        """A copy with the ``server`` fields in ``changes`` replaced (``None`` values are ignored).
+
+        Raises:
+            ConfigError: a replaced value is invalid.
+        """
+        kept = {k: v for k, v in changes.items() if v is not None}
+        return HostConfig(replace(self.server, **kept), self.session)
+
+
+def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
+    """Read ``path`` (``None``: the defaults).
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, has an unknown key
+            or a bad value (the message names the key), or names a soul file,
+            skills folder or summarizer that does not exist.
+    """
+    if path is None:
+        return HostConfig()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    base = path.resolve().parent
+    try:
+        _only(data, {"server", "session"}, "")
+        server = _server(_table(data, "server"), base)
+        session = _session(_table(data, "session"), base)
+    except InvalidInputError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return HostConfig(server, session)
+
+
+def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a table")
+    return value
+
+
+def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown key {where}{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _server(table: dict[str, Any], base: Path) -> ServerSettings:
+    _only(table, {f.name for f in fields(ServerSettings)}, "server.")
+    values = dict(table)
+    if "data" in values:
+        values["data"] = base / str(values["data"])
+    return ServerSettings(**values)
+
+
+def _session(table: dict[str, Any], base: Path) -> SessionConfig:
+    _only(table, {"blocks", "cached_prompt", "compaction"}, "session.")
+    values: dict[str, Any] = {}
+    if "cached_prompt" in table:
+        if not isinstance(table["cached_prompt"], bool):
+            raise ConfigError("session.cached_prompt must be true or false")
+        values["cached_prompt"] = table["cached_prompt"]
+    if "blocks" in table:
+        if not isinstance(table["blocks"], list):
+            raise ConfigError("session.blocks must be an array of tables ([[session.blocks]])")
+        values["blocks"] = tuple(_block(item, i, base) for i, item in enumerate(table["blocks"]))
+    if "compaction" in table:
+        values["compaction"] = _compaction(table["compaction"])
+    return SessionConfig(**values)
+
+
+def _block(item: Any, index: int, base: Path) -> BlockConfig:
+    where = f"session.blocks[{index}]."
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where[:-1]} must be a table")
+    _only(item, {f.name for f in fields(BlockConfig)}, where)
+    values = dict(item)
+    for key in ("file", "path"):
+        if key in values:
+            values[key] = base / str(values[key])
+    try:
+        block = BlockConfig(**values)
+    except InvalidInputError as exc:
+        raise ConfigError(f"{where}{exc.field or 'label'}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"{where[:-1]}: {exc}") from None
+    if block.file is not None and not block.file.is_file():
+        raise ConfigError(f"{where}file: {block.file} is not a file")
+    if block.path is not None and not block.path.is_dir():
+        raise ConfigError(f"{where}path: {block.path} is not a folder")
+    return block
+
+
+def _compaction(value: Any) -> CompactionConfig | None:
+    if value is False:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("session.compaction must be a table or false")
+    _only(value, {f.name for f in fields(CompactionConfig)}, "session.compaction.")
+    values = dict(value)
+    if values.get("threshold") == 0 and not isinstance(values.get("threshold"), bool):
+        values["threshold"] = None
+    try:
+        config = CompactionConfig(**values)
+        resolve_summarizer(config.summarizer)
+    except InvalidInputError as exc:
+        raise ConfigError(f"session.compaction.{exc.field}: {exc}") from None
+    return config

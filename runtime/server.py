@@ -1,0 +1,514 @@
+"""The HTTP + WebSocket server: a quart-trio app over an :class:`~runtime.host.ActorHost`.
+
+``create_app(host)`` builds the app for a host whose ``"sessions"``
+namespace is bound (see :func:`bind_sessions`); ``serve(host, settings)``
+runs it on hypercorn until its shutdown trigger fires and reports the bound
+addresses through ``task_status`` (bind port 0 and ask).
+
+Routes: the session routes of :mod:`runtime.routes` under
+``/v1/sessions/{session_id}/``, plus
+
+* ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
+* ``GET /metrics`` -- Prometheus text (:mod:`runtime.metrics`);
+* ``GET /v1/actors`` -- ``host.statistics()`` as an object;
+* ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
+  sessions' actors, or every active actor; answers ``{"hibernated": n}``;
+* ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below).
+
+Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
+path segment; ``id_from_name`` maps them to actor ids, so no client string
+becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
+Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
+of the error's class (400 bad input, 401 token, 404 unknown, 409 conflict,
+413 too large, 429 overloaded, 503 shutting down); anything else is a bug:
+500 with a reference to the logged traceback, never the traceback itself.
+
+WebSockets follow the Durable Object hibernation model: the host holds the
+socket while its actor hibernates, and the next frame wakes the actor. A
+text (JSON) or binary (msgpack) frame that is an object with ``"method"``
+is an RPC call ``{"id", "method", "params"}`` answered with ``{"id",
+"result"}`` or ``{"id", "error"}`` in the same encoding (calls of one
+socket may run concurrently; match replies by ``id``). Any other frame goes
+to the actor's ``on_message``. Broadcasts (``Agent.broadcast``) are pushed
+as they happen; a peer that stops reading while its queue is full is
+closed with code 1008.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from quart import Response, g, request, websocket
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.routing import PathConverter
+
+from actors.agent import Agent
+from actors.errors import InvalidInputError
+from actors.session_agent import SessionAgent, SessionConfig
+
+from .config import ServerSettings
+from .host import ActorHost
+from .ids import ActorId
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import ServerMetrics
+from .namespace import Namespace
+from .routes import SESSIONS_PREFIX, Call, call_method, match, not_found
+from .wire import (
+    DEFAULT_MAX_BODY_BYTES,
+    JSON,
+    MSGPACK,
+    InternalServerError,
+    MethodNotAllowedError,
+    PayloadTooLargeError,
+    RouteNotFoundError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+    check_session_id,
+    decode_body,
+    encode_body,
+    error_payload,
+    payload_for,
+    status_of,
+    unquote_segment,
+)
+
+__all__ = ["DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "create_app", "require_token_for", "serve"]
+
+logger = logging.getLogger(__name__)
+
+#: Namespace the server routes ``/v1/sessions`` to.
+DEFAULT_NAMESPACE = "sessions"
+#: Frames queued for one WebSocket peer before it counts as too slow.
+PEER_QUEUE_FRAMES = 1024
+#: RPC calls one WebSocket may have running at once (more frames wait to be read).
+PEER_MAX_INFLIGHT = 256
+#: WebSocket close codes.
+CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG = 1001, 1008, 1009
+
+
+def bind_sessions(
+    host: ActorHost, config: SessionConfig | None = None, *,
+    agent_class: type[Agent] = SessionAgent, namespace: str = DEFAULT_NAMESPACE,
+) -> Namespace:
+    """Bind ``agent_class`` (default :class:`SessionAgent`) as the server's namespace, ``env=config``."""
+    return host.bind(namespace, agent_class, env=config if config is not None else SessionConfig())
+
+
+def require_token_for(bind: str, token: str | None) -> None:
+    """Refuse to serve a non-loopback address without a token.
+
+    Raises:
+        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token`` is empty.
+    """
+    if token:
+        return
+    host = bind.rsplit(":", 1)[0].strip("[]") if ":" in bind else bind
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ValueError(
+        f"refusing to serve {bind} without a token: set DURABLE_SESSIONS_TOKEN (or --token), "
+        "or bind a loopback address such as 127.0.0.1"
+    )
+
+
+class _Peer:
+    """A WebSocket peer as the host sees it (:class:`actors.agent.ConnectionLike`)."""
+
+    def __init__(self) -> None:
+        self.id = uuid.uuid4().hex
+        self.outbox, self.inbox = trio.open_memory_channel[str | bytes](PEER_QUEUE_FRAMES)
+        self.overflowed = trio.Event()
+
+    def send(self, message: str | bytes) -> None:
+        """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
+        try:
+            self.outbox.send_nowait(message)
+        except trio.WouldBlock:
+            self.overflowed.set()
+            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise RuntimeError(f"WebSocket peer {self.id} is closed") from None
+
+
+class SessionsServer:
+    """The server state behind one app: host, namespace, token, limits, metrics.
+
+    Attributes:
+        app: the quart-trio app.
+        metrics: the app's :class:`~runtime.metrics.ServerMetrics`.
+        closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
+    """
+
+    def __init__(self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int) -> None:
+        self.host = host
+        self.namespace = host.namespace(namespace)
+        self._token = token.encode("utf-8") if token else None
+        self.max_body_bytes = max_body_bytes
+        self.metrics = ServerMetrics(host)
+        self.closing = trio.Event()
+        self.app = self._build_app()
+
+    # -- the app -------------------------------------------------------------------------------
+
+    def _build_app(self) -> QuartTrio:
+        app = QuartTrio(__name__, static_folder=None)
+        app.url_map.converters["rest"] = _RestConverter
+        app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
+        app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
+        app.extensions["durable_sessions"] = self
+        app.asgi_app = _EncodedPaths(app.asgi_app)
+        app.before_request(self._before_request)
+        app.after_request(self._after_request)
+        app.register_error_handler(HTTPException, self._http_exception)
+        app.add_url_rule("/v1/health", "health", self._health, methods=["GET"])
+        app.add_url_rule("/metrics", "metrics", self._metrics, methods=["GET"])
+        app.add_url_rule("/v1/actors", "actors", self._actors, methods=["GET"])
+        app.add_url_rule("/v1/actors:hibernate", "hibernate", self._hibernate, methods=["POST"])
+        app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
+                         methods=["GET", "POST", "PUT", "DELETE"])
+        app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", self._websocket)
+        return app
+
+    def authorized(self, header: str | None) -> bool:
+        """``True`` when no token is set or ``header`` is ``Bearer <token>`` (constant-time compare)."""
+        if self._token is None:
+            return True
+        scheme, _, given = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), self._token)
+
+    async def _before_request(self) -> Response | None:
+        g.started = time.perf_counter()
+        rule = request.url_rule.rule if request.url_rule else "unmatched"
+        g.route = f"{request.method} {SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else f"{request.method} {rule}"
+        if request.path == "/v1/health":
+            return None
+        if not self.authorized(request.headers.get("Authorization")):
+            return self._error(UnauthorizedError("missing or wrong bearer token"))
+        if self.closing.is_set():
+            return self._error(ServiceUnavailableError("the server is shutting down"))
+        return None
+
+    async def _after_request(self, response: Response) -> Response:
+        started = getattr(g, "started", None)
+        if started is not None:
+            self.metrics.observe(g.route, response.status_code, time.perf_counter() - started)
+        return response
+
+    async def _http_exception(self, error: HTTPException) -> Response:
+        if isinstance(error, RequestEntityTooLarge):
+            return self._error(PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes"))
+        if error.code == 404:
+            return self._error(RouteNotFoundError(f"no route for {request.path}"))
+        if error.code == 405:
+            return self._error(MethodNotAllowedError(f"{request.method} is not allowed on {request.path}"))
+        return self._respond(error.code or 500, error_payload(type(error).__name__, error.description or ""))
+
+    # -- responses -----------------------------------------------------------------------------------
+
+    def _respond(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+        kind = request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON)
+        return Response(encode_body(body, kind), status=status, content_type=kind, headers=headers)
+
+    def _error(self, error: BaseException) -> Response:
+        status, body = describe_error(error)
+        headers = {}
+        if status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        elif status == 429:
+            headers["Retry-After"] = "1"
+        elif status == 405 and getattr(error, "allowed", None):
+            headers["Allow"] = ", ".join(error.allowed)
+        return self._respond(status, body, headers)
+
+    # -- plain routes -----------------------------------------------------------------------------------
+
+    async def _health(self) -> Response:
+        return self._respond(200, {"status": "ok"})
+
+    async def _metrics(self) -> Response:
+        return Response(self.metrics.render(), status=200, content_type=METRICS_CONTENT_TYPE)
+
+    async def _actors(self) -> Response:
+        stats = self.host.statistics()
+        body = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+        body["namespaces"] = sorted(self.host.namespaces)
+        return self._respond(200, body)
+
+    async def _hibernate(self) -> Response:
+        try:
+            body = await self._read_body()
+            if body is not None and not isinstance(body, dict):
+                raise InvalidInputError("the body must be an object", field="body")
+            ids = (body or {}).get("sessionIds")
+            if ids is None:
+                count = await self.host.hibernate_all()
+            else:
+                count = 0
+                for session_id in _str_list(ids):
+                    count += await self.host.hibernate(self.namespace, self.actor_id(session_id))
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error response
+            return self._error(exc)
+        return self._respond(200, {"hibernated": count})
+
+    async def _read_body(self) -> Any:
+        try:
+            data = await request.get_data()
+        except RequestEntityTooLarge:
+            raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
+        return decode_body(data, request.headers.get("Content-Type"))
+
+    def actor_id(self, session_id: Any) -> ActorId:
+        """The actor id of a decoded session id.
+
+        Raises:
+            InvalidInputError: (``field="session_id"``) not a string of 1-512 UTF-8 bytes.
+        """
+        if not isinstance(session_id, str):
+            raise InvalidInputError("session_id must be a string", field="session_id")
+        return self.namespace.id_from_name(check_session_id(session_id))
+
+    # -- session routes -------------------------------------------------------------------------------------
+
+    async def _sessions(self, rest: str) -> Response:
+        try:
+            session_id, *segments = rest.split("/")
+            actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
+            route, values = match(request.method, segments)
+            if route is None:
+                raise _no_route(request.path, values)
+            g.route = route.name
+            body = None
+            if route.has_body:
+                body = await self._read_body()
+            call = Call(self.namespace.get(actor_id), values, request.args, body)
+            status, payload = await route.handler(call)
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error response
+            return self._error(exc)
+        return self._respond(status, payload)
+
+    # -- WebSocket ---------------------------------------------------------------------------------------------
+
+    async def _websocket(self, rest: str) -> Response | None:
+        try:
+            if not self.authorized(websocket.headers.get("Authorization")):
+                raise UnauthorizedError("missing or wrong bearer token")
+            if self.closing.is_set():
+                raise ServiceUnavailableError("the server is shutting down")
+            session_id, *segments = rest.split("/")
+            actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
+            if segments != ["ws"]:
+                raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
+            peer = _Peer()
+            await self.namespace.connect(actor_id, peer)
+        except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
+            status, body = describe_error(exc)
+            return Response(encode_body(body, JSON), status=status, content_type=JSON)
+        try:
+            await websocket.accept()
+            await self._run_peer(actor_id, peer)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._disconnect(actor_id, peer)
+        return None
+
+    async def _run_peer(self, actor_id: ActorId, peer: _Peer) -> None:
+        close: list[tuple[int, str]] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, peer)
+            nursery.start_soon(self._watch, peer, nursery.cancel_scope, close)
+            await self._read_frames(actor_id, peer, nursery)
+            nursery.cancel_scope.cancel()
+        if close:
+            await websocket.close(*close[0])
+
+    async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
+        async with trio.open_nursery() as nursery:
+            async def wait(event: trio.Event, code: int, reason: str) -> None:
+                await event.wait()
+                close.append((code, reason))
+                nursery.cancel_scope.cancel()
+                scope.cancel()
+            nursery.start_soon(wait, self.closing, CLOSE_GOING_AWAY, "server shutting down")
+            nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
+
+    async def _pump(self, peer: _Peer) -> None:
+        async for frame in peer.inbox:
+            await websocket.send(frame)
+
+    async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
+        limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
+        while True:
+            frame = await websocket.receive()
+            if len(frame) > self.max_body_bytes:
+                too_big = PayloadTooLargeError(f"the frame is larger than {self.max_body_bytes} bytes")
+                await peer.outbox.send(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
+                continue
+            parsed = _parse_frame(frame)
+            if isinstance(parsed, dict) and "method" in parsed:
+                await limiter.acquire()
+                nursery.start_soon(self._answer, actor_id, peer, frame, parsed, limiter)
+            else:
+                await self._deliver(actor_id, peer, frame)
+
+    async def _answer(self, actor_id: ActorId, peer: _Peer, frame: str | bytes, request_frame: dict[str, Any],
+                      limiter: trio.Semaphore) -> None:
+        started = time.perf_counter()
+        method = request_frame.get("method")
+        reply: dict[str, Any] = {"id": request_frame.get("id")}
+        try:
+            reply["result"] = await call_method(
+                self.namespace.get(actor_id), method, request_frame.get("params"))
+            status = 200
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
+            status, body = describe_error(exc)
+            reply["error"] = body["error"]
+        finally:
+            limiter.release()
+        self.metrics.observe(f"WS {method if isinstance(method, str) else '?'}", status, time.perf_counter() - started)
+        await peer.outbox.send(_encode_frame(reply, frame))
+
+    async def _deliver(self, actor_id: ActorId, peer: _Peer, frame: str | bytes) -> None:
+        try:
+            await self.namespace.receive(actor_id, peer, frame)
+        except Exception as exc:  # noqa: BLE001 - on_message failures are reported, the socket stays
+            await peer.outbox.send(_encode_frame({"id": None, **describe_error(exc)[1]}, frame))
+
+    async def _disconnect(self, actor_id: ActorId, peer: _Peer) -> None:
+        try:
+            await self.namespace.disconnect(actor_id, peer, 1000, "")
+        except Exception:  # noqa: BLE001 - the host may be closing; the peer is gone either way
+            logger.debug("on_close of peer %s failed", peer.id, exc_info=True)
+        peer.outbox.close()
+
+
+class _RestConverter(PathConverter):
+    """The rest of the path, which may start with ``/`` (an empty session id gets a 400, not a 404)."""
+
+    regex = ".*?"
+    part_isolating = False
+
+
+class _EncodedPaths:
+    """ASGI middleware: route on the path as sent (still percent-encoded).
+
+    Servers decode ``%2F`` to ``/`` in ``scope["path"]``, which would split
+    a session id; ``raw_path`` keeps it, so routing uses that and the
+    session routes decode each segment themselves.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope.get("type") in ("http", "websocket") else None
+        if raw:
+            scope = dict(scope, path=raw.decode("latin-1"))
+        await self.app(scope, receive, send)
+
+
+def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
+    """``(status, body)`` for an error; unexpected ones are logged and answered with a reference only."""
+    status = status_of(error)
+    if status < 500 or status == 503:
+        return status, payload_for(error)
+    reference = uuid.uuid4().hex[:12]
+    logger.error("internal error %s", reference, exc_info=error)
+    return 500, payload_for(InternalServerError(f"internal server error (reference {reference})"))
+
+
+def _no_route(path: str, allowed: list[str]) -> Exception:
+    if not allowed:
+        return not_found(path)
+    error = MethodNotAllowedError(f"{request.method} is not allowed on {path}; use {', '.join(allowed)}")
+    error.allowed = allowed
+    return error
+
+
+def _str_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InvalidInputError("sessionIds must be a list of strings", field="sessionIds")
+    return value
+
+
+def _parse_frame(frame: str | bytes) -> Any:
+    try:
+        return decode_body(frame.encode("utf-8") if isinstance(frame, str) else frame,
+                           JSON if isinstance(frame, str) else MSGPACK)
+    except InvalidInputError:
+        return None
+
+
+def _encode_frame(value: dict[str, Any], like: str | bytes) -> str | bytes:
+    """``value`` in the encoding of the frame it answers (text: JSON, binary: msgpack)."""
+    if isinstance(like, bytes):
+        return encode_body(value, MSGPACK)
+    return encode_body(value, JSON).decode("utf-8")
+
+
+def create_app(
+    host: ActorHost, *, namespace: str = DEFAULT_NAMESPACE, token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> QuartTrio:
+    """The quart-trio app serving ``host``'s ``namespace`` (which must be bound).
+
+    Args:
+        token: the bearer token every route but ``/v1/health`` requires; ``None`` for none.
+        max_body_bytes: largest request body and WebSocket frame (bytes).
+
+    Raises:
+        UnknownNamespaceError: ``namespace`` is not bound on ``host``.
+    """
+    return SessionsServer(host, namespace=namespace, token=token, max_body_bytes=max_body_bytes).app
+
+
+async def serve(
+    host: ActorHost,
+    settings: ServerSettings | None = None,
+    *,
+    token: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``host`` on ``settings.bind`` until ``shutdown_trigger()`` returns (default: forever).
+
+    ``task_status.started(urls)`` reports the bound addresses, e.g.
+    ``["http://127.0.0.1:41234"]``. On shutdown, WebSockets are closed with
+    1001, the listener stops accepting, and requests already running finish
+    (within ``settings.graceful_timeout_s``) before this returns.
+
+    Raises:
+        ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
+    """
+    settings = settings or ServerSettings()
+    require_token_for(settings.bind, token)
+    server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes)
+    config = HypercornConfig()
+    config.bind = [settings.bind]
+    config.graceful_timeout = settings.graceful_timeout_s
+    config.websocket_max_message_size = settings.max_body_bytes
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+
+    async def trigger() -> None:
+        if shutdown_trigger is None:
+            await trio.sleep_forever()
+        await shutdown_trigger()
+        server.closing.set()
+
+    await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)

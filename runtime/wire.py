@@ -1,0 +1,243 @@
+"""The wire protocol shared by the server and the client: bodies, errors, ids in paths.
+
+Bodies are JSON (``application/json``, the default) or msgpack
+(``application/msgpack``): a request says which with ``Content-Type``, and
+gets msgpack back when its ``Accept`` prefers it.
+
+Errors travel as ``{"error": {"type", "message"}}`` plus ``"field"`` when
+the error names one (400s). ``type`` is the exception's class name, so the
+client raises the same class again (:func:`error_from_payload`); the HTTP
+status is the class's ``status`` attribute. Errors of the HTTP layer itself
+are defined here::
+
+    HttpError                       base class of protocol-level errors
+    ├── UnauthorizedError           missing or wrong bearer token        [401]
+    ├── RouteNotFoundError          no such route                        [404]
+    ├── MethodNotAllowedError       the route exists, not this method    [405]
+    ├── PayloadTooLargeError        body (or frame) over the limit       [413]
+    ├── UnsupportedMediaTypeError   neither JSON nor msgpack             [415]
+    ├── InternalServerError         a bug; details only in the log       [500]
+    └── ServiceUnavailableError     the server is shutting down          [503]
+
+Session ids are the caller's own strings: 1 to 512 UTF-8 bytes, sent
+percent-encoded as one path segment (:func:`quote_segment`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+from urllib.parse import quote, unquote
+
+import msgpack
+
+from actors import errors as actor_errors
+from storage import errors as storage_errors
+
+from . import errors as runtime_errors
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+#: Longest session id, in UTF-8 bytes.
+MAX_SESSION_ID_BYTES = 512
+#: Default request body (and WebSocket frame) limit: 8 MiB.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class HttpError(Exception):
+    """An error of the HTTP layer (not of a session or the host)."""
+
+    status = 500
+
+
+class UnauthorizedError(HttpError):
+    """The bearer token is missing or wrong. Send ``Authorization: Bearer <token>``."""
+
+    status = 401
+
+
+class RouteNotFoundError(HttpError):
+    """No route has this path."""
+
+    status = 404
+
+
+class MethodNotAllowedError(HttpError):
+    """The path exists but does not take this HTTP method."""
+
+    status = 405
+
+
+class PayloadTooLargeError(HttpError):
+    """The request body or WebSocket frame is larger than the server's limit."""
+
+    status = 413
+
+
+class UnsupportedMediaTypeError(HttpError):
+    """The body is neither ``application/json`` nor ``application/msgpack``."""
+
+    status = 415
+
+
+class InternalServerError(HttpError):
+    """The server failed (a bug). The message holds a reference to its log entry, never a traceback."""
+
+    status = 500
+
+
+class ServiceUnavailableError(HttpError):
+    """The server is shutting down; retry against a running one."""
+
+    status = 503
+
+
+def _error_classes() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module in (actor_errors, runtime_errors, storage_errors):
+        for name in dir(module):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, Exception) and value.__module__ == module.__name__:
+                found[name] = value
+    for cls in (HttpError, *HttpError.__subclasses__()):
+        found[cls.__name__] = cls
+    return found
+
+
+#: Error classes a client can raise again, by ``type`` name.
+ERROR_CLASSES = _error_classes()
+
+
+def status_of(error: BaseException) -> int:
+    """HTTP status for ``error``: its class's ``status`` when it has one, else 500."""
+    status = getattr(type(error), "status", 500)
+    return status if isinstance(status, int) and 400 <= status <= 599 else 500
+
+
+def error_payload(error_type: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """``{"error": {"type", "message"[, "field"]}}``."""
+    body: dict[str, Any] = {"type": error_type, "message": message}
+    if field is not None:
+        body["field"] = field
+    return {"error": body}
+
+
+def payload_for(error: BaseException) -> dict[str, Any]:
+    """The error body for a known (non-500) error: its class name, message and ``field``."""
+    field = getattr(error, "field", None)
+    return error_payload(type(error).__name__, str(error), field if isinstance(field, str) else None)
+
+
+def error_from_payload(status: int, payload: Any) -> Exception:
+    """Rebuild the exception an error body describes.
+
+    A known ``type`` gives an instance of that class with the same message
+    (and ``field``, ``kind``/``key`` set to what the body says or ``None``);
+    anything else an :class:`HttpError` carrying ``status``.
+    """
+    body = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(body, dict):
+        error = HttpError(f"HTTP {status}: {str(payload)[:200]}")
+        error.status = status
+        return error
+    message = str(body.get("message", ""))
+    cls = ERROR_CLASSES.get(str(body.get("type")))
+    if cls is None:
+        error = HttpError(f"{body.get('type')}: {message}")
+        error.status = status
+        return error
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    for name in ("field", "kind", "key"):
+        try:
+            setattr(error, name, body.get(name))
+        except AttributeError:  # pragma: no cover - a slotted class
+            pass
+    return error
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+
+def media_type(content_type: str | None) -> str:
+    """The bare media type of a ``Content-Type`` value (JSON when absent)."""
+    if not content_type:
+        return JSON
+    return content_type.split(";", 1)[0].strip().lower() or JSON
+
+
+def decode_body(data: bytes, content_type: str | None) -> Any:
+    """Parse a request body (``None`` when empty).
+
+    Raises:
+        UnsupportedMediaTypeError: neither JSON nor msgpack.
+        InvalidInputError: (``field="body"``) the bytes do not parse.
+    """
+    kind = media_type(content_type)
+    if kind not in (JSON, MSGPACK):
+        raise UnsupportedMediaTypeError(f"send {JSON} or {MSGPACK}, not {kind}")
+    if not data:
+        return None
+    try:
+        if kind == MSGPACK:
+            return msgpack.unpackb(data, raw=False, strict_map_key=True)
+        return json.loads(data)
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+        name = "msgpack" if kind == MSGPACK else "JSON"
+        raise actor_errors.InvalidInputError(f"the body is not valid {name}: {exc}", field="body") from None
+
+
+def encode_body(value: Any, kind: str) -> bytes:
+    """Serialise a response body as ``kind`` (:data:`JSON` or :data:`MSGPACK`)."""
+    if kind == MSGPACK:
+        return msgpack.packb(value, use_bin_type=True)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default).encode("utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# -- ids in paths ---------------------------------------------------------------------------
+
+
+def quote_segment(value: str) -> str:
+    """``value`` as one percent-encoded path segment (every reserved character encoded)."""
+    return quote(value, safe="")
+
+
+def unquote_segment(segment: str, name: str) -> str:
+    """Decode one path segment as UTF-8.
+
+    Raises:
+        InvalidInputError: (``field=name``) bad percent-encoding or not UTF-8.
+    """
+    try:
+        return unquote(segment, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise actor_errors.InvalidInputError(f"{name} is not valid UTF-8", field=name) from None
+
+
+def check_session_id(session_id: str) -> str:
+    """Return ``session_id`` when it is 1 to 512 UTF-8 bytes.
+
+    Raises:
+        InvalidInputError: (``field="session_id"``) empty or too long.
+    """
+    size = len(session_id.encode("utf-8", "surrogatepass"))
+    if size == 0:
+        raise actor_errors.InvalidInputError("session_id must not be empty", field="session_id")
+    if size > MAX_SESSION_ID_BYTES:
+        raise actor_errors.InvalidInputError(
+            f"session_id is {size} UTF-8 bytes; the limit is {MAX_SESSION_ID_BYTES}", field="session_id"
+        )
+    return session_id

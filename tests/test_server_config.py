@@ -1,0 +1,131 @@
+"""The TOML configuration of the host, and the bind/token rule of the server."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig
+from runtime.config import ConfigError, HostConfig, ServerSettings, load_config
+from runtime.server import require_token_for
+
+FULL = """
+[server]
+bind = "127.0.0.1:9000"
+data = "state"
+idle_timeout_s = 5
+durability = "full"
+max_body_bytes = 1024
+max_active = 64
+max_pending_calls = 10
+graceful_timeout_s = 2.5
+
+[session]
+cached_prompt = false
+
+[[session.blocks]]
+label = "soul"
+kind = "readonly"
+description = "Identity"
+file = "soul.md"
+
+[[session.blocks]]
+label = "notes"
+max_tokens = 500
+
+[[session.blocks]]
+label = "skills"
+kind = "skills"
+path = "skills"
+
+[[session.blocks]]
+label = "knowledge"
+kind = "searchable"
+
+[session.compaction]
+threshold = 0
+summarizer = "textwrap:dedent"
+protect_head = 1
+"""
+
+
+def write(tmp_path, text, name="sessions.toml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_no_file_gives_the_defaults():
+    config = load_config(None)
+    assert config == HostConfig(ServerSettings(), SessionConfig())
+    assert (config.server.bind, config.server.data, config.server.max_body_bytes) == (
+        "127.0.0.1:8787", Path("data"), 8 * 1024 * 1024)
+
+
+def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
+    (tmp_path / "soul.md").write_text("Be brief.", encoding="utf-8")
+    (tmp_path / "skills").mkdir()
+    config = load_config(write(tmp_path, FULL))
+    assert config.server == ServerSettings(bind="127.0.0.1:9000", data=tmp_path / "state", idle_timeout_s=5,
+                                           durability="full", max_body_bytes=1024, max_active=64,
+                                           max_pending_calls=10, graceful_timeout_s=2.5)
+    assert config.session == SessionConfig(
+        blocks=(BlockConfig("soul", "readonly", description="Identity", file=tmp_path / "soul.md"),
+                BlockConfig("notes", max_tokens=500),
+                BlockConfig("skills", "skills", path=tmp_path / "skills"),
+                BlockConfig("knowledge", "searchable")),
+        cached_prompt=False,
+        compaction=CompactionConfig(threshold=None, summarizer="textwrap:dedent", protect_head=1),
+    )
+
+
+def test_compaction_can_be_switched_off(tmp_path):
+    assert load_config(write(tmp_path, "[session]\ncompaction = false\n")).session.compaction is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[server]\nbnd = 'x'\n", "unknown key server.bnd (allowed: bind, data, durability, graceful_timeout_s, "
+                              "idle_timeout_s, max_active, max_body_bytes, max_pending_calls)"),
+    ("[serve]\n", "unknown key serve (allowed: server, session)"),
+    ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
+    ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),
+    ("[server]\nidle_timeout_s = 0\n", "server.idle_timeout_s must be a positive number of seconds, not 0"),
+    ("[[session.blocks]]\nlabel = 'x'\nkind = 'magic'\n",
+     "session.blocks[0].kind: block 'x': kind must be one of readonly, writable, skills, searchable, not 'magic'"),
+    ("[[session.blocks]]\nlabel = 'x'\ncolour = 'red'\n", "unknown key session.blocks[0].colour"),
+    ("[[session.blocks]]\nlabel = 'soul'\nkind = 'readonly'\nfile = 'missing.md'\n", "is not a file"),
+    ("[[session.blocks]]\nlabel = 'k'\nkind = 'skills'\npath = 'nowhere'\n", "is not a folder"),
+    ("[session.compaction]\nsummarizer = 'no_such_module_q:f'\n", "session.compaction.summarizer: summarizer"),
+    ("[session]\ncached_prompt = 'yes'\n", "session.cached_prompt must be true or false"),
+    ("not toml [", "not valid TOML: "),
+])
+def test_bad_files_name_the_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read .*nope.toml"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_command_line_overrides_replace_only_what_is_given():
+    config = HostConfig().with_overrides(bind="127.0.0.1:0", data=None, idle_timeout_s=2)
+    assert (config.server.bind, config.server.data, config.server.idle_timeout_s) == ("127.0.0.1:0", Path("data"), 2)
+    with pytest.raises(ConfigError):
+        HostConfig().with_overrides(durability="sometimes")
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1:8787", "localhost:1", "[::1]:80", "127.5.0.1:0"])
+def test_loopback_binds_need_no_token(bind):
+    require_token_for(bind, None)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:8787", "[::]:80", "192.168.1.4:80", "example.com:80"])
+def test_other_binds_refuse_to_start_without_a_token(bind):
+    with pytest.raises(ValueError, match=re.escape(f"refusing to serve {bind} without a token: set")):
+        require_token_for(bind, None)
+    require_token_for(bind, "secret")
