@@ -1,0 +1,287 @@
+"""The ``durable-sessions`` command.
+
+::
+
+    durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
+                             [--idle-timeout S] [--durability normal|full] [--app module:Class]
+                             [--ready-file FILE]
+    durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
+                             [--url URL | --data DIR] [--concurrency N] [--no-progress]
+    durable-sessions history SESSION_ID [--leaf ID] [--json]
+    durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
+    durable-sessions stats
+    durable-sessions hibernate [SESSION_ID ...]
+
+Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
+``http://127.0.0.1:8787``) with ``--token`` (default
+``$DURABLE_SESSIONS_TOKEN``). ``serve`` prints the address it listens on
+(also written as JSON to ``--ready-file``) and stops gracefully on SIGINT or
+SIGTERM: it stops accepting, lets running requests finish, closes
+WebSockets and every actor file, and exits 0.
+
+Exit status: 0 success, 1 a failure at run time (server error, failed
+import), 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+from tqdm import tqdm
+
+from actors.agent import Agent
+from actors.session_agent import SessionAgent
+from storage.formats import FormatError
+
+from .client import SessionsClient
+from .config import ConfigError, HostConfig, load_config
+from .host import open_host
+from .importer import FORMATS, import_sessions, read_conversations
+from .server import bind_sessions, require_token_for, serve
+
+logger = logging.getLogger("durable_sessions")
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration (exit status 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="durable-sessions", description="Durable per-session memory for LLM agents.")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("serve", help="run the actor host with its HTTP/WebSocket server")
+    run.add_argument("--bind", help="HOST:PORT to listen on (default 127.0.0.1:8787; port 0 picks a free one)")
+    run.add_argument("--data", type=Path, help="folder of the actor files (default ./data)")
+    run.add_argument("--config", type=Path, help="TOML configuration file")
+    run.add_argument("--token", help="bearer token (default $DURABLE_SESSIONS_TOKEN)")
+    run.add_argument("--idle-timeout", type=float, dest="idle_timeout", help="seconds before an idle actor hibernates")
+    run.add_argument("--durability", choices=("normal", "full"), help="normal (default) or full (power-loss safe)")
+    run.add_argument("--app", help="your own actor class as module:Class (an actors.Agent subclass)")
+    run.add_argument("--ready-file", type=Path, dest="ready_file",
+                     help="write {url, urls, pid} as JSON here once listening")
+
+    load = commands.add_parser("import", help="load conversations from a file into sessions")
+    load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
+    load.add_argument("--format", default="auto", choices=("auto", *FORMATS))
+    load.add_argument("--prefix", default="", help="prefix added to every session id")
+    load.add_argument("--data", type=Path, help="import straight into this data folder (no server may be using it)")
+    load.add_argument("--concurrency", type=int, default=8, help="sessions imported at once (default 8)")
+    load.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar")
+    _client_options(load)
+
+    history = commands.add_parser("history", help="print a session's history")
+    history.add_argument("session_id")
+    history.add_argument("--leaf", help="print the path to this message instead of the latest leaf")
+    history.add_argument("--json", action="store_true", help="print the messages as JSON")
+    _client_options(history)
+
+    find = commands.add_parser("search", help="full-text search in a session")
+    find.add_argument("session_id")
+    find.add_argument("query")
+    find.add_argument("--limit", type=int, default=20)
+    find.add_argument("--json", action="store_true", help="print the hits as JSON")
+    _client_options(find)
+
+    stats = commands.add_parser("stats", help="print the host's statistics")
+    _client_options(stats)
+
+    sleep = commands.add_parser("hibernate", help="hibernate sessions' actors now (default: all)")
+    sleep.add_argument("session_ids", nargs="*")
+    _client_options(sleep)
+    return parser
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="server URL (default $DURABLE_SESSIONS_URL or http://127.0.0.1:8787)")
+    parser.add_argument("--token", help="bearer token (default $DURABLE_SESSIONS_TOKEN)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``durable-sessions`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    command = {"serve": _serve, "import": _import, "history": _history, "search": _search,
+               "stats": _stats, "hibernate": _hibernate}[args.command]
+    try:
+        return trio.run(command, args)
+    except (UsageError, ConfigError) as exc:
+        print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line for the user; details at debug level
+        logger.debug("failure", exc_info=True)
+        print(f"durable-sessions {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+# -- serve -----------------------------------------------------------------------------------
+
+
+def load_agent_class(spec: str) -> type[Agent]:
+    """The class named by ``module:Class``.
+
+    Raises:
+        UsageError: malformed, not importable, or not an :class:`actors.Agent` subclass.
+    """
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise UsageError(f"--app must be module:Class, not {spec!r}")
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--app {spec}: {exc}") from None
+    if not (isinstance(found, type) and issubclass(found, Agent)):
+        raise UsageError(f"--app {spec} is not a subclass of actors.Agent")
+    return found
+
+
+def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
+    config = load_config(args.config).with_overrides(
+        bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability
+    )
+    token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
+    try:
+        require_token_for(config.server.bind, token)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return config, token
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config, token = _serve_config(args)
+    agent_class = load_agent_class(args.app) if args.app else SessionAgent
+    settings = config.server
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def shutdown_trigger() -> None:
+            async for signum in signals:
+                logger.info("received %s: shutting down", signal.Signals(signum).name)
+                return
+
+        async with open_host(
+            settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
+            durability=settings.durability, max_pending_calls=settings.max_pending_calls,
+        ) as host:
+            bind_sessions(host, config.session, agent_class=agent_class)
+            async with trio.open_nursery() as nursery:
+                urls = await nursery.start(partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))
+                _announce(urls, settings.data, args.ready_file)
+    print("durable-sessions: stopped", flush=True)
+    return 0
+
+
+def _announce(urls: list[str], data: Path, ready_file: Path | None) -> None:
+    print(f"durable-sessions: serving {urls[0]} (data: {data})", flush=True)
+    if ready_file is not None:
+        partial_file = ready_file.with_name(ready_file.name + ".tmp")
+        partial_file.write_text(json.dumps({"url": urls[0], "urls": urls, "pid": os.getpid()}), encoding="utf-8")
+        partial_file.replace(ready_file)
+
+
+# -- import --------------------------------------------------------------------------------------
+
+
+async def _import(args: argparse.Namespace) -> int:
+    try:
+        sessions = read_conversations(args.file, format=args.format, prefix=args.prefix)
+    except (FormatError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    total = sum(len(s.messages) for s in sessions)
+    with tqdm(total=total, unit="msg", desc="import", disable=args.no_progress or None, file=sys.stderr) as bar:
+        if args.data is not None:
+            async with open_host(args.data) as host:
+                namespace = bind_sessions(host)
+                report = await import_sessions(sessions, namespace.get_by_name, concurrency=args.concurrency,
+                                               on_progress=bar.update)
+        else:
+            async with _client(args) as client:
+                report = await import_sessions(sessions, client.session, concurrency=args.concurrency,
+                                               on_progress=bar.update)
+    print(f"imported {report.sessions} of {len(sessions)} sessions: "
+          f"{report.inserted} messages stored, {report.messages - report.inserted} already there")
+    for session_id, error in report.failures:
+        print(f"failed: {session_id}: {error}", file=sys.stderr)
+    return 1 if report.failures else 0
+
+
+# -- client commands -------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> SessionsClient:
+    return SessionsClient(args.url, token=args.token)
+
+
+async def _history(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        messages = await client.session(args.session_id).get_history(args.leaf)
+    if args.json:
+        print(json.dumps(messages, ensure_ascii=False, indent=2))
+    else:
+        for message in messages:
+            print(format_message(message))
+    return 0
+
+
+async def _search(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        hits = await client.session(args.session_id).search(args.query, limit=args.limit)
+    if args.json:
+        print(json.dumps(hits, ensure_ascii=False, indent=2))
+    else:
+        for hit in hits:
+            print(f"{hit['id']} [{hit['role']}] {_one_line(hit['content'])}")
+    return 0
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        print(json.dumps(await client.statistics(), indent=2, sort_keys=True))
+    return 0
+
+
+async def _hibernate(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        print(f"hibernated {await client.hibernate(*args.session_ids)} actors")
+    return 0
+
+
+def format_message(message: dict[str, Any]) -> str:
+    """One message as ``<id> [<role>] <text>``, tool calls as ``<name>(<input>) -> <output>``."""
+    pieces = []
+    for part in message.get("parts", []):
+        kind = part.get("type", "")
+        if kind in ("text", "reasoning"):
+            pieces.append(part.get("text", ""))
+        elif kind.startswith("tool-") or kind == "dynamic-tool":
+            name = part.get("toolName") or kind[5:]
+            call = f"{name}({json.dumps(part.get('input'), ensure_ascii=False)})"
+            if "output" in part:
+                output = part["output"]
+                call += f" -> {output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)}"
+            pieces.append(call)
+    return f"{message.get('id')} [{message.get('role')}] {_one_line(' | '.join(pieces))}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
