@@ -23,6 +23,7 @@ from .errors import (
     NotFoundError,
     SessionError,
 )
+from .manager import SessionManager
 from .session import Session
 from .session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig
 from .skills import DirectorySkillProvider
@@ -41,6 +42,7 @@ __all__ = [
     "DirectorySkillProvider",
     "SearchProvider",
     "Session",
+    "SessionManager",
     "SkillProvider",
     "Tool",
     "WritableContextProvider",

@@ -20,6 +20,9 @@ Table names follow the TypeScript original (``assistant_messages``,
   one row read (``storage/messages.py`` maintains them);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
   ``YYYY-MM-DD HH:MM:SS.SSS``;
+* ``assistant_sessions.updated_seq`` numbers the writes that set
+  ``updated_at`` (creation included), so two sessions touched within the
+  same millisecond still list in the order they were touched;
 * full-text rows use the message's ``seq`` as their rowid, so indexing and
   de-indexing a message are rowid lookups, never scans;
 * ``assistant_fts_cjk`` / ``cf_agents_search_fts_cjk`` are trigram indexes
@@ -107,9 +110,10 @@ CREATE TABLE assistant_sessions (
     estimated_cost    REAL NOT NULL DEFAULT 0,
     end_reason        TEXT,
     created_at        TEXT NOT NULL DEFAULT {NOW_MS},
-    updated_at        TEXT NOT NULL DEFAULT {NOW_MS}
+    updated_at        TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_seq       INTEGER NOT NULL UNIQUE
 );
-CREATE INDEX idx_assistant_sessions_updated ON assistant_sessions (updated_at, seq);
+CREATE INDEX idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);
 
 CREATE TABLE _cf_KV (
     key   TEXT PRIMARY KEY,

@@ -1,0 +1,671 @@
+"""SessionManager: many named sessions in one actor file (spec: SessionManager; session-behaviours §13).
+
+A manager keeps a registry row per session (``assistant_sessions``, see
+:mod:`storage.registry`) and hands out one cached :class:`~actors.session.Session`
+per session id. Everything a manager is configured with (context blocks, the
+cached prompt, compaction) is given to every session it opens: blocks
+without a provider are stored per session (``<label>_<session id>``), an
+explicit provider object is shared by all sessions, as in the original.
+
+Differences from the original, on purpose (``DEVIATIONS.md``):
+
+* message ids are unique per session, so two sessions may both hold ``m1``
+  (1);
+* :meth:`SessionManager.list` breaks ``updated_at`` ties by the order of the
+  writes, the later first, so the same calls always list the same way (2);
+* :meth:`SessionManager.append_all` without a parent continues from the
+  latest leaf (7);
+* :meth:`SessionManager.search` uses the one query syntax of
+  :mod:`storage.fts`, looks only at stored messages of registered
+  sessions and returns each hit's ``sessionId`` and real ``createdAt``
+  (9, 10, 11);
+* :meth:`SessionManager.delete` removes every row of the session: messages,
+  search rows, compactions, context-block rows, the cached prompt and the
+  loaded-skill state (15);
+* a session id with no registry row is an error
+  (:class:`~actors.errors.NotFoundError`, HTTP 404) for every method but
+  :meth:`SessionManager.get`, which returns ``None``; the original quietly
+  wrote rows for such ids;
+* :meth:`SessionManager.fork` of a message the session does not hold raises
+  :class:`~actors.errors.MessageNotFoundError` instead of creating an empty
+  fork; fork and compact-and-split write all their rows in one transaction.
+
+``updated_at`` follows every write that changes a managed session, whether
+it comes through the manager or through the :class:`Session` that
+:meth:`SessionManager.get_session` returns: a stored (not duplicate)
+message, an update, a delete, a clear, a compaction, a rename, usage.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from storage import SqlStorage
+from storage import registry
+from storage.fts import parse_query
+from storage.messages import to_iso8601
+
+from .context import ContextBlocks
+from .errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
+from .session import LATEST_LEAF, MessagesChange, Session
+from .tools import Tool
+
+__all__ = [
+    "HISTORY_DESCRIPTION",
+    "SESSION_SEARCH_DESCRIPTION",
+    "SESSION_SEARCH_LIMIT",
+    "SPLIT_PREFIX",
+    "SessionManager",
+]
+
+Message = dict[str, Any]
+Row = dict[str, Any]
+
+#: Description of the block added by :meth:`SessionManager.with_searchable_history`.
+HISTORY_DESCRIPTION = "Cross-session conversation history"
+#: What the model is told about the ``session_search`` tool (§6).
+SESSION_SEARCH_DESCRIPTION = "Search past conversations for relevant context. Searches across all sessions."
+#: Most hits ``session_search`` and the history block return.
+SESSION_SEARCH_LIMIT = 10
+#: Start of the summary message :meth:`SessionManager.compact_and_split` writes.
+SPLIT_PREFIX = "[Context from previous session]\n\n"
+#: ``end_reason`` of a session closed by :meth:`SessionManager.compact_and_split`.
+END_REASON_COMPACTION = "compaction"
+
+_SESSION_SEARCH_SCHEMA = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "Search query"}},
+    "required": ["query"],
+}
+
+
+class _ManagedSession(Session):
+    """A Session whose writes also touch its registry row (``updated_at``)."""
+
+    _touch: Callable[[], object] | None = None
+
+    async def _after_write(self, change: MessagesChange) -> None:
+        if self._touch is not None and _changes_history(change):
+            self._touch()
+        await super()._after_write(change)
+
+    async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, str]:
+        record = await super().add_compaction(summary, from_id, to_id)
+        if self._touch is not None:
+            self._touch()
+        return record
+
+
+def _changes_history(change: MessagesChange) -> bool:
+    if change.kind == "append":
+        return change.inserted
+    if change.kind == "delete":
+        return bool(change.message_ids)
+    return True
+
+
+class _HistorySearchProvider:
+    """The read-only searchable block of :meth:`SessionManager.with_searchable_history`."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    async def get(self) -> str | None:
+        """``"<n> sessions available for search."`` (``session`` for 1), ``None`` with no sessions."""
+        count = registry.count_sessions(self._manager.storage)
+        if not count:
+            return None
+        return f"{count} session{'' if count == 1 else 's'} available for search."
+
+    async def search(self, query: str) -> str | None:
+        """The best 10 hits as ``[<role>] <content>`` joined by ``\\n---\\n``; ``None`` for none."""
+        return _format_hits(await self._manager.search(query, limit=SESSION_SEARCH_LIMIT)) or None
+
+
+def _format_hits(hits: list[dict[str, str]]) -> str:
+    return "\n---\n".join(f"[{hit['role']}] {hit['content']}" for hit in hits)
+
+
+class _ClassOrInstanceMethod:
+    """One attribute name, two methods: ``on_class(cls, ...)`` when read from
+    the class, ``on_instance(self, ...)`` when read from an instance."""
+
+    def __init__(self, on_class: Callable[..., Any], on_instance: Callable[..., Any]) -> None:
+        self._on_class = on_class
+        self._on_instance = on_instance
+        self.__doc__ = f"{on_class.__doc__}\n\n{on_instance.__doc__}"
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Callable[..., Any]:
+        if instance is None:
+            return types.MethodType(self._on_class, owner)
+        return types.MethodType(self._on_instance, instance)
+
+
+class SessionManager:
+    """A registry of named sessions sharing one actor's SQLite file.
+
+    Build with :meth:`create` and the chainable builders; builders touch no
+    SQL and must all come before the first session is opened (after that
+    they raise :class:`~actors.errors.ConflictError`, since open sessions
+    would not see the change). Every method that reads or writes is
+    ``async``; :meth:`tools` is plain.
+
+    Registry rows are dicts with the spec's ``assistant_sessions`` columns
+    (:data:`storage.registry.SESSION_COLUMNS`); ``created_at`` and
+    ``updated_at`` are UTC ``YYYY-MM-DD HH:MM:SS.SSS``.
+    """
+
+    def __init__(self, storage: SqlStorage, *, target: Any = None) -> None:
+        self._storage = storage
+        self._target = storage if target is None else target
+        self._validator = ContextBlocks(storage)
+        self._blocks: list[tuple[str, dict[str, Any]]] = []
+        self._cached_prompt: tuple[Any] | None = None
+        self._compaction_fn: Callable[..., Any] | None = None
+        self._compact_after: tuple[float, Any] | None = None
+        self._error_handler: Callable[..., Any] | None = None
+        self._history_label: str | None = None
+        self._history_provider = _HistorySearchProvider(self)
+        self._sessions: dict[str, Session] = {}
+        self._opened = False
+
+    def _create_manager(cls, target: Any) -> SessionManager:
+        """``SessionManager.create(target)``: a manager on ``target``'s storage.
+
+        Args:
+            target: a :class:`storage.SqlStorage`, or an object (an Agent)
+                whose ``.storage`` is one. Sessions are created from it with
+                :meth:`Session.create`, so a callable ``target.broadcast``
+                becomes every session's broadcaster.
+
+        Raises:
+            TypeError: no :class:`SqlStorage` can be found on ``target``.
+        """
+        storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
+        if not isinstance(storage, SqlStorage):
+            raise TypeError(
+                "SessionManager.create() needs a SqlStorage or an object whose .storage is one, "
+                f"not {type(target).__name__}"
+            )
+        return cls(storage, target=target)
+
+    @property
+    def storage(self) -> SqlStorage:
+        """The :class:`SqlStorage` holding every managed session."""
+        return self._storage
+
+    # -- builders ------------------------------------------------------------------
+
+    def _check_unopened(self, method: str) -> None:
+        if self._opened:
+            raise ConflictError(f"{method}() configures every managed session and must come before the first one opens")
+
+    def with_context(
+        self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
+    ) -> SessionManager:
+        """Give every session the block ``label`` (see :meth:`Session.with_context`). Returns ``self``.
+
+        Without ``provider`` each session stores the block in its own row
+        ``<label>_<session id>``; a ``provider`` object is shared by all.
+
+        Raises:
+            InvalidInputError: as :meth:`Session.with_context` (checked now).
+            ConflictError: ``Block "<label>" already exists``, or a session is open.
+        """
+        self._check_unopened("with_context")
+        self._validator.with_context(label, description=description, max_tokens=max_tokens, provider=provider)
+        self._blocks.append((label, {"description": description, "max_tokens": max_tokens, "provider": provider}))
+        return self
+
+    def with_cached_prompt(self, provider: Any = None) -> SessionManager:
+        """Keep every session's frozen prompt (by default in ``_system_prompt_<session id>``). Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``provider`` lacks ``get``/``set``.
+            ConflictError: a session is open.
+        """
+        self._check_unopened("with_cached_prompt")
+        ContextBlocks(self._storage).with_cached_prompt(provider)
+        self._cached_prompt = (provider,)
+        return self
+
+    def on_compaction(self, fn: Callable[..., Any]) -> SessionManager:
+        """Every session compacts with ``fn`` (see :meth:`Session.on_compaction`). Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``fn`` is not callable.
+            ConflictError: a session is open.
+        """
+        self._check_unopened("on_compaction")
+        self._compaction_fn = _check_callable(fn, "fn")
+        return self
+
+    def compact_after(self, threshold: float, *, token_counter: Callable[..., Any] | None = None) -> SessionManager:
+        """Every session compacts itself once its estimate exceeds ``threshold`` tokens. Returns ``self``.
+
+        ``token_counter`` replaces the estimate as in :meth:`Session.compact_after`.
+
+        Raises:
+            InvalidInputError: ``threshold`` is not a finite number > 0, or
+                ``token_counter`` is not callable.
+            ConflictError: a session is open.
+        """
+        self._check_unopened("compact_after")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
+            math.isfinite(threshold) and threshold > 0
+        ):
+            raise InvalidInputError(f"threshold must be a finite number > 0, not {threshold!r}", field="threshold")
+        if token_counter is not None:
+            _check_callable(token_counter, "token_counter")
+        self._compact_after = (threshold, token_counter)
+        return self
+
+    def on_compaction_error(self, handler: Callable[..., Any]) -> SessionManager:
+        """Automatic-compaction errors of every session go to ``handler``. Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``handler`` is not callable.
+            ConflictError: a session is open.
+        """
+        self._check_unopened("on_compaction_error")
+        self._error_handler = _check_callable(handler, "handler")
+        return self
+
+    def with_searchable_history(self, label: str) -> SessionManager:
+        """Give every session, after its other blocks, a read-only searchable block
+        ``label`` (``Cross-session conversation history``) over all managed sessions.
+
+        Its content is ``"<n> sessions available for search."`` (``1 session``
+        for one; empty with none); ``search_context`` on it returns the best
+        10 hits of :meth:`search` as ``[<role>] <content>`` joined by
+        ``\\n---\\n``. Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``label`` is not a non-empty string.
+            ConflictError: the label is already used, a history block was
+                already added, or a session is open.
+        """
+        self._check_unopened("with_searchable_history")
+        if self._history_label is not None:
+            raise ConflictError(f'Block "{self._history_label}" already holds the searchable history')
+        self._validator.with_context(label, description=HISTORY_DESCRIPTION, provider=self._history_provider)
+        self._history_label = label
+        return self
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def _configure(self, session: Session) -> Session:
+        for label, options in self._blocks:
+            session.with_context(label, **options)
+        if self._history_label is not None:
+            session.with_context(self._history_label, description=HISTORY_DESCRIPTION, provider=self._history_provider)
+        if self._cached_prompt is not None:
+            session.with_cached_prompt(self._cached_prompt[0])
+        if self._compaction_fn is not None:
+            session.on_compaction(self._compaction_fn)
+        if self._compact_after is not None:
+            threshold, counter = self._compact_after
+            session.compact_after(threshold, token_counter=counter)
+        if self._error_handler is not None:
+            session.on_compaction_error(self._error_handler)
+        return session
+
+    def _open(self, session_id: str) -> Session:
+        """The cached Session of a registered ``session_id`` (configured on first use)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            self._opened = True
+            session = _ManagedSession.create(self._target).for_session(session_id)
+            session._touch = lambda: registry.touch_session(self._storage, session_id)
+            session = self._configure(session)
+            self._sessions[session_id] = session
+        return session
+
+    def _require(self, session_id: Any) -> str:
+        session_id = _check_text(session_id, "session_id")
+        if not registry.session_exists(self._storage, session_id):
+            self._sessions.pop(session_id, None)
+            raise NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
+        return session_id
+
+    async def get_session(self, session_id: str) -> Session:
+        """The :class:`Session` of ``session_id``, configured with the manager's
+        settings; the same object on every call until :meth:`delete`.
+
+        Raises:
+            NotFoundError: ``session_id`` is not registered.
+            InvalidInputError: ``session_id`` is not a string.
+        """
+        return self._open(self._require(session_id))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _create_session(
+        self,
+        name: str,
+        *,
+        parent_session_id: str | None = None,
+        model: str | None = None,
+        source: str | None = None,
+    ) -> Row:
+        """``await manager.create(name)``: register a new session with a random UUID id; returns its row.
+
+        The row: ``{"id", "name", "parent_session_id", "model", "source",
+        "input_tokens": 0, "output_tokens": 0, "estimated_cost": 0.0,
+        "end_reason": None, "created_at", "updated_at"}`` (both times equal).
+        ``parent_session_id`` is recorded as given, not checked.
+
+        Raises:
+            InvalidInputError: ``name`` is not a string, or an option is
+                neither a string nor ``None``.
+        """
+        name = _check_text(name, "name")
+        options = {
+            "parent_session_id": _check_optional_text(parent_session_id, "parent_session_id"),
+            "model": _check_optional_text(model, "model"),
+            "source": _check_optional_text(source, "source"),
+        }
+        return registry.insert_session(self._storage, str(uuid.uuid4()), name, **options)
+
+    #: On the class, ``SessionManager.create(target)`` builds a manager; on a
+    #: manager, ``await manager.create(name, ...)`` registers a session (the
+    #: spec gives both the same name).
+    create = _ClassOrInstanceMethod(_create_manager, _create_session)
+
+    async def get(self, session_id: str) -> Row | None:
+        """The row of ``session_id``, or ``None`` when it is not registered."""
+        return registry.get_session(self._storage, _check_text(session_id, "session_id"))
+
+    async def list(self) -> list[Row]:
+        """Every row, most recently updated first; within one millisecond the
+        later write first (creation counts as a write)."""
+        return registry.list_sessions(self._storage)
+
+    async def rename(self, session_id: str, name: str) -> Row:
+        """Set the name (touches ``updated_at``); returns the new row.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+            InvalidInputError: ``name`` is not a string.
+        """
+        name = _check_text(name, "name")
+        return self._found(registry.rename_session(self._storage, self._require(session_id), name), session_id)
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session and every row it owns, in one transaction.
+
+        Gone afterwards: its messages and their search rows, its compactions,
+        its ``assistant_config`` rows (active leaf, loaded skills), its
+        context-block rows (``<label>_<session id>``, the cached prompt
+        ``_system_prompt_<session id>``) and its registry row. Shared rows
+        (explicit providers, search entries of a block label) stay.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+        """
+        session_id = self._require(session_id)
+        self._sessions.pop(session_id, None)
+        registry.delete_session(self._storage, session_id)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, message: Message, parent_id: str | None | object = LATEST_LEAF) -> str:
+        """Append with :meth:`Session.append_message` rules; returns ``message["id"]``.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+            InvalidMessageError, InvalidInputError: as :meth:`Session.append_message`.
+        """
+        session = await self.get_session(session_id)
+        await session.append_message(message, parent_id)
+        return message["id"]
+
+    async def upsert(self, session_id: str, message: Message, parent_id: str | None | object = LATEST_LEAF) -> str:
+        """Update the message if the session holds its id, else append it; returns its id.
+
+        Raises: as :meth:`append` (and :meth:`Session.update_message`).
+        """
+        session = await self.get_session(session_id)
+        if isinstance(message, Mapping) and isinstance(message.get("id"), str):
+            if await session.get_message(message["id"]) is not None:
+                await session.update_message(message)
+                return message["id"]
+        await session.append_message(message, parent_id)
+        return message["id"]
+
+    async def append_all(
+        self, session_id: str, messages: Iterable[Message], parent_id: str | None | object = LATEST_LEAF
+    ) -> str | None:
+        """Append ``messages`` in order, each the child of the one before.
+
+        The first one's parent is ``parent_id``: by default the latest leaf,
+        so a batch continues the conversation (DEVIATIONS 7); ``None`` starts
+        a new root. A message already stored is skipped and the chain goes
+        on from it. Every message is checked before the first is stored.
+
+        Returns:
+            The last message's id, or ``None`` for an empty batch.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+            InvalidMessageError: a message is malformed (nothing stored).
+            InvalidInputError: ``messages`` is not a list of messages.
+        """
+        session = await self.get_session(session_id)
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise InvalidInputError("messages must be a list of messages", field="messages")
+        batch = [session._prepare_message(m).message for m in messages]
+        parent = parent_id
+        for message in batch:
+            await session.append_message(message, parent)
+            parent = message["id"]
+        return batch[-1]["id"] if batch else None
+
+    async def get_history(self, session_id: str, leaf_id: str | None = None) -> list[Message]:
+        """:meth:`Session.get_history` of the session (overlays applied). Raises NotFoundError."""
+        return await (await self.get_session(session_id)).get_history(leaf_id)
+
+    async def get_message_count(self, session_id: str) -> int:
+        """Stored messages on the path to the latest leaf (:meth:`Session.get_path_length`)."""
+        return await (await self.get_session(session_id)).get_path_length()
+
+    async def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+        """Children of ``message_id``, oldest first (:meth:`Session.get_branches`)."""
+        return await (await self.get_session(session_id)).get_branches(message_id)
+
+    async def clear_messages(self, session_id: str) -> None:
+        """Delete the session's messages, compactions and search rows (the row stays)."""
+        await (await self.get_session(session_id)).clear_messages()
+
+    async def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> int:
+        """:meth:`Session.delete_messages`: returns how many were deleted."""
+        return await (await self.get_session(session_id)).delete_messages(message_ids)
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    async def add_compaction(self, session_id: str, summary: str, from_id: str, to_id: str) -> dict[str, str]:
+        """:meth:`Session.add_compaction` (touches ``updated_at``); returns the record."""
+        return await (await self.get_session(session_id)).add_compaction(summary, from_id, to_id)
+
+    async def get_compactions(self, session_id: str) -> list[dict[str, str]]:
+        """:meth:`Session.get_compactions` of the session, oldest first."""
+        return await (await self.get_session(session_id)).get_compactions()
+
+    async def compact_and_split(self, session_id: str, summary: str, name: str | None = None) -> Row:
+        """End a session and continue it in a new one that starts from ``summary``.
+
+        In one transaction: the old row gets ``end_reason = "compaction"``
+        (and is touched); a new session is registered with ``name`` (default:
+        the old name), ``parent_session_id`` = the old id, the old ``model``
+        and ``source``; it holds one message ``{"id": <uuid>, "role":
+        "assistant", "parts": [{"type": "text", "text": "[Context from
+        previous session]\\n\\n" + summary}]}``.
+
+        Returns:
+            The new session's row.
+
+        Raises:
+            NotFoundError: unknown ``session_id`` (nothing written).
+            InvalidInputError: ``summary`` or ``name`` is not a string.
+        """
+        old = await self._get_row(session_id)
+        summary = _check_text(summary, "summary")
+        name = old["name"] if name is None else _check_text(name, "name")
+        text = SPLIT_PREFIX + summary
+        message = {"id": str(uuid.uuid4()), "role": "assistant", "parts": [{"type": "text", "text": text}]}
+        new_id = str(uuid.uuid4())
+        with self._storage.transaction():
+            registry.end_session(self._storage, old["id"], END_REASON_COMPACTION)
+            registry.insert_session(
+                self._storage, new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"]
+            )
+            _store_path(self._open(new_id), [message])
+        return registry.get_session(self._storage, new_id)
+
+    async def fork(self, session_id: str, at_message_id: str, name: str) -> Row:
+        """A new session holding the history root -> ``at_message_id`` of ``session_id``.
+
+        The path is copied as :meth:`Session.get_history` returns it
+        (overlays become ordinary messages; compaction rows are not copied),
+        every message with a new UUID id and chained in order from a new
+        root. The new row has ``parent_session_id = session_id`` (``model``
+        and ``source`` empty, as in the original). The source session is not
+        changed. One transaction.
+
+        Returns:
+            The new session's row.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+            MessageNotFoundError: ``at_message_id`` is not stored in that
+                session (an overlay id included). Nothing is written.
+            InvalidInputError: ``name`` or ``at_message_id`` is not a string.
+        """
+        source = await self.get_session(session_id)
+        at_message_id = _check_text(at_message_id, "at_message_id")
+        name = _check_text(name, "name")
+        if await source.get_message(at_message_id) is None:
+            raise MessageNotFoundError(at_message_id)
+        copies = [{**message, "id": str(uuid.uuid4())} for message in await source.get_history(at_message_id)]
+        new_id = str(uuid.uuid4())
+        with self._storage.transaction():
+            registry.insert_session(self._storage, new_id, name, parent_session_id=source.session_id)
+            _store_path(self._open(new_id), copies)
+        return registry.get_session(self._storage, new_id)
+
+    # -- usage ------------------------------------------------------------------------------------
+
+    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int, cost: float) -> Row:
+        """Add to the row's ``input_tokens``, ``output_tokens`` and
+        ``estimated_cost`` (touches ``updated_at``); returns the new row.
+
+        Raises:
+            NotFoundError: unknown ``session_id``.
+            InvalidInputError: a token count is not an int >= 0, or ``cost``
+                not a finite number >= 0 (nothing written).
+        """
+        for value, field in ((input_tokens, "input_tokens"), (output_tokens, "output_tokens")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"{field} must be an int >= 0, not {value!r}", field=field)
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (math.isfinite(cost) and cost >= 0):
+            raise InvalidInputError(f"cost must be a finite number >= 0, not {cost!r}", field="cost")
+        row = registry.add_usage(self._storage, self._require(session_id), input_tokens, output_tokens, cost)
+        return self._found(row, session_id)
+
+    # -- search and tools ----------------------------------------------------------------------------
+
+    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
+        """Full-text search of the stored messages of every registered session.
+
+        Query rules as :meth:`Session.search`: every word must match, a
+        ``"quoted part"`` as a phrase, nothing is FTS5 syntax, CJK text is
+        found inside sentences; a blank query gives ``[]``.
+
+        Returns:
+            Up to ``limit`` hits, best first: ``[{"id", "role", "content",
+            "createdAt", "sessionId"}]`` -- ``content`` the indexed text (the
+            text parts joined by a space), ``createdAt`` when the message was
+            stored (ISO-8601 UTC with ms), ``sessionId`` its session.
+
+        Raises:
+            InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0.
+            storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
+        """
+        _check_text(query, "query")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidInputError(f"limit must be an int >= 0, not {limit!r}", field="limit")
+        parsed = parse_query(query)
+        if parsed is None or limit == 0:
+            return []
+        return [
+            {
+                "id": hit["id"],
+                "role": hit["role"],
+                "content": hit["content"],
+                "createdAt": to_iso8601(hit["created_at"]),
+                "sessionId": hit["session_id"],
+            }
+            for hit in registry.search_messages(self._storage, parsed, limit)
+        ]
+
+    def tools(self) -> dict[str, Tool]:
+        """``{"session_search": Tool}``: the model searches every managed session.
+
+        Input ``{"query": str}``; the result is the best 10 hits of
+        :meth:`search` as ``[<role>] <content>`` joined by ``\\n---\\n``, or
+        ``No results found.``. Give a model both kinds of tools with
+        ``{**await session.tools(), **manager.tools()}``.
+        """
+
+        async def run(args: dict[str, Any]) -> str:
+            return _format_hits(await self.search(args["query"], limit=SESSION_SEARCH_LIMIT)) or "No results found."
+
+        schema = {**_SESSION_SEARCH_SCHEMA, "properties": {"query": dict(_SESSION_SEARCH_SCHEMA["properties"]["query"])}}
+        return {"session_search": Tool("session_search", SESSION_SEARCH_DESCRIPTION, schema, run)}
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    async def _get_row(self, session_id: Any) -> Row:
+        row = registry.get_session(self._storage, _check_text(session_id, "session_id"))
+        return self._found(row, session_id)
+
+    @staticmethod
+    def _found(row: Row | None, session_id: str) -> Row:
+        if row is None:
+            raise NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
+        return row
+
+
+def _store_path(session: Session, messages: list[Message]) -> None:
+    """Store ``messages`` as a chain from a new root, inside the caller's transaction.
+
+    Goes through the Session's own way into storage (validation, the
+    row-size hook, serialisation) without its after-write hooks: the
+    session is brand new, nobody watches it yet.
+    """
+    parent: str | None = None
+    for message in messages:
+        prepared = session._prepare_message(message)
+        stored = prepared.message
+        session._messages.append(stored["id"], stored["role"], prepared.content, prepared.text, parent)
+        parent = stored["id"]
+
+
+def _check_text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
+    return value
+
+
+def _check_optional_text(value: Any, name: str) -> str | None:
+    return None if value is None else _check_text(value, name)
+
+
+def _check_callable(value: Any, name: str) -> Any:
+    if not callable(value):
+        raise InvalidInputError(f"{name} must be callable, not {type(value).__name__}", field=name)
+    return value
