@@ -15,7 +15,7 @@ one wake and is then removed) but never less:
   after a restart (at-least-once, as a Durable Object).
 
 :class:`AlarmScheduler` sleeps until the earliest indexed alarm of a bound
-namespace and asks the host to deliver it. :func:`deliver_alarm` runs inside
+namespace and asks the host to deliver it. :func:`run_alarm_handler` runs inside
 the actor's turn: it calls ``alarm(info)``, removes the alarm on success, and
 on failure reschedules it ``2 s * 2**retry_count`` later, dropping it after
 :data:`MAX_ALARM_RETRIES` retries.
@@ -192,7 +192,7 @@ class AlarmScheduler:
             await trio.lowlevel.checkpoint()
 
 
-async def deliver_alarm(agent: Agent, clock: HostClock, *, force: bool = False) -> bool:
+async def run_alarm_handler(agent: Agent, clock: HostClock, *, force: bool = False) -> bool:
     """Run ``agent.alarm(info)`` for its stored alarm (inside the actor's turn).
 
     Returns ``False`` without running anything when there is no alarm, it

@@ -48,7 +48,7 @@ from actors.agent import Agent, ConnectionLike
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 
-from .alarms import AlarmIndex, AlarmScheduler, HostClock, deliver_alarm
+from .alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm_handler
 from .errors import (
     ActorOverloadedError,
     HostClosedError,
@@ -76,8 +76,9 @@ class HostStatistics:
 
     Gauges: ``active`` actors with an open file (at most ``max_active``), of
     which ``idle`` have no pending call; ``activating`` actors being woken
-    (opening, in ``on_start`` or waiting for a free file); ``hibernated``: actors this host put
-    to sleep (idle, evicted or ``hibernate()``) not woken since; ``running``
+    (opening, in ``on_start`` or waiting for a free file); ``hibernated``:
+    actors of bound namespaces with a file on disk and no open file (counted
+    by one folder scan per namespace on the first call, then kept up to date); ``running``
     calls executing actor code; ``queued`` calls waiting to start;
     ``connections`` WebSocket peers held. Counters since the host opened:
     ``calls`` answered, ``activations`` (successful), ``failed_activations``,
@@ -154,7 +155,7 @@ class ActorHost:
         self._idle_wakeup = trio.Event()
         self._settled = trio.lowlevel.ParkingLot()  # unparked when a slot goes idle or closes
         self._open_files = 0
-        self._hibernated: set[ActorKey] = set()
+        self._files: dict[str, int] = {}  # namespace -> actor files on disk, once scanned
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
         self._closed = False
@@ -215,7 +216,7 @@ class ActorHost:
             active=self._open_files,
             activating=sum(slot.state is SlotState.ACTIVATING for slot in self._slots.values()),
             idle=len(self._idle),
-            hibernated=len(self._hibernated),
+            hibernated=max(0, sum(self._count_files(name) for name in self._namespaces) - self._open_files),
             running=running,
             queued=pending - running,
             connections=sum(len(c) for c in self._connections.values()),
@@ -381,17 +382,20 @@ class ActorHost:
             raise
         else:
             slot.state = SlotState.ACTIVE
-            self._hibernated.discard(slot.key)
             self._counts["activations"] += 1
             slot.ready.set()
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
         """Open the actor's file (copying the template when new); give back the reservation on failure."""
+        path = self.path_for(actor_id)
+        existed = path.exists()
         try:
-            storage = ActorStorage.open(self.path_for(actor_id), durability=self.durability, template=self._template)
+            storage = ActorStorage.open(path, durability=self.durability, template=self._template)
         except BaseException:
             self._open_files -= 1
             raise
+        if not existed and actor_id.namespace in self._files:
+            self._files[actor_id.namespace] += 1
         try:
             storage.skip_checkpoint_on_close()  # hibernating must not wait for the disk
         except BaseException:
@@ -399,6 +403,18 @@ class ActorHost:
             self._open_files -= 1
             raise
         return storage
+
+    def _count_files(self, namespace: str) -> int:
+        """Actor files of ``namespace`` on disk (scanned once, then counted as they are created)."""
+        if namespace not in self._files:
+            folder = self.data_dir / namespace
+            count = 0
+            if folder.is_dir():
+                for shard in os.scandir(folder):
+                    if shard.is_dir():
+                        count += sum(entry.name.endswith(".sqlite3") for entry in os.scandir(shard.path))
+            self._files[namespace] = count
+        return self._files[namespace]
 
     def _fail_activation(self, slot: ActorSlot, error: BaseException) -> None:
         logger.warning("activation of %s failed: %r", describe(slot.id), error)
@@ -433,7 +449,6 @@ class ActorHost:
                 logger.exception("closing the file of %s failed", describe(slot.id))
         if counter is not None:
             self._counts[counter] += 1
-            self._hibernated.add(slot.key)
         self._settled.unpark_all()
 
     async def _reap_idle(self) -> None:
@@ -484,7 +499,7 @@ class ActorHost:
 
         async def invoke(agent: Agent) -> bool:
             try:
-                ran = await deliver_alarm(agent, self.clock, force=force)
+                ran = await run_alarm_handler(agent, self.clock, force=force)
             except Exception:
                 self._counts["alarms_run"] += 1
                 self._counts["alarm_failures"] += 1

@@ -169,6 +169,20 @@ async def test_touching_many_actors_keeps_open_files_bounded(actor_data_dir):
         assert list_actor_ids(ns) == sorted(ids, key=lambda actor_id: actor_id.hex)
 
 
+async def test_actors_left_by_an_earlier_host_count_as_hibernated(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        ns = host.bind("memo", Memo)
+        for name in "abc":
+            await ns.get_by_name(name).bump()
+    async with open_host(actor_data_dir) as host:
+        ns = host.bind("memo", Memo)
+        assert host.statistics().hibernated == 3
+        await ns.get_by_name("a").bump()
+        await ns.get_by_name("new").bump()
+        stats = host.statistics()
+        assert (stats.active, stats.hibernated) == (2, 2)
+
+
 async def test_statistics_is_a_frozen_snapshot(actor_host):
     stats = actor_host.statistics()
     assert dataclasses.asdict(stats) == {
