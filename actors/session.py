@@ -1,9 +1,15 @@
-"""The Session: one conversation's message tree, its compaction overlays and its search.
+"""The Session: one conversation's message tree, context blocks, compaction and search.
 
-Spec sections followed (``seeds/004``): Messages, Reading History, Branching,
-Search, Compaction (overlays, ``add_compaction``/``get_compactions``), Storage;
-``session-behaviours.md`` §2, §5, §8 (how overlays are applied), §11; with the
-improvements of ``DEVIATIONS.md`` 1-6, 9, 10, 13 and 18.
+Spec sections followed (``seeds/004``): Session (builder), Messages, Reading
+History, Branching, Search, WebSocket Broadcasts, Context Blocks, System
+Prompt, Skills, AI Tools, Compaction, Storage; ``session-behaviours.md`` §2-§12,
+with the improvements of ``DEVIATIONS.md`` 1-10, 12-14, 16-18.
+
+Parts. The Session owns the message tree (:mod:`storage.messages`) and
+delegates context blocks, the frozen prompt, tools and skills to a
+:class:`~actors.context.ContextBlocks` engine (for which it is the
+:class:`~actors.skills.SkillHost`), and compaction, the token estimate and
+status broadcasts to :class:`~actors.session_compaction.SessionCompaction`.
 
 Shapes. A message is a plain ``dict`` in the spec's JSON shape: ``{"id":
 str, "role": str, "parts": list, ...}`` (an AI SDK ``UIMessage`` fits).
@@ -30,36 +36,51 @@ work is synchronous and each write is one transaction with no ``await``
 inside: calls from different trio tasks never interleave mid-write, and
 concurrent appends land in the order they arrive.
 
-Extension points (for the context-block, skill, broadcast and compaction
-features built on this class): every write passes through
-:meth:`Session._prepare_message` (validation, then the :meth:`_before_store`
-hook: the place for the row-size limit) and, once committed, through the
-:meth:`_after_write` hook with a :class:`MessagesChange` (the place for skill
-state, status broadcasts and auto-compaction).
+Every write passes through :meth:`Session._prepare_message` (validation,
+the :meth:`~Session._before_store` hook, then the row-size limit: a message
+whose JSON exceeds the limit -- 1,800,000 UTF-8 bytes unless
+:meth:`~Session.with_row_limit` says otherwise -- is shrunk by
+:func:`actors.truncation.enforce_row_size_limit` before it is stored,
+DEVIATIONS 8) and, once committed, through :meth:`Session._after_write` with
+a :class:`MessagesChange`: skill state follows the new message, a
+``cf_agent_session`` status is broadcast and, after a new message,
+auto-compaction runs when the estimate exceeds the threshold (§12).
+
+Search indexes each message's text parts and, beside them, its tool calls'
+names and string inputs (a deliberate improvement: a search for a file a
+tool read finds the message); a hit's ``content`` is still only the text
+parts, ``""`` for a message found through its tool calls alone.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, KeysView
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage import SqlStorage
 from storage.fts import parse_query
-from storage.messages import (
-    LATEST_LEAF,
-    OVERLAY_PREFIX,
-    CompactionRow,
-    MessageStore,
-    to_iso8601,
-)
+from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, to_iso8601
 
-from .errors import InvalidInputError, InvalidMessageError, MessageNotFoundError
-from .tokens import js_stringify
+from .compaction import CompactResult, SessionCounter
+from .context import ContextBlock, ContextBlocks
+from .errors import InvalidInputError, MessageNotFoundError
+from .session_compaction import CompactionFunction, ErrorHandler, SessionCompaction
+from .session_messages import (
+    apply_overlays,
+    check_message,
+    compaction_record,
+    parse,
+    parse_all,
+    search_text,
+    serialise,
+    tool_search_text,
+    utf8_length,
+)
+from .tokens import estimate_message_tokens
+from .tools import Tool
+from .truncation import ROW_MAX_BYTES, enforce_row_size_limit
 
 __all__ = ["COMPACTION_PREFIX", "LATEST_LEAF", "MessagesChange", "Session"]
 
@@ -95,17 +116,23 @@ class _Prepared:
     message: Message
     content: str
     text: str
+    tools: str
+    tokens: int
 
 
 class Session:
     """A conversation stored in one actor's SQLite file.
 
-    Build with :meth:`create` (and optionally :meth:`for_session`); builders
-    touch no SQL. All data methods are ``async``.
+    Build with :meth:`create`, then chain the builders (:meth:`for_session`,
+    :meth:`with_context`, :meth:`with_cached_prompt`, :meth:`on_compaction`,
+    :meth:`compact_after`, :meth:`on_compaction_error`,
+    :meth:`with_row_limit`); builders touch no SQL and return ``self``.
+    All data methods are ``async``.
 
     Attributes:
         broadcaster: ``target.broadcast`` when the target passed to
-            :meth:`create` has a callable ``broadcast``, else ``None``.
+            :meth:`create` has a callable ``broadcast`` (sync or async), else
+            ``None``. Status payloads go through it (§12, DEVIATIONS 16).
     """
 
     #: Default parent of :meth:`append_message`: the latest leaf.
@@ -122,6 +149,9 @@ class Session:
         self.broadcaster = broadcaster
         self._session_id = _check_str(session_id, "session_id")
         self._messages = MessageStore(storage, self._session_id)
+        self._context = ContextBlocks(storage, host=self, session_id=self._session_id)
+        self._compaction = SessionCompaction(self)
+        self._row_max_bytes = ROW_MAX_BYTES
 
     # -- builders ------------------------------------------------------------
 
@@ -149,11 +179,106 @@ class Session:
     def for_session(self, session_id: str) -> Session:
         """Scope this Session to ``session_id`` (many sessions can share one file); returns ``self``.
 
+        Messages, compactions, the auto-wired block rows (``<label>_<id>``),
+        the cached prompt (``_system_prompt_<id>``) and the loaded-skill row
+        are all namespaced by it (§3).
+
         Raises:
             InvalidInputError: ``session_id`` is not a string.
+            ConflictError: the context blocks were already used.
         """
-        self._session_id = _check_str(session_id, "session_id")
+        _check_str(session_id, "session_id")
+        self._context.for_session(session_id)
+        self._session_id = session_id
         self._messages = MessageStore(self._storage, self._session_id)
+        return self
+
+    def with_context(
+        self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
+    ) -> Session:
+        """Declare a context block (prompt order = call order); returns ``self``.
+
+        Args:
+            label: the block label (non-empty).
+            description: shown in the block header, e.g. ``Learned facts``.
+            max_tokens: limit on the block's estimated tokens (writes over it fail).
+            provider: ``get()`` (+ ``set``/``load``/``search``: see
+                :mod:`actors.context`); ``None`` auto-wires a writable
+                :class:`~actors.context.AgentContextProvider` row.
+
+        Raises:
+            InvalidInputError: a bad label, description, ``max_tokens`` or provider.
+            ConflictError: the label is already declared, or the blocks were already used.
+        """
+        self._context.with_context(label, description=description, max_tokens=max_tokens, provider=provider)
+        return self
+
+    def with_cached_prompt(self, provider: Any = None) -> Session:
+        """Persist the frozen system prompt (in ``provider``, else the
+        ``_system_prompt[_<id>]`` row) so it survives hibernation; returns ``self``.
+
+        Raises:
+            InvalidInputError: ``provider`` lacks ``get``/``set``.
+            ConflictError: the blocks were already used.
+        """
+        self._context.with_cached_prompt(provider)
+        return self
+
+    def on_compaction(self, fn: CompactionFunction) -> Session:
+        """Register the compaction function used by :meth:`compact`; returns ``self``.
+
+        ``fn(messages, *, token_counter=None)`` (sync or async; the keyword
+        is passed only when ``fn`` accepts it) gets the history with
+        overlays applied and returns ``{"fromMessageId", "toMessageId",
+        "summary"}`` or ``None`` (nothing to compact);
+        :func:`actors.compaction.create_compact_function` builds one.
+
+        Raises:
+            InvalidInputError: ``fn`` is not callable.
+        """
+        self._compaction.set_function(fn)
+        return self
+
+    def compact_after(self, threshold: float, *, token_counter: SessionCounter | None = None) -> Session:
+        """Compact automatically after a new message when the estimate exceeds
+        ``threshold`` tokens (strictly); needs :meth:`on_compaction`. Returns ``self``.
+
+        Args:
+            threshold: estimated tokens (a finite number >= 0).
+            token_counter: replaces the heuristic estimate:
+                ``counter({"messages", "systemPrompt", "contextBlocks"}) ->
+                number`` (sync or async; rounded up, clamped at 0). It also
+                reaches the compaction function as its ``token_counter``.
+
+        Raises:
+            InvalidInputError: a bad threshold or a non-callable counter.
+        """
+        self._compaction.set_threshold(threshold, token_counter)
+        return self
+
+    def on_compaction_error(self, handler: ErrorHandler) -> Session:
+        """Call ``handler(exception)`` (sync or async) when automatic compaction
+        fails: the function raises or returns a range off the current path,
+        or the counter raises (DEVIATIONS 14). Errors of the handler are
+        logged and swallowed, so writes stay successful. Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``handler`` is not callable.
+        """
+        self._compaction.set_error_handler(handler)
+        return self
+
+    def with_row_limit(self, max_bytes: int) -> Session:
+        """Store no message row larger than ``max_bytes`` UTF-8 bytes of JSON
+        (default 1,800,000); larger messages are shrunk first (DEVIATIONS 8).
+        Returns ``self``.
+
+        Raises:
+            InvalidInputError: ``max_bytes`` is not a positive integer.
+        """
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidInputError(f"max_bytes must be a positive integer, not {max_bytes!r}", field="max_bytes")
+        self._row_max_bytes = max_bytes
         return self
 
     @property
@@ -165,6 +290,11 @@ class Session:
     def storage(self) -> SqlStorage:
         """The :class:`SqlStorage` holding this session."""
         return self._storage
+
+    @property
+    def token_threshold(self) -> float | None:
+        """The :meth:`compact_after` threshold, or ``None``."""
+        return self._compaction.threshold
 
     # -- writes ----------------------------------------------------------------
 
@@ -180,6 +310,12 @@ class Session:
                 becomes the latest leaf; an id not stored in this session ->
                 a root. An overlay id (``compaction_<id>``) stands for the last
                 message that compaction covers.
+
+        A message over the row limit is stored shrunk (DEVIATIONS 8). After
+        a new message: skill state follows its ``load_context`` /
+        ``unload_context`` parts, ``idle`` is broadcast, and auto-compaction
+        runs when the estimate exceeds the threshold -- its failures go to
+        :meth:`on_compaction_error`, never to the caller.
 
         Returns:
             ``True`` if stored. ``False`` when nothing was written: the id is
@@ -199,8 +335,10 @@ class Session:
         if prepared.message["id"].startswith(COMPACTION_PREFIX):
             inserted, parent = False, None
         else:
+            m = prepared.message
             inserted, parent = self._messages.append(
-                prepared.message["id"], prepared.message["role"], prepared.content, prepared.text, parent_id
+                m["id"], m["role"], prepared.content, prepared.text, parent_id,
+                tokens=prepared.tokens, tools=prepared.tools,
             )
         await self._after_write(MessagesChange("append", prepared.message, parent, inserted))
         return inserted
@@ -217,7 +355,10 @@ class Session:
         """
         prepared = self._prepare_message(message)
         m = prepared.message
-        if not self._messages.update(m["id"], m["role"], prepared.content, prepared.text):
+        stored = self._messages.update(
+            m["id"], m["role"], prepared.content, prepared.text, tokens=prepared.tokens, tools=prepared.tools
+        )
+        if not stored:
             raise MessageNotFoundError(m["id"])
         await self._after_write(MessagesChange("update", m))
 
@@ -237,30 +378,57 @@ class Session:
         return len(deleted)
 
     async def clear_messages(self) -> None:
-        """Delete every message, compaction and search row of this session."""
+        """Delete every message, compaction and search row of this session.
+
+        The loaded-skill set is emptied and the system prompt refreshed (§2);
+        block contents are kept.
+        """
         self._messages.clear()
         await self._after_write(MessagesChange("clear"))
 
     # -- extension points ------------------------------------------------------
 
     def _prepare_message(self, message: Message) -> _Prepared:
-        """Validate, apply :meth:`_before_store`, serialise: the one way into storage."""
-        checked = self._before_store(_check_message(message))
-        return _Prepared(checked, _serialise(checked), _search_text(checked["parts"]))
+        """Validate, apply :meth:`_before_store`, enforce the row limit, serialise:
+        the one way into storage.
+
+        Raises:
+            InvalidMessageError: not a message, not JSON data, or too big to
+                shrink under the row limit (a huge id or metadata).
+        """
+        checked = self._before_store(check_message(message))
+        content = serialise(checked)
+        if utf8_length(content) > self._row_max_bytes:
+            checked = dict(enforce_row_size_limit(checked, max_bytes=self._row_max_bytes))
+            content = serialise(checked)
+        parts = checked["parts"]
+        tokens = estimate_message_tokens([checked])
+        return _Prepared(checked, content, search_text(parts), tool_search_text(parts), tokens)
 
     def _before_store(self, message: Message) -> Message:
-        """Hook run on every message about to be stored (append and update); returns what to store."""
+        """Hook run on every message about to be stored (append and update); returns what
+        to store. The row limit applies to what it returns."""
         return message
 
     async def _after_write(self, change: MessagesChange) -> None:
-        """Hook run after every committed write (append, also when nothing was inserted; update; delete; clear)."""
+        """Run after every committed write (append, also when nothing was inserted;
+        update; delete; clear): skill state, status broadcast, auto-compaction (§12)."""
+        if change.kind == "append" and change.inserted:
+            await self._context.note_appended(change.message)
+            await self._compaction.after_append()
+            return
+        if change.kind == "update":
+            await self._context.note_updated(change.message)
+        elif change.kind == "clear":
+            await self._context.note_cleared()
+        await self._compaction.emit_status("idle")
 
     # -- reads -----------------------------------------------------------------
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None`` (overlay ids are never stored)."""
         content = self._messages.get(_check_str(message_id, "message_id"))
-        return None if content is None else _parse(content)
+        return None if content is None else parse(content)
 
     async def get_latest_leaf(self) -> Message | None:
         """The latest leaf message (see the module docstring), or ``None`` in an empty session."""
@@ -276,8 +444,17 @@ class Session:
         leaf = self._leaf(leaf_id)
         if leaf is None:
             return []
-        messages = _parse_all(self._messages.path_contents(leaf))
-        return _apply_overlays(messages, self._messages.compactions()) if messages else messages
+        messages = parse_all(self._messages.path_contents(leaf))
+        return apply_overlays(messages, self._messages.compactions()) if messages else messages
+
+    async def raw_path_messages(self) -> list[Message]:
+        """The stored messages root -> latest leaf, *without* compaction overlays.
+
+        What the one-time skill restore scans, so loads inside compacted
+        ranges are still seen (§7).
+        """
+        leaf = self._messages.latest_leaf()
+        return [] if leaf is None else parse_all(self._messages.path_contents(leaf))
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""
@@ -287,7 +464,7 @@ class Session:
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first (ties in insertion order)."""
-        return _parse_all(self._messages.children(_check_str(message_id, "message_id")))
+        return parse_all(self._messages.children(_check_str(message_id, "message_id")))
 
     async def get_history_row_stats(self, leaf_id: str | None = None) -> list[dict[str, Any]]:
         """``[{"id", "role", "bytes"}]`` root -> leaf without reading content.
@@ -326,7 +503,7 @@ class Session:
             return {"messages": [], "truncated": False, "totalContentBytes": 0}
         contents, truncated = self._messages.window(leaf, budget, floor)
         return {
-            "messages": _apply_overlays(_parse_all(contents), self._messages.compactions()),
+            "messages": apply_overlays(parse_all(contents), self._messages.compactions()),
             "truncated": truncated,
             "totalContentBytes": place[1],
         }
@@ -339,17 +516,22 @@ class Session:
     # -- search ----------------------------------------------------------------
 
     async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
-        """Full-text search of this session's stored messages (text parts only).
+        """Full-text search of this session's stored messages.
 
-        Every word must match, in any order; a ``"quoted part"`` must match as
-        a phrase; nothing typed is read as FTS5 syntax; porter stemming;
+        Searched: the text parts, and the tool calls' names and string inputs
+        (our addition: e.g. the path a ``read_file`` call read). Every word
+        must match, in any order, in either; a ``"quoted part"`` must match
+        as a phrase; nothing typed is read as FTS5 syntax; porter stemming;
         Chinese and Japanese text is found inside sentences (DEVIATIONS 9, 10).
+        Compacted messages stay searchable (overlays apply on read only).
 
         Returns:
             Up to ``limit`` hits, best first:
             ``[{"id", "role", "content", "createdAt"}]`` where ``content`` is
-            the indexed text and ``createdAt`` the time the message was stored
-            (ISO-8601 UTC with milliseconds). A blank query gives ``[]``.
+            the message's text parts joined by one space (``""`` for a
+            message found through its tool calls alone) and ``createdAt`` the
+            time the message was stored (ISO-8601 UTC with milliseconds). A
+            blank query gives ``[]``.
 
         Raises:
             InvalidInputError: ``query`` is not a string or ``limit`` not an int >= 0.
@@ -385,11 +567,122 @@ class Session:
             _check_str(from_id, "from_id"),
             _check_str(to_id, "to_id"),
         )
-        return _compaction_record(row)
+        return compaction_record(row)
 
     async def get_compactions(self) -> list[dict[str, str]]:
         """Every compaction record of this session, oldest first (ties in insertion order)."""
-        return [_compaction_record(row) for row in self._messages.compactions()]
+        return [compaction_record(row) for row in self._messages.compactions()]
+
+    async def compact(self) -> CompactResult | None:
+        """Compact now with the :meth:`on_compaction` function (§8).
+
+        Broadcasts ``compacting``; the function gets :meth:`get_history`
+        (overlays applied). A result is stored as one overlay that extends
+        the oldest compaction on this branch (iterative, single overlay,
+        branch-local: DEVIATIONS 13), the system prompt is refreshed and
+        ``idle`` with ``compacted: {tokensBefore}`` is broadcast.
+
+        Returns:
+            ``{"fromMessageId", "toMessageId", "summary"}`` as stored, or
+            ``None``: nothing to compact (``None`` or blank summary from the
+            function), or the function raised or named a range not on the
+            current path -- then ``cf_agent_session_error`` is broadcast and
+            the error logged (as the original, a manual call does not raise).
+
+        Raises:
+            CompactionError: no compaction function is registered
+                (``No compaction function registered. Call on_compaction() first.``).
+        """
+        return await self._compaction.compact()
+
+    async def estimate_tokens(self) -> int:
+        """The token estimate that broadcasts and auto-compaction use (§9).
+
+        Without a :meth:`compact_after` counter: the heuristic estimate of
+        :meth:`get_history` (overlays applied) plus the prompt used for
+        estimates (the frozen prompt, else the stored one, else a fresh
+        render), computed from stored running totals -- its cost does not
+        grow with the history. With a counter: the counter's answer.
+
+        Raises:
+            Exception: whatever a custom counter raises.
+        """
+        return await self._compaction.estimate()
+
+    # -- context blocks, system prompt, tools, skills (actors.context) ---------
+
+    async def add_context(
+        self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
+    ) -> ContextBlock:
+        """Add a block at runtime (last in prompt order) and return it; the frozen
+        prompt is not refreshed (§4).
+
+        Raises:
+            ConflictError: ``Block "<label>" already exists``.
+            InvalidInputError: as :meth:`with_context`.
+        """
+        return await self._context.add_context(label, description=description, max_tokens=max_tokens, provider=provider)
+
+    async def remove_context(self, label: str) -> bool:
+        """Remove block ``label`` (``False`` if unknown); its loaded skills are
+        forgotten without rewriting history; the frozen prompt is not refreshed."""
+        return await self._context.remove_context(label)
+
+    async def get_context_block(self, label: str) -> ContextBlock | None:
+        """Block ``label`` ``{label, description, content, tokens, maxTokens,
+        writable, isSkill, isSearchable}``, or ``None``; blocks load on demand
+        (DEVIATIONS 3)."""
+        return await self._context.get_context_block(label)
+
+    async def get_context_blocks(self) -> list[ContextBlock]:
+        """Every block, in prompt order (loaded on demand)."""
+        return await self._context.get_context_blocks()
+
+    async def replace_context_block(self, label: str, content: str) -> ContextBlock:
+        """Replace a writable block's content; returns the new block. The frozen
+        prompt is unchanged until :meth:`refresh_system_prompt`.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" is readonly`` (also for an
+                unknown label), ``... is a keyed provider. Use setSkill() or
+                setSearchEntry() instead.``, ``... exceeds maxTokens: <n> > <max>``.
+        """
+        return await self._context.replace_context_block(label, content)
+
+    async def append_context_block(self, label: str, content: str) -> ContextBlock:
+        """Append to a writable block (``"\\n"`` between when the block is
+        non-empty and ``content`` does not start with one); returns the new block.
+
+        Raises:
+            ContextBlockError: ``Block "<label>" not found``, or as :meth:`replace_context_block`.
+        """
+        return await self._context.append_context_block(label, content)
+
+    async def freeze_system_prompt(self) -> str:
+        """The frozen system prompt: the stored one with :meth:`with_cached_prompt`,
+        else the snapshot, rendered on first use (§4)."""
+        return await self._context.freeze_system_prompt()
+
+    async def refresh_system_prompt(self) -> str:
+        """Reload every block, re-render, replace (and persist) the frozen prompt; returns it."""
+        return await self._context.refresh_system_prompt()
+
+    async def tools(self) -> dict[str, Tool]:
+        """The AI tools for the current blocks, in order ``set_context``,
+        ``load_context``, ``unload_context``, ``search_context`` (§6); each
+        :class:`~actors.tools.Tool` validates its arguments and returns a string."""
+        return await self._context.tools()
+
+    async def unload_skill(self, label: str, key: str) -> bool:
+        """Unload skill ``label:key``: ``False`` if it was not loaded; otherwise the
+        newest stored load output becomes ``[skill unloaded: <key>]`` (an
+        update, so it broadcasts) and ``True`` is returned (§7)."""
+        return await self._context.unload_skill(label, key)
+
+    async def get_loaded_skill_keys(self) -> KeysView[str]:
+        """Loaded skills as an ordered, set-like view of ``"label:key"``. After a
+        wake they come from one stored row, whatever the history length."""
+        return await self._context.get_loaded_skill_keys()
 
 
 # -- helpers -------------------------------------------------------------------
@@ -405,123 +698,3 @@ def _check_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InvalidInputError(f"{name} must be a number, not {value!r}", field=name)
     return value
-
-
-_REQUIRED = (("id", str, "a string"), ("role", str, "a string"), ("parts", list, "a list"))
-
-
-def _check_message(message: Any) -> Message:
-    """``message`` as a dict, or :class:`InvalidMessageError` naming the bad field."""
-    if not isinstance(message, Mapping):
-        raise InvalidMessageError(
-            f"message must be a dict with id, role and parts, not {type(message).__name__}", field="message"
-        )
-    for name, kind, wanted in _REQUIRED:
-        if name not in message:
-            raise InvalidMessageError(f"message.{name} is missing", field=f"message.{name}")
-        if not isinstance(message[name], kind):
-            got = type(message[name]).__name__
-            raise InvalidMessageError(f"message.{name} must be {wanted}, not {got}", field=f"message.{name}")
-    message = dict(message)
-    if isinstance(message.get("createdAt"), _dt.datetime):
-        message["createdAt"] = _js_date(message["createdAt"])
-    return message
-
-
-def _js_date(value: _dt.datetime) -> str:
-    """JavaScript's ``Date.toISOString()``: UTC, milliseconds, ``Z`` (naive means UTC)."""
-    if value.tzinfo is not None:
-        value = value.astimezone(_dt.timezone.utc)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def _serialise(message: Message) -> str:
-    """Compact JSON as JavaScript writes it; NaN and infinities are refused (JSON has no such numbers)."""
-    try:
-        content = js_stringify(message)
-        if "NaN" in content or "Infinity" in content:  # cheap filter; the strict pass decides
-            json.dumps(message, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(f"message is not JSON data: {exc}", field="message") from exc
-    return content
-
-
-def _search_text(parts: list[Any]) -> str:
-    """The text parts joined by one space (what search indexes, §2)."""
-    texts = [p.get("text") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
-    return " ".join(t if isinstance(t, str) else "" for t in texts)
-
-
-_decode = json.JSONDecoder().raw_decode
-
-
-def _parse(content: str) -> Message | None:
-    """A stored row as a fresh message, or ``None`` when it is not a valid message (skipped, §2)."""
-    try:
-        # raw_decode skips json.loads' whitespace handling: stored JSON is compact.
-        message, end = _decode(content)
-        if end != len(content):
-            message = json.loads(content)
-    except (ValueError, TypeError):
-        return None
-    if (
-        isinstance(message, dict)
-        and isinstance(message.get("id"), str)
-        and isinstance(message.get("role"), str)
-        and isinstance(message.get("parts"), list)
-    ):
-        return message
-    return None
-
-
-def _parse_all(contents: Iterable[str]) -> list[Message]:
-    return [m for m in map(_parse, contents) if m is not None]
-
-
-def _overlay(row: CompactionRow) -> Message:
-    return {
-        "id": COMPACTION_PREFIX + row.id,
-        "role": "assistant",
-        "parts": [{"type": "text", "text": row.summary}],
-        "createdAt": to_iso8601(row.created_at),
-    }
-
-
-def _apply_overlays(messages: list[Message], compactions: list[CompactionRow]) -> list[Message]:
-    """Replace compacted stretches of a path by overlay messages (§8, branch-local: DEVIATIONS 13).
-
-    At each position, among the compactions starting there whose end is on
-    this path at or after it, the newest applies and the walk jumps past
-    its end.
-    """
-    if not compactions:
-        return messages
-    starting: dict[str, list[CompactionRow]] = defaultdict(list)
-    for row in compactions:
-        starting[row.from_message_id].append(row)
-    position = {m["id"]: i for i, m in enumerate(messages)}
-    result: list[Message] = []
-    i = 0
-    while i < len(messages):
-        chosen, end = None, -1
-        for row in starting.get(messages[i]["id"], ()):
-            stop = position.get(row.to_message_id, -1)
-            if stop >= i:
-                chosen, end = row, stop
-        if chosen is None:
-            result.append(messages[i])
-            i += 1
-        else:
-            result.append(_overlay(chosen))
-            i = end + 1
-    return result
-
-
-def _compaction_record(row: CompactionRow) -> dict[str, str]:
-    return {
-        "id": row.id,
-        "summary": row.summary,
-        "fromMessageId": row.from_message_id,
-        "toMessageId": row.to_message_id,
-        "createdAt": to_iso8601(row.created_at),
-    }

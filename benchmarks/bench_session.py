@@ -38,7 +38,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.session import Session  # noqa: E402
-from actors.tokens import js_stringify  # noqa: E402
+from actors.tokens import estimate_message_tokens, js_stringify  # noqa: E402
 from storage import SqlStorage  # noqa: E402
 from storage import fts  # noqa: E402
 from storage import messages as sql  # noqa: E402
@@ -85,16 +85,17 @@ def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
     """Write a chain of ``n`` messages exactly as Session would (one transaction); returns the leaf id."""
     con = storage.connection
     with storage.transaction():
-        parent, path_bytes = None, 0
+        parent, link, depth_of = None, None, {}
         for i in range(n):
             m = make(i)
             content = js_stringify(m)
-            path_bytes += len(content.encode())
-            [(seq,)] = con.execute(
-                "INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes) "
-                "VALUES ('', ?, ?, ?, ?, ?, ?) RETURNING seq",
-                (m["id"], parent, m["role"], content, i + 1, path_bytes),
-            ).fetchall()
+            place = sql._child_place(link, len(content.encode()), estimate_message_tokens([m]))
+            [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content, *place)).fetchall()
+            depth, path_bytes, _, path_tokens, jump = place
+            jump = seq if jump is None else jump
+            depth_of[seq] = (depth, jump)
+            jump_depth, jump_jump = depth_of[jump]
+            link = (seq, depth, path_bytes, path_tokens, jump_depth, jump_jump, depth_of[jump_jump][0])
             extra = {"id": m["id"], "session_id": "", "role": m["role"]}
             for stmt, params in fts.index_rows(sql.FTS_TABLE, seq, m["parts"][0]["text"], extra=extra):
                 con.execute(stmt, params)
@@ -141,7 +142,9 @@ def raw_append_same_sql(con, m: dict) -> None:
     with con:
         leaf = con.execute(sql._ACTIVE_LEAF, ("",)).fetchall()
         parent = leaf[0][0] if leaf else None
-        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content)).fetchall()
+        link = con.execute(sql._LINK, ("", parent)).fetchone()
+        place = sql._child_place(link, len(content.encode()), 30)
+        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content, *place)).fetchall()
         con.execute(
             "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
             (seq, m["id"], m["role"], m["parts"][0]["text"]),

@@ -169,29 +169,44 @@ def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]
     return sql, params
 
 
-def index_rows(table: str, rowid: int, text: str, *, extra: dict[str, str] | None = None) -> list[tuple[str, tuple]]:
+def index_rows(
+    table: str,
+    rowid: int,
+    text: str,
+    *,
+    extra: dict[str, str] | None = None,
+    indexed: dict[str, str] | None = None,
+) -> list[tuple[str, tuple]]:
     """Statements that put ``text`` under ``rowid`` in ``table`` (and its CJK twin).
 
     Args:
         table: porter FTS5 table (trusted identifier).
         rowid: the owning row's integer key.
-        text: the text to index; nothing is indexed for ``""``.
+        text: the text to index in the ``content`` column.
         extra: other (UNINDEXED) columns of ``table`` and their values.
+        indexed: other *indexed* columns of ``table`` and their text (e.g.
+            ``assistant_fts.tools``); a MATCH finds a row through any of
+            them. Their text also goes to the CJK twin (after ``text``).
+
+    Nothing is indexed when ``text`` and every ``indexed`` value are ``""``.
 
     Returns:
         ``[(sql, params), ...]`` to run in the caller's transaction.
     """
-    if not text:
+    searchable = [text, *(indexed or {}).values()]
+    if not any(searchable):
         return []
     cols = dict(extra or {})
     cols["content"] = text
+    cols.update(indexed or {})
     names = ", ".join(cols)
     marks = ", ".join("?" for _ in cols)
     stmts: list[tuple[str, tuple]] = [
         (f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (rowid, *cols.values()))
     ]
-    if has_cjk(text):
-        stmts.append((f"INSERT INTO {table}_cjk (rowid, content) VALUES (?, ?)", (rowid, text)))
+    twin = "\n".join(t for t in searchable if t)
+    if has_cjk(twin):
+        stmts.append((f"INSERT INTO {table}_cjk (rowid, content) VALUES (?, ?)", (rowid, twin)))
     return stmts
 
 

@@ -20,12 +20,17 @@ Invariants the queries rely on:
   require ``seq`` to fall at every step, which bounds it by the path length
   even in a damaged file (no depth cap, DEVIATIONS 18), and rows sorted by
   ``seq`` list every parent before its children.
-* **Each row knows its place**: ``depth`` (rows from the root to it) and
-  ``path_bytes`` (UTF-8 bytes of ``content`` from the root to it). An insert
-  adds its own to its parent's; an update shifts ``path_bytes`` below the
+* **Each row knows its place**: ``depth`` (rows from the root to it),
+  ``path_bytes`` (UTF-8 bytes of ``content`` from the root to it),
+  ``path_tokens`` (the sum of the ``tokens`` the actor layer estimated for
+  each message from the root to it) and ``jump_seq``, a skew-binary jump
+  pointer (Myers, 1983) to an ancestor. An insert derives its own from its
+  parent's; an update shifts ``path_bytes``/``path_tokens`` below the
   message; a delete recomputes the subtrees it re-attached, once. Path
-  length, a path's total size and the byte-budgeted window therefore never
-  walk the whole path.
+  length, a path's total size and token estimate, and the byte-budgeted
+  window therefore never walk the whole path, and :meth:`MessageStore.ancestor_at_depth`
+  ("which message at depth d is on the path to X") takes O(log depth)
+  row reads.
 * **The active leaf is persisted** (DEVIATIONS 3): every insert makes the new
   message the active leaf; deleting it drops the row; reads fall back to the
   newest childless message (``created_at DESC, seq DESC``), found by walking
@@ -99,6 +104,31 @@ class SearchRow:
     created_at: str
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPlace:
+    """Where a stored message sits, for token sums: ``tokens`` its own, ``path_tokens`` root -> it."""
+
+    id: str
+    seq: int
+    depth: int
+    tokens: int
+    path_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathTokens:
+    """The stored token total of a path and the overlays that apply on it.
+
+    ``total`` is ``path_tokens`` of the leaf (every stored message root ->
+    leaf); ``hidden`` pairs each compaction that applies on this path (as
+    ``get_history`` applies them) with the tokens of the messages it hides.
+    The visible estimate is ``total - sum(hidden) + <the overlays' own tokens>``.
+    """
+
+    total: int
+    hidden: tuple[tuple[CompactionRow, int], ...]
+
+
 def to_iso8601(created_at: str) -> str:
     """Stored ``YYYY-MM-DD HH:MM:SS.SSS`` (UTC) -> ``YYYY-MM-DDTHH:MM:SS.SSSZ``."""
     return f"{created_at[:10]}T{created_at[11:]}Z"
@@ -165,16 +195,24 @@ WHERE session_id = ?1 AND parent_id = ?2 ORDER BY created_at, seq
 """
 
 _INSERT = """
-INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes) VALUES (
-    ?1, ?2, ?3, ?4, ?5,
-    coalesce((SELECT depth FROM assistant_messages WHERE session_id = ?1 AND id = ?3), 0) + 1,
-    coalesce((SELECT path_bytes FROM assistant_messages WHERE session_id = ?1 AND id = ?3), 0) + octet_length(?5)
-)
+INSERT INTO assistant_messages
+    (session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 ON CONFLICT (session_id, id) DO NOTHING RETURNING seq
 """
-_OLD_SIZE = "SELECT octet_length(content) FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+# What a child needs from its parent: the parent's place, and the depths along its jump
+# chain (a root's jump is itself).
+_LINK_COLUMNS = """
+SELECT p.seq, p.depth, p.path_bytes, p.path_tokens, j.depth, coalesce(j.jump_seq, j.seq), jj.depth
+FROM assistant_messages AS p
+CROSS JOIN assistant_messages AS j ON j.seq = coalesce(p.jump_seq, p.seq)
+CROSS JOIN assistant_messages AS jj ON jj.seq = coalesce(j.jump_seq, j.seq)
+"""
+_LINK = _LINK_COLUMNS + "WHERE p.session_id = ?1 AND p.id = ?2"
+_DEPTH_JUMP = "SELECT depth, coalesce(jump_seq, seq) FROM assistant_messages WHERE seq = ?"
+_OLD_SIZE = "SELECT octet_length(content), tokens FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _UPDATE = """
-UPDATE assistant_messages SET role = ?3, content = ?4 WHERE session_id = ?1 AND id = ?2 RETURNING seq
+UPDATE assistant_messages SET role = ?3, content = ?4, tokens = ?5 WHERE session_id = ?1 AND id = ?2 RETURNING seq
 """
 # Every message below ?2 (and ?2 itself), walking down the parent index. In every
 # recursive step below, CROSS JOIN pins the order (the queue outside, the table
@@ -187,23 +225,44 @@ WITH RECURSIVE sub(seq, id) AS (
     ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
 )
 """
-_SHIFT_PATH_BYTES = _SUBTREE_CTE + """
-UPDATE assistant_messages SET path_bytes = path_bytes + ?3 WHERE seq IN (SELECT seq FROM sub)
+_SHIFT_PATH_TOTALS = _SUBTREE_CTE + """
+UPDATE assistant_messages SET path_bytes = path_bytes + ?3, path_tokens = path_tokens + ?4
+WHERE seq IN (SELECT seq FROM sub)
 """
 # The subtrees under the ids of the JSON list ?2, each message once, parents first.
 _SUBTREES = """
-WITH RECURSIVE sub(seq, id, parent_id, bytes) AS (
-    SELECT seq, id, parent_id, octet_length(content) FROM assistant_messages
+WITH RECURSIVE sub(seq, id, parent_id, bytes, tokens) AS (
+    SELECT seq, id, parent_id, octet_length(content), tokens FROM assistant_messages
     WHERE session_id = ?1 AND id IN (SELECT value FROM json_each(?2))
     UNION
-    SELECT c.seq, c.id, c.parent_id, octet_length(c.content)
+    SELECT c.seq, c.id, c.parent_id, octet_length(c.content), c.tokens
     FROM sub CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent
     ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
 )
-SELECT seq, id, parent_id, bytes FROM sub ORDER BY seq
+SELECT seq, id, parent_id, bytes, tokens FROM sub ORDER BY seq
 """
 _PLACE = "SELECT depth, path_bytes FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
-_SET_PLACE = "UPDATE assistant_messages SET depth = ?, path_bytes = ? WHERE seq = ?"
+_SET_PLACE = "UPDATE assistant_messages SET depth = ?, path_bytes = ?, path_tokens = ?, jump_seq = ? WHERE seq = ?"
+_TOKEN_PLACE = """
+SELECT id, seq, depth, tokens, path_tokens FROM assistant_messages
+WHERE session_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+"""
+# Climb from ?2 toward the root until depth ?3, taking the jump pointer whenever it does
+# not overshoot (O(log depth) steps); yields the ancestor at depth ?3, if any.
+_CLIMB = """
+WITH RECURSIVE climb(seq, depth) AS (
+    SELECT seq, depth FROM assistant_messages WHERE seq = ?2
+    UNION ALL
+    SELECT CASE WHEN j.depth >= ?3 THEN j.seq ELSE p.seq END,
+           CASE WHEN j.depth >= ?3 THEN j.depth ELSE p.depth END
+    FROM climb AS c
+    CROSS JOIN assistant_messages AS m ON m.seq = c.seq
+    CROSS JOIN assistant_messages AS j ON j.seq = coalesce(m.jump_seq, m.seq)
+    CROSS JOIN assistant_messages AS p ON p.session_id = ?1 AND p.id = m.parent_id
+    WHERE c.depth > ?3 AND p.depth < c.depth AND j.depth < c.depth
+)
+SELECT seq FROM climb WHERE depth = ?3
+"""
 _ROW_FOR_DELETE = "SELECT seq, parent_id FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _CHILD_IDS = """
 SELECT id FROM assistant_messages INDEXED BY idx_assistant_msg_parent WHERE session_id = ?1 AND parent_id = ?2
@@ -241,6 +300,24 @@ SELECT seq, id, summary, from_message_id, to_message_id, created_at FROM assista
 WHERE session_id = ?1 ORDER BY created_at, seq
 """
 _COMPACTION_END = "SELECT to_message_id FROM assistant_compactions WHERE session_id = ?1 AND id = ?2"
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _child_place(link: tuple | None, size: int, tokens: int) -> tuple[int, int, int, int, int | None]:
+    """``(depth, path_bytes, tokens, path_tokens, jump_seq)`` of a new row under ``link``.
+
+    ``link`` is the parent's ``_LINK`` row, ``None`` for a root. The jump
+    pointer follows Myers' skew-binary rule: when the parent's jump and its
+    jump's jump span equal depths, jump over both, else point at the parent.
+    """
+    if link is None:
+        return 1, size, tokens, tokens, None
+    p_seq, p_depth, p_bytes, p_tokens, j_depth, jj_seq, jj_depth = link
+    jump = jj_seq if p_depth - j_depth == j_depth - jj_depth else p_seq
+    return p_depth + 1, p_bytes + size, tokens, p_tokens + tokens, jump
 
 
 class MessageStore:
@@ -296,6 +373,75 @@ class MessageStore:
         """``(depth, path_bytes)`` of a stored message: its path's row count and JSON bytes; else ``None``."""
         rows = self._rows(_PLACE, message_id).fetchall()
         return rows[0] if rows else None
+
+    def path_ids(self, leaf_id: str) -> list[str]:
+        """Ids of the messages root -> ``leaf_id`` (``[]`` if unknown); no content is read."""
+        return [row[0] for row in self.path_stats(leaf_id)]
+
+    def token_places(self, message_ids: Iterable[str]) -> dict[str, TokenPlace]:
+        """:class:`TokenPlace` of each stored id among ``message_ids`` (unknown ids are left out)."""
+        rows = self._rows(_TOKEN_PLACE, json.dumps(list(message_ids))).fetchall()
+        return {row[0]: TokenPlace(*row) for row in rows}
+
+    def ancestor_at_depth(self, seq: int, depth: int) -> int | None:
+        """``seq`` of the message at ``depth`` on the path root -> row ``seq`` (itself at its own
+        depth); ``None`` when ``depth`` is deeper than the row or below 1. O(log depth) reads."""
+        if depth < 1:
+            return None
+        return self._one(_CLIMB, seq, depth)
+
+    def path_tokens(self, leaf_id: str) -> PathTokens | None:
+        """Token total of the path root -> ``leaf_id`` and the overlays that apply on it.
+
+        Reads the leaf's row, the session's compaction rows and their end
+        rows, and climbs jump pointers to test which ends are on the path:
+        O(compactions * log depth), whatever the history length. Returns
+        ``None`` for an unknown leaf.
+        """
+        leaf = self.token_places([leaf_id]).get(leaf_id)
+        if leaf is None:
+            return None
+        rows = self.compactions()
+        if not rows:
+            return PathTokens(leaf.path_tokens, ())
+        ends = self.token_places({i for r in rows for i in (r.from_message_id, r.to_message_id)})
+        return PathTokens(leaf.path_tokens, tuple(self._applied(leaf, rows, ends)))
+
+    def _applied(
+        self, leaf: TokenPlace, rows: list[CompactionRow], ends: dict[str, TokenPlace]
+    ) -> list[tuple[CompactionRow, int]]:
+        """The overlays ``get_history`` applies on the path to ``leaf``, with the tokens each hides.
+
+        Per start message, the newest row whose end is on the path at or after
+        it; walking root -> leaf, a start inside an overlay already taken is skipped.
+        """
+        ancestors: dict[int, int | None] = {}
+
+        def on_path(place: TokenPlace) -> bool:
+            if place.depth > leaf.depth:
+                return False
+            if place.depth not in ancestors:
+                ancestors[place.depth] = self.ancestor_at_depth(leaf.seq, place.depth)
+            return ancestors[place.depth] == place.seq
+
+        chosen: dict[str, tuple[CompactionRow, TokenPlace, TokenPlace]] = {}
+        off_path: set[str] = set()
+        for row in reversed(rows):  # newest first
+            start, end = ends.get(row.from_message_id), ends.get(row.to_message_id)
+            if start is None or end is None or row.from_message_id in chosen or row.from_message_id in off_path:
+                continue
+            if end.depth < start.depth or not on_path(end):
+                continue
+            if not on_path(start):
+                off_path.add(row.from_message_id)
+                continue
+            chosen[row.from_message_id] = (row, start, end)
+        applied, reached = [], 0
+        for row, start, end in sorted(chosen.values(), key=lambda c: c[1].depth):
+            if start.depth > reached:
+                applied.append((row, end.path_tokens - start.path_tokens + start.tokens))
+                reached = end.depth
+        return applied
 
     def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
@@ -355,7 +501,15 @@ class MessageStore:
     # -- writes ------------------------------------------------------------
 
     def append(
-        self, message_id: str, role: str, content: str, text: str, parent_id: str | None | _LatestLeaf
+        self,
+        message_id: str,
+        role: str,
+        content: str,
+        text: str,
+        parent_id: str | None | _LatestLeaf,
+        *,
+        tokens: int = 0,
+        tools: str = "",
     ) -> tuple[bool, str | None]:
         """Insert a message (and its search text) and make it the active leaf.
 
@@ -365,7 +519,10 @@ class MessageStore:
                 (``compaction_<id>``) -> the last message that compaction
                 covers, or the latest leaf when there is no such compaction;
                 any other id not stored in this session -> a root.
-            text: the text to index; ``""`` indexes nothing.
+            text: the text to index (``content`` column).
+            tokens: the message's estimated tokens (summed into ``path_tokens``).
+            tools: tool names and inputs to index (``tools`` column). With
+                ``text`` and ``tools`` both ``""`` nothing is indexed.
 
         Returns:
             ``(inserted, parent)``: ``(True, <the parent used>)``, or
@@ -374,12 +531,18 @@ class MessageStore:
         """
         with self.storage.transaction():
             parent = self._resolve_parent(parent_id)
-            seq = self._one(_INSERT, message_id, parent, role, content)
+            link = None if parent is None else self._rows(_LINK, parent).fetchone()
+            place = _child_place(link, _utf8_length(content), tokens)
+            seq = self._one(_INSERT, message_id, parent, role, content, *place)
             if seq is None:
                 return False, None
-            self._run(fts.index_rows(FTS_TABLE, seq, text, extra=self._fts_extra(message_id, role)))
+            self._index(seq, message_id, role, text, tools)
             self._rows(_SET_ACTIVE_LEAF, message_id)
             return True, parent
+
+    def _index(self, seq: int, message_id: str, role: str, text: str, tools: str) -> None:
+        extra = {"id": message_id, "session_id": self.session_id, "role": role}
+        self._run(fts.index_rows(FTS_TABLE, seq, text, extra=extra, indexed={"tools": tools}))
 
     def _resolve_parent(self, parent_id: str | None | _LatestLeaf) -> str | None:
         if parent_id is LATEST_LEAF:
@@ -393,24 +556,25 @@ class MessageStore:
             parent_id = end
         return parent_id if self.exists(parent_id) else None
 
-    def _fts_extra(self, message_id: str, role: str) -> dict[str, str]:
-        return {"id": message_id, "session_id": self.session_id, "role": role}
+    def update(
+        self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0, tools: str = ""
+    ) -> bool:
+        """Replace a stored message's role, content and token count and re-index it.
 
-    def update(self, message_id: str, role: str, content: str, text: str) -> bool:
-        """Replace a stored message's role and content and re-index it.
-
+        ``text``, ``tokens`` and ``tools`` as in :meth:`append`. The path
+        totals of the message and everything below it shift by the change.
         Returns ``False`` (and writes nothing) when ``message_id`` is not stored.
         """
         with self.storage.transaction():
-            old_size = self._one(_OLD_SIZE, message_id)
-            seq = self._one(_UPDATE, message_id, role, content)
-            if seq is None:
+            old = self._rows(_OLD_SIZE, message_id).fetchone()
+            if old is None:
                 return False
-            delta = len(content.encode()) - old_size
-            if delta:
-                self._rows(_SHIFT_PATH_BYTES, message_id, delta)
+            seq = self._one(_UPDATE, message_id, role, content, tokens)
+            byte_delta, token_delta = _utf8_length(content) - old[0], tokens - old[1]
+            if byte_delta or token_delta:
+                self._rows(_SHIFT_PATH_TOTALS, message_id, byte_delta, token_delta)
             self._run(fts.unindex_rows(FTS_TABLE, seq))
-            self._run(fts.index_rows(FTS_TABLE, seq, text, extra=self._fts_extra(message_id, role)))
+            self._index(seq, message_id, role, text, tools)
             return True
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
@@ -443,18 +607,31 @@ class MessageStore:
         return deleted
 
     def _recompute_places(self, tops: list[str]) -> None:
-        """Recompute ``depth``/``path_bytes`` of the subtrees under ``tops`` (parents before children)."""
+        """Recompute the place columns of the subtrees under ``tops`` (parents before children).
+
+        A parent or jump target inside the subtrees is taken from what was
+        just computed; one outside them from its row, which is current (an
+        ancestor of an untouched row is untouched).
+        """
         if not tops:
             return
-        places: dict[str, tuple[int, int]] = {}
-        updates: list[tuple[int, int, int]] = []
-        for seq, message_id, parent, size in self._rows(_SUBTREES, json.dumps(tops)).fetchall():
-            if parent is None:
-                depth, total = 0, 0
-            else:
-                depth, total = places.get(parent) or self.place(parent) or (0, 0)
-            places[message_id] = (depth + 1, total + size)
-            updates.append((depth + 1, total + size, seq))
+        links: dict[str, tuple] = {}  # id -> what a child needs from it (see _LINK)
+        computed: dict[int, tuple[int, int]] = {}  # seq -> (depth, jump seq or itself)
+
+        def depth_and_jump(seq: int) -> tuple[int, int]:
+            if seq not in computed:
+                computed[seq] = self.storage.connection.execute(_DEPTH_JUMP, (seq,)).fetchone()
+            return computed[seq]
+
+        updates: list[tuple[int, int, int, int | None, int]] = []
+        for seq, message_id, parent, size, tokens in self._rows(_SUBTREES, json.dumps(tops)).fetchall():
+            link = None if parent is None else links.get(parent) or self._rows(_LINK, parent).fetchone()
+            depth, path_bytes, _, path_tokens, jump = _child_place(link, size, tokens)
+            updates.append((depth, path_bytes, path_tokens, jump, seq))
+            computed[seq] = (depth, seq if jump is None else jump)
+            jump_depth, jump_jump = depth_and_jump(computed[seq][1])
+            links[message_id] = (seq, depth, path_bytes, path_tokens, jump_depth, jump_jump,
+                                 depth_and_jump(jump_jump)[0])
         self.storage.connection.executemany(_SET_PLACE, updates)
 
     def clear(self) -> None:

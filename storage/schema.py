@@ -17,7 +17,14 @@ Table names follow the TypeScript original (``assistant_messages``,
 * each message row also keeps its place on its path: ``depth`` (messages
   from the root to it, the root being 1) and ``path_bytes`` (UTF-8 bytes of
   ``content`` summed from the root to it), so a path's length and size are
-  one row read (``storage/messages.py`` maintains them);
+  one row read (``storage/messages.py`` maintains them); likewise
+  ``tokens`` (the message's estimated tokens, computed by the actor layer)
+  and ``path_tokens`` (their sum from the root), so the token estimate of a
+  history is one row read, and ``jump_seq`` (a skew-binary jump pointer to
+  an ancestor; ``NULL`` on a root) so "is X on the path to Y" takes
+  O(log depth) row reads;
+* ``assistant_fts`` indexes a message's text parts (``content``) and, in a
+  second column, the names and string inputs of its tool calls (``tools``);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
   ``YYYY-MM-DD HH:MM:SS.SSS``;
 * ``assistant_sessions.updated_seq`` numbers the writes that set
@@ -48,6 +55,9 @@ CREATE TABLE assistant_messages (
     created_at TEXT NOT NULL DEFAULT {NOW_MS},
     depth      INTEGER NOT NULL DEFAULT 1,
     path_bytes INTEGER NOT NULL DEFAULT 0,
+    tokens      INTEGER NOT NULL DEFAULT 0,
+    path_tokens INTEGER NOT NULL DEFAULT 0,
+    jump_seq    INTEGER,
     UNIQUE (session_id, id)
 );
 CREATE INDEX idx_assistant_msg_parent ON assistant_messages (session_id, parent_id, seq);
@@ -65,7 +75,7 @@ CREATE TABLE assistant_compactions (
 CREATE INDEX idx_assistant_compactions_session ON assistant_compactions (session_id, seq);
 
 CREATE VIRTUAL TABLE assistant_fts USING fts5(
-    id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content,
+    id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tools,
     tokenize = 'porter unicode61'
 );
 CREATE VIRTUAL TABLE assistant_fts_cjk USING fts5(content, tokenize = 'trigram');

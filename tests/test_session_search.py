@@ -113,16 +113,22 @@ async def test_hits_carry_role_indexed_text_and_stored_time(session):
     assert ISO_MS.match(hit["createdAt"])
 
 
-async def test_only_text_parts_are_indexed_joined_by_one_space(storage):
+async def test_text_parts_and_tool_inputs_are_indexed_but_content_is_the_text(storage):
     session = Session.create(storage)
-    tool = {"type": "tool-lookup", "toolCallId": "c1", "input": {"q": "zebra"}, "output": "zebra"}
-    reasoning = {"type": "reasoning", "text": "zebra"}
+    tool = {"type": "tool-lookup", "toolCallId": "c1", "input": {"q": "zebra"}, "output": "giraffe"}
+    reasoning = {"type": "reasoning", "text": "okapi"}
     await session.append_message(msg("m1", "first half", "second half", extra_parts=[tool, reasoning]))
     await session.append_message(msg("m2", extra_parts=[tool]))
-    assert await session.search("zebra") == []
+    assert await session.search("giraffe") == []  # tool outputs are not indexed
+    assert await session.search("okapi") == []  # nor reasoning
+    assert [(h["id"], h["content"]) for h in await session.search("zebra")] == [
+        ("m2", ""),
+        ("m1", "first half second half"),
+    ]
+    assert sorted(h["id"] for h in await session.search("lookup")) == ["m1", "m2"]
     [hit] = await session.search("half")
     assert hit["content"] == "first half second half"
-    assert storage.scalar("SELECT count(*) FROM assistant_fts") == 1
+    assert storage.scalar("SELECT count(*) FROM assistant_fts") == 2
 
 
 async def test_best_rank_first_and_limit(storage):

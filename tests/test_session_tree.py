@@ -328,7 +328,11 @@ async def test_clear_removes_messages_compactions_search_rows_and_leaf(storage):
     assert await session.get_compactions() == []
     assert storage.sql("SELECT session_id, id FROM assistant_messages") == [{"session_id": "keep", "id": "k1"}]
     assert storage.sql("SELECT id FROM assistant_fts") == [{"id": "k1"}]
-    assert storage.sql("SELECT session_id FROM assistant_config") == [{"session_id": "keep"}]
+    # the active leaf row is gone; clearing records an empty loaded-skill set (§2)
+    assert storage.sql("SELECT session_id, key, value FROM assistant_config ORDER BY session_id") == [
+        {"session_id": "keep", "key": "active_leaf", "value": "k1"},
+        {"session_id": "s", "key": "loaded_skills", "value": '{"v":1,"loaded":[]}'},
+    ]
     await chain(session, "n1")
     assert ids(await session.get_history()) == ["n1"]
 

@@ -1,0 +1,213 @@
+"""Messages as a Session stores and reads them: validation, JSON, search text, overlays.
+
+Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
+
+* :func:`check_message` -- a message must be ``{"id": str, "role": str,
+  "parts": list, ...}``; a ``datetime`` ``createdAt`` becomes JavaScript's
+  ISO text.
+* :func:`serialise` -- compact JSON written as JavaScript's ``JSON.stringify``
+  writes it; :func:`parse` / :func:`parse_all` read stored rows back,
+  skipping rows that are not valid messages (session-behaviours §2).
+* :func:`search_text` -- what ``assistant_fts.content`` indexes: the ``text``
+  parts joined by one space (§2). :func:`tool_search_text` -- what the
+  ``tools`` column indexes: each tool part's name and every string inside
+  its ``input`` (our addition, so a search for a file a tool read finds the
+  message; search results still show only :func:`search_text`).
+* :func:`apply_overlays` -- compaction overlays on read (§8, branch-local:
+  DEVIATIONS 13).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from storage.messages import OVERLAY_PREFIX, CompactionRow, to_iso8601
+
+from .errors import InvalidMessageError
+from .tokens import js_stringify
+
+Message = dict[str, Any]
+
+_REQUIRED = (("id", str, "a string"), ("role", str, "a string"), ("parts", list, "a list"))
+
+
+def check_message(message: Any) -> Message:
+    """``message`` as a new dict, or :class:`InvalidMessageError` naming the bad field.
+
+    A top-level ``createdAt`` given as a ``datetime`` is replaced by its
+    JavaScript ``Date.toISOString()`` text (naive means UTC).
+    """
+    if not isinstance(message, Mapping):
+        raise InvalidMessageError(
+            f"message must be a dict with id, role and parts, not {type(message).__name__}", field="message"
+        )
+    for name, kind, wanted in _REQUIRED:
+        if name not in message:
+            raise InvalidMessageError(f"message.{name} is missing", field=f"message.{name}")
+        if not isinstance(message[name], kind):
+            got = type(message[name]).__name__
+            raise InvalidMessageError(f"message.{name} must be {wanted}, not {got}", field=f"message.{name}")
+    message = dict(message)
+    if isinstance(message.get("createdAt"), _dt.datetime):
+        message["createdAt"] = _js_date(message["createdAt"])
+    return message
+
+
+def _js_date(value: _dt.datetime) -> str:
+    """JavaScript's ``Date.toISOString()``: UTC, milliseconds, ``Z`` (naive means UTC)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(_dt.timezone.utc)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def serialise(message: Message) -> str:
+    """Compact JSON as JavaScript writes it.
+
+    Raises:
+        InvalidMessageError: ``message`` is not JSON data (NaN and infinities
+            included: JSON has no such numbers).
+    """
+    try:
+        content = js_stringify(message)
+        if "NaN" in content or "Infinity" in content:  # cheap filter; the strict pass decides
+            json.dumps(message, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessageError(f"message is not JSON data: {exc}", field="message") from exc
+    return content
+
+
+def utf8_length(text: str) -> int:
+    """UTF-8 bytes of ``text`` (what SQLite's row size counts)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def search_text(parts: list[Any]) -> str:
+    """The text parts joined by one space (what search indexes, §2)."""
+    texts = [p.get("text") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
+    return " ".join(t if isinstance(t, str) else "" for t in texts)
+
+
+def _tool_name(part: Mapping[str, Any]) -> str | None:
+    kind = part.get("type")
+    if not isinstance(kind, str) or not (kind.startswith("tool-") or kind == "dynamic-tool"):
+        return None
+    name = part.get("toolName")
+    if isinstance(name, str):
+        return name
+    return kind[len("tool-") :] if kind.startswith("tool-") else ""
+
+
+def tool_search_text(parts: list[Any]) -> str:
+    """Tool names and the strings inside their inputs, joined by one space.
+
+    For every tool part (``type`` ``tool-<name>`` or ``dynamic-tool``): its
+    ``toolName`` (else the name in its type), then every string value found
+    anywhere inside ``input`` (object keys are not included), in order.
+    Outputs are left out. ``""`` when there is no tool part.
+    """
+    pieces: list[str] = []
+    for part in parts:
+        name = _tool_name(part) if isinstance(part, Mapping) else None
+        if name is None:
+            continue
+        if name:
+            pieces.append(name)
+        pieces.extend(_strings(part.get("input")))
+    return " ".join(pieces)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside a JSON value, depth first, without recursion."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+    return found
+
+
+_decode = json.JSONDecoder().raw_decode
+
+
+def parse(content: str) -> Message | None:
+    """A stored row as a fresh message, or ``None`` when it is not a valid message (skipped, §2)."""
+    try:
+        # raw_decode skips json.loads' whitespace handling: stored JSON is compact.
+        message, end = _decode(content)
+        if end != len(content):
+            message = json.loads(content)
+    except (ValueError, TypeError):
+        return None
+    if (
+        isinstance(message, dict)
+        and isinstance(message.get("id"), str)
+        and isinstance(message.get("role"), str)
+        and isinstance(message.get("parts"), list)
+    ):
+        return message
+    return None
+
+
+def parse_all(contents: Iterable[str]) -> list[Message]:
+    """:func:`parse` of each row, invalid rows left out."""
+    return [m for m in map(parse, contents) if m is not None]
+
+
+def overlay_message(row: CompactionRow) -> Message:
+    """The message standing for a compacted range on read (§8); ``createdAt`` is when it was stored."""
+    return {
+        "id": OVERLAY_PREFIX + row.id,
+        "role": "assistant",
+        "parts": [{"type": "text", "text": row.summary}],
+        "createdAt": to_iso8601(row.created_at),
+    }
+
+
+def apply_overlays(messages: list[Message], compactions: list[CompactionRow]) -> list[Message]:
+    """Replace compacted stretches of a path by overlay messages (§8, branch-local: DEVIATIONS 13).
+
+    At each position, among the compactions starting there whose end is on
+    this path at or after it, the newest applies and the walk jumps past
+    its end.
+    """
+    if not compactions:
+        return messages
+    starting: dict[str, list[CompactionRow]] = defaultdict(list)
+    for row in compactions:
+        starting[row.from_message_id].append(row)
+    position = {m["id"]: i for i, m in enumerate(messages)}
+    result: list[Message] = []
+    i = 0
+    while i < len(messages):
+        chosen, end = None, -1
+        for row in starting.get(messages[i]["id"], ()):
+            stop = position.get(row.to_message_id, -1)
+            if stop >= i:
+                chosen, end = row, stop
+        if chosen is None:
+            result.append(messages[i])
+            i += 1
+        else:
+            result.append(overlay_message(chosen))
+            i = end + 1
+    return result
+
+
+def compaction_record(row: CompactionRow) -> dict[str, str]:
+    """A compaction row with the spec's keys: ``{id, summary, fromMessageId, toMessageId, createdAt}``."""
+    return {
+        "id": row.id,
+        "summary": row.summary,
+        "fromMessageId": row.from_message_id,
+        "toMessageId": row.to_message_id,
+        "createdAt": to_iso8601(row.created_at),
+    }
