@@ -309,11 +309,7 @@ class ActorHost:
             self._release(slot)
 
     async def _run(self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool) -> T:
-        if slot.state is SlotState.ACTIVATING:
-            await slot.ready.wait()
-        if slot.error is not None:
-            raise slot.error
-        await slot.pass_gate()
+        await slot.enter()
         slot.running += 1
         try:
             return await invoke(slot.agent)
@@ -383,7 +379,7 @@ class ActorHost:
         else:
             slot.state = SlotState.ACTIVE
             self._counts["activations"] += 1
-            slot.ready.set()
+            slot.gate_changed()
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
         """Open the actor's file (copying the template when new); give back the reservation on failure."""
@@ -422,7 +418,7 @@ class ActorHost:
         self._counts["failed_activations"] += 1
         self._close_slot(slot, None)
         slot.state = SlotState.FAILED
-        slot.ready.set()
+        slot.gate_changed()
 
     async def _reserve_file(self) -> None:
         """Count one more open actor file, evicting the least recently idle actor if full."""

@@ -17,6 +17,7 @@ the connection reopen it.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,6 +26,7 @@ import trio
 from actors.agent import Agent, ConnectionLike
 from storage.kv import ActorStorage
 
+from .errors import HostClosedError
 from .ids import ActorId
 
 if TYPE_CHECKING:
@@ -51,20 +53,20 @@ class ActorSlot:
     """
 
     __slots__ = (
-        "id", "key", "state", "ready", "error", "agent", "storage",
-        "pending", "running", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks",
+        "id", "key", "state", "error", "agent", "storage", "pending", "running",
+        "waiting", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks",
     )
 
     def __init__(self, actor_id: ActorId) -> None:
         self.id = actor_id
         self.key = (actor_id.namespace, actor_id.hex)
         self.state = SlotState.ACTIVATING
-        self.ready = trio.Event()
         self.error: BaseException | None = None
         self.agent: Agent | None = None
         self.storage: ActorStorage | None = None
         self.pending = 0
         self.running = 0
+        self.waiting: deque[list[trio.Event]] = deque()  # calls not started yet, in admission order
         self.gate_holder: trio.lowlevel.Task | None = None
         self.gate_lot = trio.lowlevel.ParkingLot()
         self.alarm_dirty = False
@@ -78,25 +80,56 @@ class ActorSlot:
         connection.set_rollback_hook(self._on_rollback, id=_HOOK_ID)
 
     def _on_commit(self) -> bool:
-        self.gate_lot.unpark_all()
+        self.gate_changed()
         return False  # let the commit go ahead
 
     def _on_rollback(self) -> None:
         self.rollbacks += 1
-        self.gate_lot.unpark_all()
+        self.gate_changed()
 
-    @property
-    def gate_closed(self) -> bool:
-        """``True`` while another task holds the gate or a transaction is open."""
+    def gate_changed(self) -> None:
+        """Something a waiting call or reply may wait for happened: let them look again."""
+        self.gate_lot.unpark_all()
+        if self.waiting:
+            self.waiting[0][0].set()
+
+    def _may_start(self) -> bool:
+        if self.state is not SlotState.ACTIVE:
+            return self.state is not SlotState.ACTIVATING  # failed/closed: start, to raise
         holder = self.gate_holder
         if holder is not None and holder is not trio.lowlevel.current_task():
-            return True
-        return self.storage is not None and self.storage.in_transaction
+            return False
+        return not self.storage.in_transaction
 
-    async def pass_gate(self) -> None:
-        """Wait while the gate is closed (no checkpoint when it is open)."""
-        while self.gate_closed:
-            await self.gate_lot.park()
+    async def enter(self) -> None:
+        """Wait for this call's turn to start: in admission order, once the actor is
+        active and its gate open (no checkpoint when nothing is ahead).
+
+        Raises:
+            BaseException: the activation error when the actor failed to start.
+        """
+        if not self.waiting and self._may_start():
+            self._check_started()
+            return
+        ticket = [trio.Event()]
+        self.waiting.append(ticket)
+        try:
+            while not (self.waiting[0] is ticket and self._may_start()):
+                await ticket[0].wait()
+                ticket[0] = trio.Event()
+        except BaseException:
+            self.waiting.remove(ticket)
+            self.gate_changed()
+            raise
+        self.waiting.popleft()
+        self.gate_changed()  # the next call looks once this one yields
+        self._check_started()
+
+    def _check_started(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.state is SlotState.CLOSED:
+            raise HostClosedError(f"{describe(self.id)} was closed before the call started")
 
     async def hold_gate(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``await fn()`` holding the gate (re-entrant for the holding task)."""
@@ -110,7 +143,7 @@ class ActorSlot:
             return await fn()
         finally:
             self.gate_holder = None
-            self.gate_lot.unpark_all()
+            self.gate_changed()
 
 
 class ActorContext:

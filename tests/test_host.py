@@ -203,6 +203,35 @@ async def test_failed_on_start_fails_waiting_calls_and_next_call_retries(autojum
         assert env["starts"] == 2 and host.is_active(ns, stub.id)
 
 
+class Recorder(Agent):
+    async def on_start(self):
+        await trio.sleep(1)
+        self.seen = []
+
+    def record(self, item):
+        self.seen.append(item)
+        return list(self.seen)
+
+    async def guard(self, seconds):
+        await self.ctx.block_concurrency_while(lambda: trio.sleep(seconds))
+
+
+@pytest.mark.parametrize("attempt", range(5))
+async def test_queued_calls_start_in_admission_order(autojump_clock, actor_host, attempt):
+    stub = actor_host.bind("rec", Recorder).get_by_name("r")
+    async with trio.open_nursery() as nursery:
+        for i in range(20):  # all queue while the actor starts
+            nursery.start_soon(stub.record, i)
+            await trio.sleep(0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stub.guard, 5)
+        await trio.sleep(1)
+        for i in range(20, 40):  # all queue behind the closed gate
+            nursery.start_soon(stub.record, i)
+            await trio.sleep(0)
+    assert await stub.record(40) == list(range(41))
+
+
 # -- the gates ---------------------------------------------------------------------------
 
 
