@@ -106,15 +106,20 @@ def disk_mb(path: Path) -> float:
     return total / 2**20
 
 
-async def per_call_us(fn: Callable[[int], Awaitable[object]], calls: int = 2_000, batches: int = 7) -> float:
-    """Median over batches of the mean time of one ``await fn(i)``, in microseconds."""
-    results = []
+async def per_call_us(*fns: Callable[[int], Awaitable[object]], calls: int = 1_000, batches: int = 7) -> list[float]:
+    """For each of ``fns``: the median over batches of the mean time of one ``await fn(i)``, in us.
+
+    Batches of the different ``fns`` alternate, so slow drift (a growing
+    table, a busy machine) weighs on all of them alike.
+    """
+    results: list[list[float]] = [[] for _ in fns]
     for _ in range(batches):
-        start = time.perf_counter()
-        for i in range(calls):
-            await fn(i)
-        results.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(results)
+        for fn, times in zip(fns, results):
+            start = time.perf_counter()
+            for i in range(calls):
+                await fn(i)
+            times.append((time.perf_counter() - start) / calls * 1e6)
+    return [statistics.median(times) for times in results]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -127,9 +132,10 @@ def percentile(values: list[float], q: float) -> float:
 
 async def bench_call_overhead(root: Path) -> None:
     async with open_host(root / "calls") as host:
-        stub = host.bind("bench", BenchAgent).get_by_name("calls")
-        agent = await run_in_actor(stub, lambda a: a)
-        print("call overhead (us per call, median of 7 x 2000):")
+        ns = host.bind("bench", BenchAgent)
+        stub = ns.get_by_name("through-stub")
+        agent = await run_in_actor(ns.get_by_name("direct"), lambda a: a)  # a twin actor, called directly
+        print("call overhead (us per call, median of 7 x 1000, direct and stub batches alternating):")
         rows = [
             ("empty method", lambda i: agent.ping(), lambda i: stub.ping()),
             ("one-row insert", lambda i: agent.insert(BODY), lambda i: stub.insert(BODY)),
@@ -138,14 +144,12 @@ async def bench_call_overhead(root: Path) -> None:
             counter = iter(range(10**9))
 
             def message(_):
-                n = next(counter)
-                return {"id": f"m{n}", "role": "user", "parts": [{"type": "text", "text": BODY}]}
+                return {"id": f"m{next(counter)}", "role": "user", "parts": [{"type": "text", "text": BODY}]}
 
             rows.append(("Session.append_message", lambda i: agent.session.append_message(message(i)),
                          lambda i: stub.append_message(message(i))))
         for label, direct, through_stub in rows:
-            d = await per_call_us(direct)
-            s = await per_call_us(through_stub)
+            d, s = await per_call_us(direct, through_stub)
             print(f"  {label:<24} direct {d:8.1f}   stub.call {s:8.1f}   overhead {s - d:7.1f}")
 
 
