@@ -232,6 +232,34 @@ async def test_queued_calls_start_in_admission_order(autojump_clock, actor_host,
     assert await stub.record(40) == list(range(41))
 
 
+class OpenTransactionAtStart(Agent):
+    async def on_start(self):
+        self.storage.exec("BEGIN")
+        self.storage.put("half", 1)
+
+    def ping(self):
+        return "pong"
+
+
+async def test_on_start_leaving_a_transaction_open_fails_the_activation(actor_host, actor_data_dir):
+    ns = actor_host.bind("bad", OpenTransactionAtStart)
+    stub = ns.get_by_name("a")
+    with pytest.raises(TransactionLeftOpenError, match="ended inside a storage transaction"):
+        await stub.ping()
+    stats = actor_host.statistics()
+    assert (stats.active, stats.failed_activations) == (0, 1)
+
+
+async def test_stub_attributes(actor_host):
+    ns = actor_host.bind("notes", Notes)
+    stub = ns.get_by_name("alice")
+    assert repr(stub) == f"<ActorStub notes/{stub.id.hex}>"
+    assert stub.namespace is ns and stub.id == ns.id_from_name("alice")
+    with pytest.raises(AttributeError):
+        stub._private
+    assert ns.get(stub.id.hex).id == stub.id
+
+
 # -- the gates ---------------------------------------------------------------------------
 
 
