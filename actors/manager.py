@@ -49,7 +49,6 @@ from storage import registry
 from storage.fts import parse_query
 from storage.messages import to_iso8601
 
-from .context import ContextBlocks
 from .errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from .session import LATEST_LEAF, MessagesChange, Session
 from .tools import Tool
@@ -162,7 +161,8 @@ class SessionManager:
     def __init__(self, storage: SqlStorage, *, target: Any = None) -> None:
         self._storage = storage
         self._target = storage if target is None else target
-        self._validator = ContextBlocks(storage)
+        # Builder arguments are checked now, by the same code the real sessions run.
+        self._validator = Session(storage)
         self._blocks: list[tuple[str, dict[str, Any]]] = []
         self._cached_prompt: tuple[Any] | None = None
         self._compaction_fn: Callable[..., Any] | None = None
@@ -229,7 +229,7 @@ class SessionManager:
             ConflictError: a session is open.
         """
         self._check_unopened("with_cached_prompt")
-        ContextBlocks(self._storage).with_cached_prompt(provider)
+        self._validator.with_cached_prompt(provider)
         self._cached_prompt = (provider,)
         return self
 
@@ -241,7 +241,8 @@ class SessionManager:
             ConflictError: a session is open.
         """
         self._check_unopened("on_compaction")
-        self._compaction_fn = _check_callable(fn, "fn")
+        self._validator.on_compaction(fn)
+        self._compaction_fn = fn
         return self
 
     def compact_after(self, threshold: float, *, token_counter: Callable[..., Any] | None = None) -> SessionManager:
@@ -250,17 +251,12 @@ class SessionManager:
         ``token_counter`` replaces the estimate as in :meth:`Session.compact_after`.
 
         Raises:
-            InvalidInputError: ``threshold`` is not a finite number > 0, or
+            InvalidInputError: ``threshold`` is not a finite number >= 0, or
                 ``token_counter`` is not callable.
             ConflictError: a session is open.
         """
         self._check_unopened("compact_after")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            math.isfinite(threshold) and threshold > 0
-        ):
-            raise InvalidInputError(f"threshold must be a finite number > 0, not {threshold!r}", field="threshold")
-        if token_counter is not None:
-            _check_callable(token_counter, "token_counter")
+        self._validator.compact_after(threshold, token_counter=token_counter)
         self._compact_after = (threshold, token_counter)
         return self
 
@@ -272,7 +268,8 @@ class SessionManager:
             ConflictError: a session is open.
         """
         self._check_unopened("on_compaction_error")
-        self._error_handler = _check_callable(handler, "handler")
+        self._validator.on_compaction_error(handler)
+        self._error_handler = handler
         return self
 
     def with_searchable_history(self, label: str) -> SessionManager:
@@ -651,7 +648,10 @@ def _store_path(session: Session, messages: list[Message]) -> None:
     for message in messages:
         prepared = session._prepare_message(message)
         stored = prepared.message
-        session._messages.append(stored["id"], stored["role"], prepared.content, prepared.text, parent)
+        session._messages.append(
+            stored["id"], stored["role"], prepared.content, prepared.text, parent,
+            tokens=prepared.tokens, tools=prepared.tools,
+        )
         parent = stored["id"]
 
 
@@ -663,9 +663,3 @@ def _check_text(value: Any, name: str) -> str:
 
 def _check_optional_text(value: Any, name: str) -> str | None:
     return None if value is None else _check_text(value, name)
-
-
-def _check_callable(value: Any, name: str) -> Any:
-    if not callable(value):
-        raise InvalidInputError(f"{name} must be callable, not {type(value).__name__}", field=name)
-    return value

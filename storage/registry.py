@@ -21,13 +21,14 @@ that have a registry row (DEVIATIONS 11), using the query rules of
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import apsw
 
 from . import fts
 from .errors import SearchQueryError
-from .messages import FTS_TABLE, MessageStore
+from .messages import FTS_TABLE
 from .schema import NOW_MS
 from .sqlite import SqlStorage
 
@@ -68,21 +69,36 @@ UPDATE assistant_sessions SET input_tokens = input_tokens + ?, output_tokens = o
     estimated_cost = estimated_cost + ?, {_TOUCH}
 WHERE id = ? RETURNING {_COLUMNS}
 """
-_DELETE_CONFIG = "DELETE FROM assistant_config WHERE session_id = ?"
-_DELETE_ROW = "DELETE FROM assistant_sessions WHERE id = ?"
+# Everything keyed by the session id; search rows first (their rowid is the message's seq).
+_DELETE_SESSION_ROWS = (
+    f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
+    f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
+    "DELETE FROM assistant_messages WHERE session_id = ?",
+    "DELETE FROM assistant_compactions WHERE session_id = ?",
+    "DELETE FROM assistant_config WHERE session_id = ?",
+    "DELETE FROM assistant_sessions WHERE id = ?",
+)
 # Block rows of one session: labels "<something>_<session id>" (?1 = length of "_<id>", ?2 = "_<id>").
 _DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE length(label) > ?1 AND substr(label, -?1) = ?2"
 
 # ``{hits}`` is storage.fts.matching_rowids_sql(...): (rowid, rank) of every match.
-# Only messages of registered sessions; best rank first, ties oldest first.
-_SEARCH = """
-SELECT m.id, m.role, f.content, m.created_at, m.session_id
-FROM ({hits}) AS h
-CROSS JOIN assistant_messages AS m ON m.seq = h.rowid
-CROSS JOIN assistant_fts AS f ON f.rowid = m.seq
+# Best rank first, ties oldest first. _TOP_HITS ranks the whole file; _TOP_MANAGED_HITS
+# only messages of registered sessions (needed when other rows are among the best).
+_TOP_HITS = "SELECT h.rowid FROM ({hits}) AS h ORDER BY h.rank, h.rowid LIMIT ?"
+_TOP_MANAGED_HITS = """
+SELECT h.rowid FROM ({hits}) AS h CROSS JOIN assistant_messages AS m ON m.seq = h.rowid
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
 ORDER BY h.rank, h.rowid LIMIT ?
 """
+# The hits among the seqs of the JSON list ?1 that are messages of registered sessions.
+_HIT_ROWS = """
+SELECT m.seq, m.id, m.role, f.content, m.created_at, m.session_id
+FROM json_each(?1) AS j
+CROSS JOIN assistant_messages AS m ON m.seq = j.value
+CROSS JOIN assistant_fts AS f ON f.rowid = m.seq
+WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
+"""
+_HIT_NAMES = ("id", "role", "content", "created_at", "session_id")
 
 
 def _row(cursor: apsw.Cursor) -> dict[str, Any] | None:
@@ -176,11 +192,10 @@ def delete_session(storage: SqlStorage, session_id: str) -> bool:
     with storage.transaction():
         if not session_exists(storage, session_id):
             return False
-        MessageStore(storage, session_id).clear()
-        storage.exec(_DELETE_CONFIG, session_id)
+        for statement in _DELETE_SESSION_ROWS:
+            storage.exec(statement, session_id)
         suffix = "_" + session_id
         storage.exec(_DELETE_BLOCKS, len(suffix), suffix)
-        storage.exec(_DELETE_ROW, session_id)
         return True
 
 
@@ -189,6 +204,11 @@ def delete_session(storage: SqlStorage, session_id: str) -> bool:
 
 def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> list[dict[str, str]]:
     """Stored messages of registered sessions matching ``query``, best first.
+
+    Ranks the whole file's matches and keeps the best ``limit``; only when
+    some of those are not messages of registered sessions does it rank
+    again, joined to the registry. In a manager's file (every message in a
+    registered session) the join thus touches ``limit`` rows, not every match.
 
     Returns:
         Up to ``limit`` hits ``{"id", "role", "content", "created_at",
@@ -200,9 +220,20 @@ def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> 
         SearchQueryError: SQLite failed (never returned as an empty list).
     """
     hits, params = fts.matching_rowids_sql(query, FTS_TABLE)
-    names = ("id", "role", "content", "created_at", "session_id")
     try:
-        rows = storage.exec(_SEARCH.format(hits=hits), *params, limit).fetchall()
+        best = [seq for (seq,) in storage.exec(_TOP_HITS.format(hits=hits), *params, limit)]
+        rows = _hit_rows(storage, best)
+        if len(rows) < len(best):
+            managed = [seq for (seq,) in storage.exec(_TOP_MANAGED_HITS.format(hits=hits), *params, limit)]
+            rows = _hit_rows(storage, managed)
     except apsw.Error as exc:
         raise SearchQueryError(f"cross-session message search failed: {exc}") from exc
-    return [dict(zip(names, row)) for row in rows]
+    return rows
+
+
+def _hit_rows(storage: SqlStorage, seqs: list[int]) -> list[dict[str, str]]:
+    """The hits among ``seqs`` that belong to registered sessions, in the order of ``seqs``."""
+    if not seqs:
+        return []
+    found = {row[0]: dict(zip(_HIT_NAMES, row[1:])) for row in storage.exec(_HIT_ROWS, json.dumps(seqs))}
+    return [found[seq] for seq in seqs if seq in found]

@@ -93,7 +93,8 @@ async def test_search_reports_the_session_of_each_hit(manager, tau):
 
 async def test_search_respects_the_limit(manager, tau):
     everything = await manager.search("reservation")
-    assert len(everything) == 11
+    assert len(everything) == 18  # text mentions and tool calls with a reservation_id
+    assert sum(h["content"] == "" for h in everything) == 7
     assert {h["sessionId"] for h in everything} == {r["id"] for r in tau}
     assert await manager.search("reservation", limit=3) == everything[:3]
     assert await manager.search("reservation", limit=0) == []
@@ -153,6 +154,15 @@ async def test_search_sees_only_stored_messages_of_managed_sessions(manager, sto
     assert [(h["sessionId"], h["content"]) for h in await manager.search("friday deploy")] == [
         (a["id"], "the deploy happens on Friday")
     ]
+
+
+async def test_search_fills_the_limit_when_unmanaged_rows_rank_best(manager, storage):
+    sid = (await manager.create("A"))["id"]
+    await manager.append(sid, msg("long", "refund " + "padding words " * 30))
+    await manager.append(sid, msg("mid", "refund " + "padding words " * 10))
+    await Session.create(storage).for_session("loose").append_message(msg("short", "refund"))
+    assert [h["id"] for h in await manager.search("refund", limit=1)] == ["mid"]
+    assert [h["id"] for h in await manager.search("refund")] == ["mid", "long"]
 
 
 async def test_search_treats_typed_syntax_as_plain_text(manager):
