@@ -11,9 +11,8 @@ providers).
 
 Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30]``
 
-Uses :class:`actors.session.Session`. Until the Session wires the context
-engine itself (``Session.with_context``), the engine is composed here with
-the Session as its host, exactly as the Session will do internally.
+Everything goes through :class:`actors.session.Session` (``with_context``,
+``with_cached_prompt``, ``tools()``), as an application would use it.
 """
 
 from __future__ import annotations
@@ -30,15 +29,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors.context import ContextBlocks  # noqa: E402
+from actors.session import Session  # noqa: E402
 from actors.skills import DirectorySkillProvider  # noqa: E402
 from storage import SqlStorage  # noqa: E402
 from storage.context import delete_config  # noqa: E402
-
-try:
-    from actors.session import Session  # noqa: E402
-except ImportError as exc:  # pragma: no cover - only before the Session exists
-    sys.exit(f"bench_wake needs actors.session.Session: {exc}")
 
 SID = "bench"
 SKILLS = ("deploy", "review", "pirate", "refunds", "baggage")
@@ -47,27 +41,26 @@ TEXT = ("I need to change my flight to Friday morning and keep the same seat if 
 
 
 class Life:
-    """One activation: the file open, a Session and its context engine."""
+    """One activation: the file open and a freshly built Session."""
 
     def __init__(self, path: Path, skills_dir: Path, *, cached: bool = True) -> None:
         self.storage = SqlStorage.open(path)
-        session = Session.create(self.storage).for_session(SID)
-        self.wired = hasattr(session, "with_context")
-        engine = session if self.wired else ContextBlocks(self.storage, host=session).for_session(SID)
-        engine.with_context("soul", provider=_Soul()).with_context("memory", description="Learned facts", max_tokens=1100)
-        engine.with_context("skills", description="Loadable skills", provider=DirectorySkillProvider(skills_dir))
+        self.session = (
+            Session.create(self.storage)
+            .for_session(SID)
+            .with_context("soul", provider=_Soul())
+            .with_context("memory", description="Learned facts", max_tokens=1100)
+            .with_context("skills", description="Loadable skills", provider=DirectorySkillProvider(skills_dir))
+        )
         if cached:
-            engine.with_cached_prompt()
-        self.session, self.engine = session, engine
+            self.session.with_cached_prompt()
 
     async def append(self, message: dict) -> None:
         await self.session.append_message(message)
-        if not self.wired:
-            await self.engine.note_appended(message)
 
     async def wake(self) -> set[str]:
-        await self.engine.freeze_system_prompt()
-        return set(await self.engine.get_loaded_skill_keys())
+        await self.session.freeze_system_prompt()
+        return set(await self.session.get_loaded_skill_keys())
 
     def close(self) -> None:
         self.storage.close()
@@ -80,13 +73,13 @@ class _Soul:
 
 async def build(path: Path, skills_dir: Path, size: int) -> None:
     life = Life(path, skills_dir)
-    tools = await life.engine.tools()
+    tools = await life.session.tools()
     for i, key in enumerate(SKILLS):
         output = await tools["load_context"].execute({"label": "skills", "key": key})
         part = {"type": "tool-load_context", "toolName": "load_context", "toolCallId": f"call{i}",
                 "state": "output-available", "input": {"label": "skills", "key": key}, "output": output}
         await life.append({"id": f"load{i}", "role": "assistant", "parts": [part]})
-    await life.engine.freeze_system_prompt()
+    await life.session.freeze_system_prompt()
     for i in range(size - len(SKILLS)):
         role = "user" if i % 2 == 0 else "assistant"
         await life.append({"id": f"m{i}", "role": role, "parts": [{"type": "text", "text": f"{TEXT} ({i})"}]})

@@ -11,7 +11,6 @@ import trio
 import trio.testing
 
 from actors import CompactionError
-from actors.compaction import create_compact_function
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
 from storage import SqlStorage
@@ -112,7 +111,8 @@ async def test_a_compaction_on_branch_a_never_hides_branch_b(storage):
     session.on_compaction(Planned({"fromMessageId": "m3", "toMessageId": "b5", "summary": "B"}))
     # A's overlay is not on this path, so B's compaction does not extend it from m2
     assert await session.compact() == {"fromMessageId": "m3", "toMessageId": "b5", "summary": "B"}
-    assert ids(await session.get_history())[0:2] == ["m1", "m2"] and ids(await session.get_history())[3:] == ["b6", "b7"]
+    history = ids(await session.get_history())
+    assert history[:2] == ["m1", "m2"] and history[2].startswith("compaction_") and history[3:] == ["b6", "b7"]
     assert ids(await session.get_history("a6"))[2:] == ["a5", "a6"]
     assert stored_ranges(storage) == [("A", "m2", "a4"), ("B", "m3", "b5")]
 
@@ -147,7 +147,8 @@ async def test_compaction_refreshes_the_frozen_prompt(storage):
     await session.replace_context_block("memory", "Tea.")
     assert await session.freeze_system_prompt() == frozen
     assert await session.compact() is not None
-    assert (await session.freeze_system_prompt()).endswith("MEMORY [2% — 2/100 tokens] [writable]\n" + "═" * 46 + "\nTea.")
+    expected_tail = "MEMORY [2% — 2/100 tokens] [writable]\n" + "═" * 46 + "\nTea."
+    assert (await session.freeze_system_prompt()).endswith(expected_tail)
     await session.replace_context_block("memory", "Coffee.")
     assert await session.compact() is None  # nothing to compact: the prompt stays as it was
     assert (await session.freeze_system_prompt()).endswith("\nTea.")
@@ -217,7 +218,8 @@ async def test_a_faulty_compaction_function_never_fails_the_append(storage, faul
     errors = [p for p in agent.sent if p["type"] == "cf_agent_session_error"]
     assert errors == ([{"type": "cf_agent_session_error", "error": heard_text, "sessionId": "s"}] if heard_text else [])
     if heard_text is None:  # nothing to compact: the one-time warning instead
-        assert "Auto-compaction fired (~" in caplog.text and "0) but the compaction function returned null" in caplog.text
+        assert "Auto-compaction fired (~" in caplog.text
+        assert "0) but the compaction function returned null" in caplog.text
 
 
 async def test_the_noop_warning_is_logged_once_until_a_compaction_succeeds(storage, caplog):

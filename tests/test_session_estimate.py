@@ -94,7 +94,8 @@ async def test_running_totals_and_jumps_stay_exact_through_random_edits_and_comp
         if action < 0.55 or len(live) < 3:
             parent = rng.choice([LATEST_LEAF, LATEST_LEAF, None, *(live[-8:] or [None])])
             mid = f"m{step}"
-            await session.append_message(msg(mid, "tok " * rng.randint(0, 30), rng.choice(["user", "assistant"])), parent)
+            role = rng.choice(["user", "assistant"])
+            await session.append_message(msg(mid, "tok " * rng.randint(0, 30), role), parent)
             live.append(mid)
         elif action < 0.7:
             await session.update_message(msg(rng.choice(live), "upd " * rng.randint(0, 60)))
