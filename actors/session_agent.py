@@ -16,12 +16,9 @@ useful assistant session: the soul ``You are a helpful assistant.``, a
 writable ``memory`` block of 1100 tokens, a cached prompt and extractive
 compaction above 100,000 estimated tokens.
 
-Session wiring. The context-block engine and compaction are being wired
-into :class:`~actors.session.Session` itself (``with_context``,
-``compact``, ...). Until a Session has them, this class composes the engine
-beside the Session, the way the Session will internally, and runs
-``compact()`` from the helpers of :mod:`actors.compaction`; automatic
-compaction and status broadcasts then arrive with the Session's wiring.
+Hooks of the Session (skill tracking, ``cf_agent_session`` status
+broadcasts to the actor's WebSocket peers, automatic compaction) run as in
+any Session built with :meth:`~actors.session.Session.create` on the actor.
 """
 
 from __future__ import annotations
@@ -33,10 +30,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .agent import Agent, AgentContext
-from .compaction import call_compaction_function, create_compact_function, extractive_summarize, plan_compaction
-from .context import AgentSearchProvider, ContextBlocks
-from .errors import CompactionError, InvalidInputError, InvalidMessageError, NotFoundError
+from .compaction import create_compact_function, extractive_summarize
+from .context import AgentSearchProvider
+from .errors import InvalidInputError, InvalidMessageError, NotFoundError
 from .session import LATEST_LEAF, Session
+from .session_metadata import read_metadata, write_metadata
 from .skills import DirectorySkillProvider
 from .tokens import js_stringify
 from .tools import anthropic_tools, openai_tools
@@ -244,6 +242,27 @@ def _provider(block: BlockConfig, agent: Agent) -> Any:
     return None  # writable: auto-wired to the actor's file by the engine
 
 
+def _build_session(agent: Agent, config: SessionConfig) -> Session:
+    """The actor's Session, configured by ``config``."""
+    session = Session.create(agent)
+    for block in config.blocks:
+        session.with_context(block.label, description=block.description, max_tokens=block.max_tokens,
+                             provider=_provider(block, agent))
+    if config.cached_prompt:
+        session.with_cached_prompt()
+    compaction = config.compaction
+    if compaction is not None:
+        session.on_compaction(create_compact_function(
+            summarize=resolve_summarizer(compaction.summarizer),
+            protect_head=compaction.protect_head,
+            tail_token_budget=compaction.tail_token_budget,
+            min_tail_messages=compaction.min_tail_messages,
+        ))
+        if compaction.threshold is not None:
+            session.compact_after(compaction.threshold)
+    return session
+
+
 # -- the actor -------------------------------------------------------------------------
 
 
@@ -269,33 +288,7 @@ class SessionAgent(Agent):
         if env is not None and not isinstance(env, SessionConfig):
             raise TypeError(f"SessionAgent needs a SessionConfig as env, not {type(env).__name__}")
         self.config = env or SessionConfig()
-        self.session = Session.create(self)
-        self._wired = hasattr(self.session, "with_context")
-        self._context: Any = self.session if self._wired else ContextBlocks(self.storage, host=self.session)
-        self._compact_fn = self._configure()
-
-    def _configure(self) -> Callable[..., Any] | None:
-        for block in self.config.blocks:
-            self._context.with_context(
-                block.label, description=block.description, max_tokens=block.max_tokens,
-                provider=_provider(block, self),
-            )
-        if self.config.cached_prompt:
-            self._context.with_cached_prompt()
-        compaction = self.config.compaction
-        if compaction is None:
-            return None
-        fn = create_compact_function(
-            summarize=resolve_summarizer(compaction.summarizer),
-            protect_head=compaction.protect_head,
-            tail_token_budget=compaction.tail_token_budget,
-            min_tail_messages=compaction.min_tail_messages,
-        )
-        if hasattr(self.session, "on_compaction"):
-            self.session.on_compaction(fn)
-            if compaction.threshold is not None and hasattr(self.session, "compact_after"):
-                self.session.compact_after(compaction.threshold)
-        return fn
+        self.session = _build_session(self, self.config)
 
     # -- messages --------------------------------------------------------------------
 
@@ -308,10 +301,7 @@ class SessionAgent(Agent):
             InvalidMessageError: not ``{"id": str, "role": str, "parts": list}``.
             InvalidInputError: ``parent_id`` is not a string or ``None``.
         """
-        inserted = await self.session.append_message(message, parent_id)
-        if inserted and not self._wired:
-            await self._context.note_appended(message)
-        return inserted
+        return await self.session.append_message(message, parent_id)
 
     async def append_messages(self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF) -> list[bool]:
         """Append ``messages`` as a chain: the first under ``parent_id`` (as
@@ -350,8 +340,6 @@ class SessionAgent(Agent):
             MessageNotFoundError: no such id (nothing written).
         """
         await self.session.update_message(message)
-        if not self._wired:
-            await self._context.note_updated(message)
 
     async def delete_messages(self, message_ids: Sequence[str]) -> int:
         """Delete these messages (children move up to the parent); returns how many existed."""
@@ -360,8 +348,6 @@ class SessionAgent(Agent):
     async def clear_messages(self) -> None:
         """Delete every message and compaction; unload all skills; refresh the prompt."""
         await self.session.clear_messages()
-        if not self._wired:
-            await self._context.note_cleared()
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first."""
@@ -379,15 +365,29 @@ class SessionAgent(Agent):
         """Full-text search: up to ``limit`` hits ``{"id", "role", "content", "createdAt"}``, best first."""
         return await self.session.search(query, limit=limit)
 
+    # -- metadata ----------------------------------------------------------------------------
+
+    async def get_metadata(self) -> dict[str, Any]:
+        """The session's metadata object (``{}`` until set; see :mod:`actors.session_metadata`)."""
+        return read_metadata(self.storage)
+
+    async def set_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """Replace the session's metadata with a JSON object (at most 64 KiB); returns it.
+
+        Raises:
+            InvalidInputError: (``field="metadata"``) not a small JSON object.
+        """
+        return write_metadata(self.storage, metadata)
+
     # -- context blocks and the system prompt ---------------------------------------------
 
     async def get_context_blocks(self) -> list[dict[str, Any]]:
         """Every block ``{label, description, content, tokens, maxTokens, writable, isSkill, isSearchable}``."""
-        return [dict(block) for block in await self._context.get_context_blocks()]
+        return [dict(block) for block in await self.session.get_context_blocks()]
 
     async def get_context_block(self, label: str) -> dict[str, Any] | None:
         """Block ``label``, or ``None`` when there is none."""
-        block = await self._context.get_context_block(label)
+        block = await self.session.get_context_block(label)
         return None if block is None else dict(block)
 
     async def replace_context_block(self, label: str, content: str) -> dict[str, Any]:
@@ -396,7 +396,7 @@ class SessionAgent(Agent):
         Raises:
             ContextBlockError: readonly/unknown, keyed, or over ``max_tokens`` (message as in the spec).
         """
-        return dict(await self._context.replace_context_block(label, content))
+        return dict(await self.session.replace_context_block(label, content))
 
     async def append_context_block(self, label: str, content: str) -> dict[str, Any]:
         """Append to a writable block (a newline between when needed); returns the new block.
@@ -404,15 +404,15 @@ class SessionAgent(Agent):
         Raises:
             ContextBlockError: ``Block "<label>" not found``, or as :meth:`replace_context_block`.
         """
-        return dict(await self._context.append_context_block(label, content))
+        return dict(await self.session.append_context_block(label, content))
 
     async def freeze_system_prompt(self) -> str:
         """The frozen system prompt (rendered and stored on first use)."""
-        return await self._context.freeze_system_prompt()
+        return await self.session.freeze_system_prompt()
 
     async def refresh_system_prompt(self) -> str:
         """Re-render the system prompt from the blocks now, store and return it."""
-        return await self._context.refresh_system_prompt()
+        return await self.session.refresh_system_prompt()
 
     # -- tools and skills ---------------------------------------------------------------------
 
@@ -429,7 +429,7 @@ class SessionAgent(Agent):
         """
         if format not in TOOL_FORMATS:
             raise InvalidInputError(f"format must be one of {', '.join(TOOL_FORMATS)}, not {format!r}", field="format")
-        tools = await self._context.tools()
+        tools = await self.session.tools()
         if format == "openai":
             return openai_tools(tools)
         if format == "anthropic":
@@ -442,44 +442,41 @@ class SessionAgent(Agent):
         Raises:
             NotFoundError: (``kind="tool"``) no tool of that name for the current blocks.
         """
-        tool = (await self._context.tools()).get(name)
+        tool = (await self.session.tools()).get(name)
         if tool is None:
             raise NotFoundError(f"no tool named {name!r}", kind="tool", key=str(name))
         return await tool.execute(args)
 
     async def get_loaded_skill_keys(self) -> list[str]:
         """Loaded skills as ``"label:key"`` strings, in load order."""
-        return list(await self._context.get_loaded_skill_keys())
+        return list(await self.session.get_loaded_skill_keys())
 
     async def unload_skill(self, label: str, key: str) -> bool:
         """Unload ``label:key`` (its stored output becomes a marker); ``False`` if it was not loaded."""
-        return await self._context.unload_skill(label, key)
+        return await self.session.unload_skill(label, key)
 
     # -- compaction -----------------------------------------------------------------------------
 
     async def compact(self) -> dict[str, str] | None:
-        """Compact now; ``{"fromMessageId", "toMessageId", "summary"}`` or ``None`` if nothing was.
+        """Compact now; ``{"fromMessageId", "toMessageId", "summary"}``, or ``None`` when nothing
+        was compacted (too short, or the summarizer failed: ``cf_agent_session_error`` is broadcast).
 
         Raises:
-            CompactionError: no compaction is configured, or the function's range is not on the path.
+            CompactionError: the config has no compaction.
         """
-        if hasattr(self.session, "compact"):
-            return await self.session.compact()
-        if self._compact_fn is None:
-            raise CompactionError("No compaction function registered. Call onCompaction() first.")
-        history = await self.session.get_history()
-        result = await call_compaction_function(self._compact_fn, history)
-        path_ids = [row["id"] for row in await self.session.get_history_row_stats()]
-        plan = plan_compaction(result, history=history, path_ids=path_ids,
-                               compactions=await self.session.get_compactions())
-        if plan is not None:
-            await self.session.add_compaction(plan["summary"], plan["fromMessageId"], plan["toMessageId"])
-            await self._context.refresh_system_prompt()
-        return plan
+        return await self.session.compact()
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, str]:
         """Store an overlay ``from_id..to_id`` -> ``summary``; returns the compaction record."""
         return await self.session.add_compaction(summary, from_id, to_id)
+
+    async def estimate_tokens(self) -> int:
+        """The estimated tokens of history plus system prompt (what auto-compaction compares)."""
+        return await self.session.estimate_tokens()
+
+    async def get_recent_history(self, max_bytes: int, min_recent: int = 1) -> dict[str, Any]:
+        """The newest messages that fit ``max_bytes`` of stored JSON: ``{messages, truncated, totalContentBytes}``."""
+        return await self.session.get_recent_history(max_bytes, min_recent)
 
     async def get_compactions(self) -> list[dict[str, str]]:
         """Every compaction record ``{id, summary, fromMessageId, toMessageId, createdAt}``, oldest first."""

@@ -48,17 +48,24 @@ def app(host):
     return create_app(host, token=TOKEN, max_body_bytes=4096)
 
 
-async def rpc(ws, call_id, method, params=None):
+async def rpc(ws, call_id, method, params=None, *, pushed=None):
+    """Send a call and return its reply; frames pushed before it go to ``pushed`` (a list)."""
     frame = {"id": call_id, "method": method}
     if params is not None:
         frame["params"] = params
     await ws.send(json.dumps(frame))
-    return json.loads(await ws.receive())
+    while True:
+        reply = json.loads(await ws.receive())
+        if isinstance(reply, dict) and reply.get("id") == call_id and ("result" in reply or "error" in reply):
+            return reply
+        if pushed is None:
+            raise AssertionError(f"unexpected frame {reply!r}")
+        pushed.append(reply)
 
 
 async def test_rpc_frames_get_results_and_errors(app):
     async with app.test_client().websocket(WS, headers=AUTH) as ws:
-        assert await rpc(ws, 1, "append_message", {"message": msg("m1", "hi")}) == {"id": 1, "result": True}
+        assert await rpc(ws, 1, "append_message", {"message": msg("m1", "hi")}, pushed=[]) == {"id": 1, "result": True}
         assert await rpc(ws, "b", "get_history") == {"id": "b", "result": [msg("m1", "hi")]}
         assert await rpc(ws, 3, "get_message", ["nope"]) == {"id": 3, "result": None}
         assert await rpc(ws, 4, "update_message", [msg("zz", "x")]) == {
@@ -68,6 +75,23 @@ async def test_rpc_frames_get_results_and_errors(app):
         assert await rpc(ws, 6, "get_history", "m1") == {
             "id": 6, "error": {"type": "InvalidInputError", "message": "params must be an object or a list",
                                "field": "params"}}
+
+
+async def test_every_write_pushes_a_session_status_before_its_reply(app):
+    client = app.test_client()
+    async with client.websocket(WS, headers=AUTH) as writer, client.websocket(WS, headers=AUTH) as watcher:
+        await rpc(watcher, 0, "get_path_length")
+        pushed = []
+        assert await rpc(writer, 1, "append_messages", [[msg("m1", "hi"), msg("m2", "there")]], pushed=pushed) == {
+            "id": 1, "result": [True, True]}
+        assert [list(p) for p in pushed] == [["type", "phase", "tokenEstimate", "tokenThreshold", "sessionId"]] * 2
+        assert [(p["type"], p["phase"], p["tokenThreshold"]) for p in pushed] == [
+            ("cf_agent_session", "idle", 100000)] * 2
+        assert pushed[1]["tokenEstimate"] > pushed[0]["tokenEstimate"] > 0
+        assert [json.loads(await watcher.receive()) for _ in range(2)] == pushed
+        seen = []
+        assert await rpc(writer, 2, "delete_messages", [["m2"]], pushed=seen) == {"id": 2, "result": 1}
+        assert seen == [pushed[0]]  # the estimate is back to that of m1 alone
 
 
 async def test_binary_frames_are_msgpack_both_ways(app):
@@ -111,7 +135,8 @@ async def test_broadcasts_reach_every_peer_as_they_happen(app):
 
 async def test_the_socket_stays_open_while_its_actor_hibernates_and_a_frame_wakes_it(app, host):
     async with app.test_client().websocket(WS, headers=AUTH) as ws:
-        assert await rpc(ws, 1, "append_message", {"message": msg("m1", "before")}) == {"id": 1, "result": True}
+        assert await rpc(ws, 1, "append_message", {"message": msg("m1", "before")}, pushed=[]) == {
+            "id": 1, "result": True}
         assert await host.hibernate_all() == 1
         stats = host.statistics()
         assert (stats.active, stats.hibernated, stats.connections, stats.activations) == (0, 1, 1, 1)
