@@ -1,0 +1,362 @@
+"""Every example in ``examples/`` runs end to end, the way its docstring says.
+
+Each example runs as its own process from the repository root with this
+interpreter (``.venv/bin/python examples/<name>.py ...``). The ones that talk
+to a host get a real ``durable-sessions serve`` process on a free loopback
+port with a temporary data folder and a token. The tests check what each
+example prints and what it stored (the SQLite files, or the host through
+the client).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.client import SessionsClient
+from storage import SqlStorage
+
+from conftest import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples"
+TOKEN = "examples-token"
+SERVE = Path(sys.executable).with_name("durable-sessions")
+#: Variables that would point an example at a real model or another host.
+FOREIGN = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "DURABLE_SESSIONS_URL", "DURABLE_SESSIONS_TOKEN",
+           "ANTHROPIC_API_KEY")
+
+
+def example_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+async def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """``<python> examples/<name> *args`` from the repository root; its stdout (exit status 0, no stderr)."""
+    done = await trio.run_process(
+        [sys.executable, f"examples/{name}", *args], cwd=REPO_ROOT, env=env or example_env(),
+        capture_stdout=True, capture_stderr=True, check=False,
+    )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, f"{name} failed ({done.returncode}):\n{out}\n{err}"
+    assert err == "", err
+    return out
+
+
+def section(output: str, title: str) -> list[str]:
+    """The lines printed under ``== title``, up to the next ``== `` heading (trailing blank lines dropped)."""
+    lines = output.splitlines()
+    start = lines.index(f"== {title}") + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("== ")), len(lines))
+    while end > start and not lines[end - 1]:
+        end -= 1
+    return lines[start:end]
+
+
+@pytest.fixture
+def host(tmp_path):
+    """Start ``durable-sessions serve`` (optionally with ``--app``); yields a function returning its URL."""
+    processes = []
+
+    def start(*args: str) -> str:
+        ready = tmp_path / f"ready-{len(processes)}.json"
+        process = subprocess.Popen(
+            [str(SERVE), "serve", "--bind", "127.0.0.1:0", "--data", str(tmp_path / "data"),
+             "--ready-file", str(ready), *args],
+            cwd=REPO_ROOT, env=example_env(DURABLE_SESSIONS_TOKEN=TOKEN, PYTHONPATH=str(REPO_ROOT)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        processes.append(process)
+        deadline = time.monotonic() + 30
+        while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), f"the host did not start: {process.communicate(timeout=5)}"
+        return json.loads(ready.read_text())["url"]
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=20)
+            assert process.returncode == 0, err
+
+
+# -- embedded_session.py -------------------------------------------------------------------------
+
+
+async def test_embedded_session_example_prints_each_step_and_stores_the_session(tmp_path):
+    out = await run_example("embedded_session.py", "--data", str(tmp_path))
+
+    assert section(out, "open") == ["database: " + str(tmp_path / "embedded.sqlite3")]
+    prompt = section(out, "frozen system prompt")
+    assert prompt[:4] == ["═" * 46, "SOUL [readonly]", "═" * 46, "You are a concise assistant for a small software team."]
+    assert section(out, "memory") == [
+        "memory holds 16 of 1100 tokens:", "The team deploys on Tuesdays.", "Alice owns the billing service.",
+        "frozen prompt unchanged: True", "after refresh the prompt mentions Alice: True",
+    ]
+    tools = section(out, "tools")
+    assert tools[:3] == [
+        "tools: set_context, load_context, unload_context, search_context",
+        "OpenAI tools=:    ['set_context', 'load_context', 'unload_context', 'search_context']",
+        "Anthropic tools=: ['set_context', 'load_context', 'unload_context', 'search_context']",
+    ]
+    assert json.loads(tools[3])["input_schema"]["properties"]["label"]["enum"] == ["knowledge"]
+    assert section(out, "running tools") == [
+        'Indexed "e1042" in knowledge.', "[e1042]", "E1042: raise export_timeout_s to 120.",
+        'Error: invalid arguments for set_context: label: Invalid option: expected one of "memory"|"skills"|"knowledge"',
+    ]
+    assert section(out, "skills") == ["loaded: # Reviewing a pull request", "loaded skills: ['skills:code-review']"]
+    assert section(out, "search") == ["u1 [user] Our invoice export failed last night with error E1042."]
+    compaction = section(out, "compaction")
+    assert compaction[:3] == ["compacted a1..a2", "history now: ['u1', 'compaction_…', 'u3', 'a3', 'u4']", "## Topic"]
+    assert compaction[-2:] == ["still searchable: ['u1', 'a1']", "knowledge block in the new prompt: 1 entries indexed."]
+    assert section(out, "reopen") == [
+        "same frozen prompt: True", "loaded skills: ['skills:code-review']", "messages on the path: 7",
+    ]
+
+    storage = SqlStorage.open(tmp_path / "embedded.sqlite3")
+    try:
+        ids = [r["id"] for r in storage.sql("SELECT id FROM assistant_messages WHERE session_id = ? ORDER BY seq",
+                                            "embedded-demo")]
+        assert ids == ["u1", "a1", "u2", "a2", "u3", "a3", "u4"]
+        [compaction_row] = storage.sql("SELECT from_message_id, to_message_id FROM assistant_compactions")
+        assert compaction_row == {"from_message_id": "a1", "to_message_id": "a2"}
+        assert storage.sql("SELECT key FROM cf_agents_search_entries") == [{"key": "e1042"}]
+    finally:
+        storage.close()
+
+
+async def test_embedded_session_example_starts_over_on_the_same_data_folder(tmp_path):
+    await run_example("embedded_session.py", "--data", str(tmp_path))
+    again = await run_example("embedded_session.py", "--data", str(tmp_path))
+    assert section(again, "open")[1] == "cleared the messages of an earlier run"
+    assert section(again, "reopen")[-1] == "messages on the path: 7"
+
+
+# -- chat_agent.py -------------------------------------------------------------------------------------
+
+CHAT_SCRIPT = [
+    "Hello",
+    "Remember that I deploy on Tuesdays.",
+    "What is our refund policy?",
+    "How should I review a pull request?",
+    "What about bananas?",
+]
+
+
+def stored_tool_parts(path: Path) -> list[dict]:
+    storage = SqlStorage.open(path)
+    try:
+        rows = storage.sql("SELECT content FROM assistant_messages WHERE session_id = 'chat' ORDER BY seq")
+    finally:
+        storage.close()
+    return [p for row in rows for p in json.loads(row["content"])["parts"] if p["type"].startswith("tool-")]
+
+
+async def test_chat_agent_example_runs_a_script_offline_and_stores_tool_parts(tmp_path):
+    script = tmp_path / "script.txt"
+    script.write_text("\n".join(CHAT_SCRIPT) + "\n", encoding="utf-8")
+    out = await run_example("chat_agent.py", "--script", str(script), "--data", str(tmp_path))
+
+    assert out.splitlines() == [
+        "model: the scripted offline model",
+        f"database: {tmp_path / 'chat.sqlite3'}",
+        "",
+        "you: Hello",
+        "assistant: Hello! Tell me something to remember, ask about the team, or ask for a skill.",
+        "you: Remember that I deploy on Tuesdays.",
+        '  -> set_context({"label": "memory", "content": "I deploy on Tuesdays.", "action": "append"})'
+        " = Written to memory. Usage: 1% (6/1100 tokens)",
+        "assistant: Noted, I will remember that.",
+        "you: What is our refund policy?",
+        '  -> search_context({"label": "knowledge", "query": "refund"}) = [refund-policy]',
+        "assistant: From the handbook: Refund policy: refunds are paid within 5 working days of approval.",
+        "you: How should I review a pull request?",
+        '  -> load_context({"label": "skills", "key": "code-review"}) = # Reviewing a pull request',
+        "assistant: Following code-review, start here: 1. Read the description first: what problem does the change solve?",
+        "you: What about bananas?",
+        '  -> search_context({"label": "knowledge", "query": "bananas"}) = No results found.',
+        "assistant: The handbook says nothing about that.",
+        "",
+        "stored: 14 messages, 4 tool parts (load_context, search_context, set_context)",
+        'memory block: "I deploy on Tuesdays."',
+        "loaded skills: ['skills:code-review']",
+    ]
+    parts = stored_tool_parts(tmp_path / "chat.sqlite3")
+    assert [(p["type"], p["toolName"], p["state"]) for p in parts] == [
+        ("tool-set_context", "set_context", "output-available"),
+        ("tool-search_context", "search_context", "output-available"),
+        ("tool-load_context", "load_context", "output-available"),
+        ("tool-search_context", "search_context", "output-available"),
+    ]
+    assert parts[1]["output"] == "[refund-policy]\nRefund policy: refunds are paid within 5 working days of approval."
+    assert parts[2]["output"].startswith("# Reviewing a pull request\n\n1. Read the description first")
+    assert all(re.fullmatch(r"call-[0-9a-f]{8}", p["toolCallId"]) for p in parts)
+
+
+async def test_chat_agent_example_continues_the_conversation_from_stdin(tmp_path):
+    await run_example("chat_agent.py", "--data", str(tmp_path), "Remember that my name is Sam.")
+    # Lines on stdin (not a terminal) are read without a prompt and echoed.
+    done = await trio.run_process(
+        [sys.executable, "examples/chat_agent.py", "--data", str(tmp_path)], cwd=REPO_ROOT, env=example_env(),
+        stdin=b"How do I write up an incident?\n", capture_stdout=True, capture_stderr=True,
+    )
+    out = done.stdout.decode()
+    assert "you: How do I write up an incident?\n" in out
+    assert "assistant: Following incident-report, start here: - **Summary**:" in out
+    assert out.endswith('memory block: "my name is Sam."\nloaded skills: [\'skills:incident-report\']\n')
+    assert "stored: 6 messages, 2 tool parts (load_context, set_context)" in out
+
+
+class FakeChatEndpoint(BaseHTTPRequestHandler):
+    """An OpenAI-compatible ``/chat/completions``: first a search_context call, then text."""
+
+    requests: list[tuple[str, dict, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append((self.path, dict(self.headers), body))
+        if body["messages"][-1]["role"] == "tool":
+            message = {"role": "assistant", "content": "Deploys: Tuesdays and Thursdays after 10:00 UTC."}
+        else:
+            call = {"id": "call_abc", "type": "function",
+                    "function": {"name": "search_context", "arguments": '{"label":"knowledge","query":"deploy"}'}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        data = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+async def test_chat_agent_example_talks_to_an_openai_compatible_endpoint(tmp_path):
+    FakeChatEndpoint.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChatEndpoint)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = example_env(OPENAI_BASE_URL=f"http://127.0.0.1:{server.server_port}/v1", OPENAI_API_KEY="sk-test",
+                          OPENAI_MODEL="tiny-model")
+        out = await run_example("chat_agent.py", "--data", str(tmp_path), "When can I deploy?", env=env)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert out.splitlines()[0] == f"model: tiny-model at http://127.0.0.1:{server.server_port}/v1"
+    assert '  -> search_context({"label": "knowledge", "query": "deploy"}) = [deploy-windows]\n' in out
+    assert "assistant: Deploys: Tuesdays and Thursdays after 10:00 UTC.\n" in out
+    (path, headers, first), (_, _, second) = FakeChatEndpoint.requests
+    assert (path, headers["Authorization"], first["model"]) == ("/v1/chat/completions", "Bearer sk-test", "tiny-model")
+    assert [t["function"]["name"] for t in first["tools"]] == ["set_context", "load_context", "unload_context",
+                                                              "search_context"]
+    assert first["messages"][0]["role"] == "system" and first["messages"][0]["content"].startswith("═" * 46)
+    assert first["messages"][1:] == [{"role": "user", "content": "When can I deploy?"}]
+    assert second["messages"][2:] == [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_abc", "type": "function",
+            "function": {"name": "search_context", "arguments": '{"label": "knowledge", "query": "deploy"}'}}]},
+        {"role": "tool", "tool_call_id": "call_abc",
+         "content": "[deploy-windows]\nDeploy windows: Tuesdays and Thursdays after 10:00 UTC, never on Fridays."},
+    ]
+    [part] = stored_tool_parts(tmp_path / "chat.sqlite3")
+    assert (part["toolCallId"], part["input"]) == ("call_abc", {"label": "knowledge", "query": "deploy"})
+
+
+# -- quickstart_client.py (needs a host) ----------------------------------------------------------------
+
+
+async def test_quickstart_client_example_against_a_running_host(host):
+    url = host()
+    env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)
+    out = await run_example("quickstart_client.py", "--session", "quickstart-test", env=env)
+
+    assert out.splitlines()[:2] == [f"host: {url} ok", "session: quickstart-test"]
+    assert section(out, "append") == ["stored again? False"]
+    assert section(out, "branch and regenerate") == [
+        "answers to u1: ['a1', 'a1-retry']",
+        "latest path:",
+        "  u1 [user] Which database should a small team start with?",
+        "  a1-retry [assistant] SQLite: one file, zero setup, surprisingly fast.",
+        "first answer's path:",
+        "  u1 [user] Which database should a small team start with?",
+        "  a1 [assistant] PostgreSQL: boring, well documented, it scales.",
+    ]
+    assert section(out, "search") == ["  a1-retry [assistant] SQLite: one file, zero setup, surprisingly fast."]
+    assert section(out, "frozen system prompt")[:4] == ["═" * 46, "SOUL [readonly]", "═" * 46,
+                                                        "You are a helpful assistant."]
+    assert section(out, "tools") == [
+        '  openai: set_context ["label", "content"]',
+        "  Written to memory. Usage: 1% (6/1100 tokens)",
+        "  memory block: The team uses SQLite.",
+    ]
+    events = section(out, "events")
+    assert re.fullmatch(r"  cf_agent_session: phase=idle tokenEstimate=\d+ tokenThreshold=100000", events[0])
+    assert events[1:] == ["  messages on the path (RPC over the socket): 3"]
+    assert section(out, "hibernate") == [
+        "  actors hibernated: 1", "  latest leaf after waking: u2", "  messages on the path: 3",
+    ]
+
+    async with SessionsClient(url, token=TOKEN) as client:
+        session = client.session("quickstart-test")
+        assert [m["id"] for m in await session.get_history()] == ["u1", "a1-retry", "u2"]
+        assert (await session.get_message("a1"))["parts"][0]["text"] == "PostgreSQL: boring, well documented, it scales."
+
+
+# -- custom_agent.py (served with --app) --------------------------------------------------------------
+
+
+async def test_custom_agent_example_served_with_app(host):
+    url = host("--app", "examples.custom_agent:NotesAgent")
+    env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)
+    out = await run_example("custom_agent.py", "--notebook", "team", env=env)
+
+    assert section(out, "rpc over HTTP") == [
+        "{'id': 1, 'author': 'alice', 'body': 'Ship the export fix on Tuesday.'}",
+        "{'id': 2, 'author': 'bob', 'body': 'Rotate the staging keys.'}",
+        "{'id': 3, 'author': 'alice', 'body': 'Write up the E1042 incident.'}",
+        "  #3 alice: Write up the E1042 incident.",
+        "  #2 bob: Rotate the staging keys.",
+        "counts: {'alice': 2, 'bob': 1}",
+    ]
+    assert section(out, "errors") == [
+        "  on_start: UnknownMethodError: actor class NotesAgent has no callable method 'on_start'",
+        "  add_note: InvalidInputError: body must be a non-empty string",
+    ]
+    socket = section(out, "websocket")
+    assert re.fullmatch(r"  alarm set for epoch ms \d{13}", socket[0])
+    assert socket[1:] == ["  broadcast: {'type': 'digest', 'notes': 3, 'latest': 'Write up the E1042 incident.'}"]
+    assert section(out, "hibernate") == ["  actors hibernated: 1", "  notes after waking: 3"]
+
+    async with SessionsClient(url, token=TOKEN) as client:
+        notes = client.session("team")
+        assert await notes.call("counts") == {"alice": 2, "bob": 1}
+        assert await notes.call("list_notes", limit=1) == [
+            {"id": 3, "author": "alice", "body": "Write up the E1042 incident."}]
+
+
+# -- test_hibernation_example.py ---------------------------------------------------------------------------
+
+
+async def test_hibernation_example_passes_under_pytest():
+    done = await trio.run_process(
+        [sys.executable, "-m", "pytest", "examples/test_hibernation_example.py", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO_ROOT, env=example_env(), capture_stdout=True, capture_stderr=True, check=False,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, out
+    assert re.search(r"^6 passed in [\d.]+s$", out, re.MULTILINE), out
