@@ -360,3 +360,16 @@ async def test_hibernation_example_passes_under_pytest():
     out = done.stdout.decode()
     assert done.returncode == 0, out
     assert re.search(r"^6 passed in [\d.]+s$", out, re.MULTILINE), out
+
+
+# -- README ----------------------------------------------------------------------------------------------------
+
+
+def test_readme_links_every_example_and_each_docstring_names_its_command():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    examples = sorted(path.name for path in EXAMPLES.glob("*.py"))
+    linked = sorted(set(re.findall(r"\]\(examples/([\w.]+\.py)\)", readme)))
+    assert linked == examples
+    for name in examples:
+        doc = (EXAMPLES / name).read_text(encoding="utf-8").split('"""')[1]
+        assert f"examples/{name}" in doc, f"{name}: its docstring does not say how to run it"
