@@ -308,7 +308,7 @@ async def main(data: Path, lines: list[str], offline: bool) -> None:
     # Every step is in the history; tool calls and results are tool parts.
     history = await session.get_history()
     parts = [p for m in history for p in m["parts"] if p["type"].startswith("tool-")]
-    print(f"\nstored: {len(history)} messages, {len(parts)} tool parts "
+    print(f"\nstored: {len(history)} messages, {len(parts)} tool part{'' if len(parts) == 1 else 's'} "
           f"({', '.join(sorted({p['toolName'] for p in parts}))})")
     print("memory block:", json.dumps((await session.get_context_block("memory"))["content"]))
     print("loaded skills:", list(await session.get_loaded_skill_keys()))
