@@ -52,7 +52,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
-from actors.agent import Agent
+from actors.agent import Agent, callable_method
 from actors.errors import InvalidInputError
 from actors.session_agent import SessionAgent, SessionConfig
 
@@ -379,7 +379,8 @@ class SessionsServer:
             reply["error"] = body["error"]
         finally:
             limiter.release()
-        self.metrics.observe(f"WS {method if isinstance(method, str) else '?'}", status, time.perf_counter() - started)
+        known = isinstance(method, str) and callable_method(self.namespace.agent_class, method) is not None
+        self.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
         await peer.outbox.send(_encode_frame(reply, frame))
 
     async def _deliver(self, actor_id: ActorId, peer: _Peer, frame: str | bytes) -> None:

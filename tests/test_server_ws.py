@@ -75,6 +75,9 @@ async def test_rpc_frames_get_results_and_errors(app):
         assert await rpc(ws, 6, "get_history", "m1") == {
             "id": 6, "error": {"type": "InvalidInputError", "message": "params must be an object or a list",
                                "field": "params"}}
+    metrics = app.extensions["durable_sessions"].metrics.render().decode()
+    assert 'durable_sessions_requests_total{route="WS append_message",status="200"} 1.0' in metrics
+    assert 'durable_sessions_requests_total{route="WS ?",status="404"} 1.0' in metrics  # names never become labels
 
 
 async def test_every_write_pushes_a_session_status_before_its_reply(app):
