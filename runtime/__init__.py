@@ -17,6 +17,7 @@ from .errors import (
 from .host import ActorHost, HostStatistics, open_host
 from .ids import ActorId
 from .namespace import ActorStub, Namespace
+from .transcript_client import DurableSessionStore
 
 __all__ = [
     "ActorHost",
@@ -24,6 +25,7 @@ __all__ = [
     "ActorOverloadedError",
     "ActorRuntimeError",
     "ActorStub",
+    "DurableSessionStore",
     "HostClock",
     "HostClosedError",
     "HostStatistics",

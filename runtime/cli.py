@@ -48,6 +48,7 @@ from .config import ConfigError, HostConfig, load_config
 from .host import open_host
 from .importer import FORMATS, import_sessions, read_conversations
 from .server import bind_sessions, require_token_for, serve
+from .transcript_host import open_transcripts
 
 logger = logging.getLogger("durable_sessions")
 
@@ -177,7 +178,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with open_host(
             settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
             durability=settings.durability, max_pending_calls=settings.max_pending_calls,
-        ) as host:
+        ) as host, open_transcripts(host):
             bind_sessions(host, config.session, agent_class=agent_class)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))

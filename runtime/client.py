@@ -18,8 +18,9 @@ Server errors are raised again as the same exception classes
 :class:`runtime.errors.ActorOverloadedError`, ...; HTTP-level ones from
 :mod:`runtime.wire`).
 
-The Claude Agent SDK ``SessionStore`` adapter (``DurableSessionStore``)
-will live beside this client and use its HTTP layer (:meth:`SessionsClient.request`).
+The Claude Agent SDK ``SessionStore`` adapter, ``DurableSessionStore``, lives
+in :mod:`runtime.transcript_client` (importable from here too) and uses this
+client's HTTP layer (:meth:`SessionsClient.request`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from actors.session import LATEST_LEAF
 from .wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
 from .ws_client import ConnectionClosed, WebSocketConnection
 
-__all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
+__all__ = ["DEFAULT_URL", "LATEST_LEAF", "DurableSessionStore", "SessionHandle", "SessionSocket", "SessionsClient"]
 
 #: Where ``durable-sessions serve`` listens by default.
 DEFAULT_URL = "http://127.0.0.1:8787"
@@ -406,3 +407,12 @@ def _parse(frame: str | bytes) -> Any:
         return json.loads(frame)
     except (ValueError, msgpack.UnpackException):
         return frame
+
+
+def __getattr__(name: str) -> Any:
+    """``DurableSessionStore`` from :mod:`runtime.transcript_client` (imported on use: it imports this module)."""
+    if name == "DurableSessionStore":
+        from .transcript_client import DurableSessionStore
+
+        return DurableSessionStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,10 @@ Routes: the session routes of :mod:`runtime.routes` under
 * ``GET /v1/actors`` -- ``host.statistics()`` as an object;
 * ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
   sessions' actors, or every active actor; answers ``{"hibernated": n}``;
-* ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below).
+* ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below);
+* ``/v1/transcripts/...`` -- the Claude Agent SDK transcript store
+  (:mod:`runtime.transcript_routes`), when the host has the ``"transcripts"``
+  namespace bound (:func:`runtime.transcript_host.open_transcripts`).
 
 Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
@@ -63,6 +66,8 @@ from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import ServerMetrics
 from .namespace import Namespace
 from .routes import SESSIONS_PREFIX, Call, call_method, match, not_found
+from .transcript_host import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
+from .transcript_routes import add_transcript_routes
 from .wire import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
@@ -182,6 +187,8 @@ class SessionsServer:
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", self._websocket)
+        if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
+            add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
         return app
 
     def authorized(self, header: str | None) -> bool:

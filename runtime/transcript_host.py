@@ -1,0 +1,190 @@
+"""Claude Agent SDK transcripts served by an actor host (``../shared/seeds/002_*``).
+
+``async with open_transcripts(host) as store:`` binds
+:class:`actors.transcript_agent.TranscriptAgent` as the ``"transcripts"``
+namespace, opens the host-level catalog
+(``<data_dir>/transcripts-catalog.sqlite3``, see
+:class:`storage.transcripts.TranscriptCatalog`) and yields a
+:class:`HostTranscriptStore`: the SDK's ``SessionStore`` protocol in
+process. The HTTP routes (:mod:`runtime.transcript_routes`) call the same
+object; ``ClaudeAgentOptions(session_store=store)`` works too when the
+agent runs inside the host's trio process.
+
+Routing: each ``(project_key, session_id)`` is one actor, its id
+``id_from_name`` of :func:`transcript_actor_name` (a JSON array of the two
+strings), so the same session id under two projects is two transcripts and
+no key ever becomes part of a path. Reads of a pair that has no actor file
+answer at once (``None`` / ``[]``) without creating one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from actors.errors import InvalidInputError
+from actors.transcript_agent import TranscriptAgent
+from storage.transcripts import CATALOG_FILE_NAME, MAIN_SUBPATH, TranscriptCatalog, parse_session_key
+
+from .host import ActorHost
+from .ids import ActorId
+from .namespace import ActorStub, Namespace
+
+__all__ = ["TRANSCRIPTS_NAMESPACE", "HostTranscriptStore", "open_transcripts", "transcript_actor_name"]
+
+#: Namespace the transcript actors are bound under (and the server looks for).
+TRANSCRIPTS_NAMESPACE = "transcripts"
+
+Entry = dict[str, Any]
+
+
+def transcript_actor_name(project_key: str, session_id: str) -> str:
+    """The actor name of a pair: ``["<project_key>","<session_id>"]`` as ASCII JSON.
+
+    JSON quoting makes the encoding injective (no two pairs share a name).
+    """
+    return json.dumps([project_key, session_id], separators=(",", ":"))
+
+
+@asynccontextmanager
+async def open_transcripts(host: ActorHost, *, namespace: str = TRANSCRIPTS_NAMESPACE) -> AsyncIterator[HostTranscriptStore]:
+    """Bind the transcript actors on ``host`` and open its catalog; yields the in-process store.
+
+    The catalog is closed on exit; leave this block only once no request
+    can reach the namespace any more (the host closes right after).
+
+    Raises:
+        InvalidNamespaceError: ``namespace`` is already bound.
+        apsw.Error, OSError: the catalog cannot be opened.
+    """
+    catalog = TranscriptCatalog.open(host.data_dir / CATALOG_FILE_NAME, durability=host.durability)
+    try:
+        yield HostTranscriptStore(host.bind(namespace, TranscriptAgent, env=catalog))
+    finally:
+        catalog.close()
+
+
+class HostTranscriptStore:
+    """The ``SessionStore`` protocol over a host's transcript namespace.
+
+    Methods are ``async`` and must run in the host's trio process. Each
+    key-addressed call is one turn of the pair's actor; the listings read
+    the catalog directly.
+
+    Args:
+        namespace: a namespace bound to :class:`TranscriptAgent` with a
+            :class:`TranscriptCatalog` as env (what :func:`open_transcripts` makes).
+
+    Raises:
+        TypeError: ``namespace`` is not such a namespace.
+
+    Every method raises :class:`~actors.errors.InvalidInputError`
+    (``field="key"``, ``"entries"`` or ``"project_key"``) for malformed
+    input, before anything is stored.
+    """
+
+    def __init__(self, namespace: Namespace) -> None:
+        if not issubclass(namespace.agent_class, TranscriptAgent) or not isinstance(namespace.env, TranscriptCatalog):
+            raise TypeError(f"{namespace!r} is not a transcript namespace (see open_transcripts)")
+        self.namespace = namespace
+        self.catalog: TranscriptCatalog = namespace.env
+
+    def actor_id(self, project_key: str, session_id: str) -> ActorId:
+        """The id of the actor holding the pair's transcripts."""
+        return self.namespace.id_from_name(transcript_actor_name(project_key, session_id))
+
+    # -- the SessionStore protocol ----------------------------------------------------
+
+    async def append(self, key: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> int:
+        """Store a batch after the key's earlier entries; returns how many were stored.
+
+        Entries whose ``uuid`` is already stored under the key are skipped;
+        ``[]`` stores nothing and wakes nothing. A main-transcript batch
+        updates the catalog (mtime, summary).
+        """
+        parsed = _parse_key(key)
+        if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
+            raise InvalidInputError("entries must be a list of JSON objects", field="entries")
+        if not entries:
+            return 0
+        return await self._stub(parsed).call("append", _key_dict(parsed), list(entries))
+
+    async def load(self, key: Mapping[str, Any]) -> list[Entry] | None:
+        """The key's entries in append order (deep-equal to what was appended), or ``None``."""
+        parsed = _parse_key(key)
+        if not self._exists(parsed):
+            return None
+        return await self._stub(parsed).call("load", _key_dict(parsed))
+
+    async def load_json(self, key: Mapping[str, Any]) -> str | None:
+        """:meth:`load` as one compact JSON array text, or ``None`` (for servers: nothing decoded)."""
+        parsed = _parse_key(key)
+        if not self._exists(parsed):
+            return None
+        return await self._stub(parsed).call("load_json", _key_dict(parsed))
+
+    async def list_sessions(self, project_key: str) -> list[dict[str, Any]]:
+        """``[{"session_id", "mtime"}]``: the project's main transcripts, mtime in epoch ms."""
+        return self.catalog.list_sessions(_check_project_key(project_key))
+
+    async def list_session_summaries(self, project_key: str) -> list[dict[str, Any]]:
+        """``[{"session_id", "mtime", "data"}]``: summaries folded at append time (same clock as listing)."""
+        return self.catalog.list_session_summaries(_check_project_key(project_key))
+
+    async def delete(self, key: Mapping[str, Any]) -> int:
+        """Delete a transcript (a main key: the session, its sub-transcripts and summary); entries removed."""
+        parsed = _parse_key(key)
+        if not self._exists(parsed):
+            if parsed[2] == MAIN_SUBPATH:
+                self.catalog.forget(parsed[0], parsed[1])
+            return 0
+        return await self._stub(parsed).call("delete", _key_dict(parsed))
+
+    async def list_subkeys(self, key: Mapping[str, Any]) -> list[str]:
+        """The session's sub-transcript subpaths, sorted; ``key``'s own subpath is ignored."""
+        parsed = _parse_key({**key, "subpath": None} if isinstance(key, Mapping) else key)
+        if not self._exists(parsed):
+            return []
+        return await self._stub(parsed).call("list_subkeys", _key_dict(parsed))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _stub(self, parsed: tuple[str, str, str]) -> ActorStub:
+        return self.namespace.get(self.actor_id(parsed[0], parsed[1]))
+
+    def _exists(self, parsed: tuple[str, str, str]) -> bool:
+        """Whether the pair's actor has a file (or is waking): reads of others need no actor."""
+        actor_id = self.actor_id(parsed[0], parsed[1])
+        host = self.namespace.host
+        return host.is_active(self.namespace, actor_id) or host.path_for(actor_id).exists()
+
+
+def _parse_key(key: Any) -> tuple[str, str, str]:
+    """``(project_key, session_id, subpath)``; strings must be encodable as UTF-8."""
+    try:
+        parsed = parse_session_key(key)
+        for text in parsed:
+            text.encode("utf-8")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc), field="key") from None
+    return parsed
+
+
+def _key_dict(parsed: tuple[str, str, str]) -> dict[str, str]:
+    project_key, session_id, subpath = parsed
+    key = {"project_key": project_key, "session_id": session_id}
+    if subpath != MAIN_SUBPATH:
+        key["subpath"] = subpath
+    return key
+
+
+def _check_project_key(project_key: Any) -> str:
+    if not isinstance(project_key, str) or not project_key:
+        raise InvalidInputError(f"project_key must be a non-empty string, not {project_key!r}", field="project_key")
+    try:
+        project_key.encode("utf-8")
+    except UnicodeError:
+        raise InvalidInputError("project_key is not valid Unicode text", field="project_key") from None
+    return project_key
