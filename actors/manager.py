@@ -38,6 +38,7 @@ message, an update, a delete, a clear, a compaction, a rename, usage.
 
 from __future__ import annotations
 
+import copy
 import math
 import types
 import uuid
@@ -54,6 +55,7 @@ from .session import LATEST_LEAF, MessagesChange, Session
 from .tools import Tool
 
 __all__ = [
+    "END_REASON_COMPACTION",
     "HISTORY_DESCRIPTION",
     "SESSION_SEARCH_DESCRIPTION",
     "SESSION_SEARCH_LIMIT",
@@ -621,7 +623,7 @@ class SessionManager:
         async def run(args: dict[str, Any]) -> str:
             return _format_hits(await self.search(args["query"], limit=SESSION_SEARCH_LIMIT)) or "No results found."
 
-        schema = {**_SESSION_SEARCH_SCHEMA, "properties": {"query": dict(_SESSION_SEARCH_SCHEMA["properties"]["query"])}}
+        schema = copy.deepcopy(_SESSION_SEARCH_SCHEMA)
         return {"session_search": Tool("session_search", SESSION_SEARCH_DESCRIPTION, schema, run)}
 
     # -- helpers ------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ small sessions of 20 messages beside it) it times:
   ``updated_at`` current;
 * ``manager.get_message_count`` and ``manager.get`` (flat);
 * ``manager.search`` for a few queries over every session's messages;
-* ``manager.fork`` at the leaf (copies the whole path: linear in N) and
-  ``manager.delete`` of such a fork.
+* first, ``manager.fork`` at the leaf (copies all N messages: linear in
+  N, one transaction) and ``manager.delete`` of that fork.
 
 Then, with ``--sessions`` registered sessions: ``list()``, ``create`` and
 ``rename``.
@@ -72,16 +72,29 @@ async def bench_size(size: int, words: list[str], folder: Path) -> None:
     big = await load(manager, "big", Messages(words, "p"), size)
     for s in range(SMALL_SESSIONS):
         await load(manager, f"small-{s}", Messages(words[s * 50 :], "s"), SMALL_SIZE)
+    forks: list[str] = []
+
+    async def fork():
+        forks.append((await manager.fork(big, f"p{size - 1}", "fork"))["id"])
+
+    repeat = 3 if size <= 10_000 else 1
+    rows = [
+        ("manager.fork at the leaf (N messages)", await median_ms(fork, repeat)),
+        ("manager.delete of that fork", await median_ms(lambda: manager.delete(forks.pop()), repeat)),
+    ]
     plain = Session.create(storage).for_session("plain")
     counter = iter(range(10**9))
 
+    def short():
+        return {"id": f"x{next(counter)}", "role": "user", "parts": [{"type": "text", "text": "ok"}]}
+
     async def managed_append():
-        await manager.append(big, {"id": f"x{next(counter)}", "role": "user", "parts": [{"type": "text", "text": "ok"}]})
+        await manager.append(big, short())
 
     async def plain_append():
-        await plain.append_message({"id": f"x{next(counter)}", "role": "user", "parts": [{"type": "text", "text": "ok"}]})
+        await plain.append_message(short())
 
-    rows = [
+    rows += [
         ("manager.append", await median_ms(managed_append, 300)),
         ("Session.append_message (unmanaged)", await median_ms(plain_append, 300)),
         ("manager.get_message_count", await median_ms(lambda: manager.get_message_count(big), 300)),
@@ -89,14 +102,6 @@ async def bench_size(size: int, words: list[str], folder: Path) -> None:
     ]
     for query in QUERIES:
         rows.append((f"manager.search({query!r})", await median_ms(lambda q=query: manager.search(q), 50)))
-    forks = []
-
-    async def fork():
-        forks.append((await manager.fork(big, (await manager.get_history(big))[-1]["id"], "fork"))["id"])
-
-    repeat = 5 if size <= 10_000 else 2
-    rows.append(("manager.fork at the leaf (whole path)", await median_ms(fork, repeat)))
-    rows.append(("manager.delete of that fork", await median_ms(lambda: manager.delete(forks.pop()), repeat)))
     storage.close()
     print(f"\n{size:,} messages in the big session (+{SMALL_SESSIONS} x {SMALL_SIZE}):")
     for name, ms in rows:

@@ -67,7 +67,8 @@ async def test_create_accepts_storage_or_an_object_with_storage(storage):
 
 
 def test_create_refuses_a_target_without_storage():
-    with pytest.raises(TypeError, match=r"SessionManager.create\(\) needs a SqlStorage or an object whose .storage is one, not int"):
+    expected = r"SessionManager.create\(\) needs a SqlStorage or an object whose .storage is one, not int"
+    with pytest.raises(TypeError, match=expected):
         SessionManager.create(3)
 
 
@@ -356,3 +357,30 @@ async def test_a_deleted_session_is_unknown_even_to_its_cached_object(manager):
     with pytest.raises(NotFoundError):
         await manager.get_session(sid)
     assert await manager.get(sid) is None
+
+
+async def test_a_new_manager_on_the_reopened_file_sees_everything(tmp_path):
+    path = tmp_path / "actor.sqlite3"
+    storage = SqlStorage.open(path)
+    manager = SessionManager.create(storage)
+    a = (await manager.create("A", model="m"))["id"]
+    b = (await manager.create("B"))["id"]
+    await manager.append_all(a, [msg("m1", "first question"), msg("m2", "first answer", "assistant")])
+    await manager.append_all(b, [msg("m1", "other question")])
+    await manager.add_usage(a, 10, 20, 0.5)
+    await manager.rename(b, "B2")
+    before = (await manager.list(), await manager.get_history(a), await manager.get_history(b),
+              await manager.search("question"))
+    storage.close()
+
+    reopened = SqlStorage.open(path)
+    try:
+        again = SessionManager.create(reopened)
+        after = (await again.list(), await again.get_history(a), await again.get_history(b),
+                 await again.search("question"))
+        assert after == before
+        await again.append(a, msg("m3", "next question"))
+        assert ids(await again.get_history(a)) == ["m1", "m2", "m3"]
+        assert names(await again.list()) == ["A", "B2"]
+    finally:
+        reopened.close()

@@ -66,7 +66,10 @@ async def test_blocks_without_provider_are_stored_per_session(storage):
     await (await manager.get_session(a)).replace_context_block("memory", "A likes tea")
     await (await manager.get_session(b)).replace_context_block("memory", "B likes coffee")
     rows = storage.sql("SELECT label, content FROM cf_agents_context_blocks ORDER BY content")
-    assert rows == [{"label": f"memory_{a}", "content": "A likes tea"}, {"label": f"memory_{b}", "content": "B likes coffee"}]
+    assert rows == [
+        {"label": f"memory_{a}", "content": "A likes tea"},
+        {"label": f"memory_{b}", "content": "B likes coffee"},
+    ]
     block = await (await manager.get_session(a)).get_context_block("memory")
     assert (block["content"], block["description"], block["maxTokens"], block["writable"]) == (
         "A likes tea", "Learned facts", 1100, True
@@ -89,7 +92,8 @@ async def test_cached_prompt_is_stored_per_session(storage):
     sid = (await manager.create("A"))["id"]
     prompt = await (await manager.get_session(sid)).freeze_system_prompt()
     assert prompt == f"{SEPARATOR}\nSOUL [writable]\n{SEPARATOR}\nshared fact"
-    assert storage.scalar("SELECT content FROM cf_agents_context_blocks WHERE label = ?", f"_system_prompt_{sid}") == prompt
+    stored = storage.scalar("SELECT content FROM cf_agents_context_blocks WHERE label = ?", f"_system_prompt_{sid}")
+    assert stored == prompt
 
 
 async def test_searchable_history_block_counts_sessions_and_searches_them(storage):
@@ -131,7 +135,8 @@ async def test_compaction_settings_reach_every_session(storage):
         sid = (await manager.create(name))["id"]
         await manager.append_all(sid, [msg("m1", "word " * 8), msg("m2", "word " * 8)])
         compactions = await manager.get_compactions(sid)
-        assert [(c["fromMessageId"], c["toMessageId"], c["summary"]) for c in compactions] == [("m1", "m2", "first two")]
+        ranges = [(c["fromMessageId"], c["toMessageId"], c["summary"]) for c in compactions]
+        assert ranges == [("m1", "m2", "first two")]
         assert [m["parts"][0]["text"] for m in await manager.get_history(sid)] == ["first two"]
     assert calls == [["m1", "m2"], ["m1", "m2"]]
 
@@ -241,7 +246,8 @@ async def test_delete_leaves_no_row_of_the_session_in_any_table(storage):
         session = await manager.get_session(sid)
         await session.replace_context_block("memory", "likes tea")
         await session.freeze_system_prompt()
-        assert await (await session.tools())["load_context"].execute({"label": "skills", "key": "pirate"}) == "Arr, matey."
+        load = (await session.tools())["load_context"]
+        assert await load.execute({"label": "skills", "key": "pirate"}) == "Arr, matey."
 
     seqs, indexed = fts_rowids(storage, a)
     assert indexed == {"assistant_fts": seqs, "assistant_fts_cjk": [seqs[0]]}
@@ -261,5 +267,6 @@ async def test_delete_leaves_no_row_of_the_session_in_any_table(storage):
     assert mentions(storage, a) == {}
     assert fts_rowids(storage, a) == ([], {"assistant_fts": [], "assistant_fts_cjk": []})
     assert mentions(storage, b) == b_before
-    assert [m["id"] for m in await manager.get_history(b)] == [f"compaction_{(await manager.get_compactions(b))[0]['id']}"]
+    [compaction] = await manager.get_compactions(b)
+    assert [m["id"] for m in await manager.get_history(b)] == [f"compaction_{compaction['id']}"]
     assert [r["id"] for r in await manager.list()] == [b]

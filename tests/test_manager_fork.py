@@ -76,7 +76,8 @@ async def test_fork_in_the_middle_copies_exactly_the_path_to_the_fork_point(mana
 async def test_fork_at_the_sibling_branch_copies_that_branch(manager, branched):
     fork = await manager.fork(branched, "b4", "other")
     history = await manager.get_history(fork["id"])
-    assert [m["parts"][0]["text"] for m in history] == ["text of m1", "text of m2", "sibling question", "sibling answer"]
+    texts = [m["parts"][0]["text"] for m in history]
+    assert texts == ["text of m1", "text of m2", "sibling question", "sibling answer"]
     assert await manager.get_message_count(fork["id"]) == 4
 
 
