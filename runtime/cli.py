@@ -7,6 +7,7 @@
                              [--ready-file FILE]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
+                             [--as sessions|transcripts]
     durable-sessions history SESSION_ID [--leaf ID] [--json]
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
@@ -43,10 +44,11 @@ from actors.agent import Agent
 from actors.session_agent import SessionAgent
 from storage.formats import FormatError
 
+from .claude_import import TARGETS, ImportUsageError, run_import_command
 from .client import SessionsClient
 from .config import ConfigError, HostConfig, load_config
 from .host import open_host
-from .importer import FORMATS, import_sessions, read_conversations
+from .importer import FORMATS, detect_format, import_sessions, read_conversations
 from .server import bind_sessions, require_token_for, serve
 from .transcript_host import open_transcripts
 
@@ -81,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--data", type=Path, help="import straight into this data folder (no server may be using it)")
     load.add_argument("--concurrency", type=int, default=8, help="sessions imported at once (default 8)")
     load.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar")
+    load.add_argument("--as", dest="target", choices=TARGETS, default="sessions",
+                      help="Claude Code files: as sessions (default) or raw entries in the transcript store")
     _client_options(load)
 
     history = commands.add_parser("history", help="print a session's history")
@@ -199,6 +203,11 @@ def _announce(urls: list[str], data: Path, ready_file: Path | None) -> None:
 
 
 async def _import(args: argparse.Namespace) -> int:
+    if _is_claude_code(args):
+        try:
+            return await run_import_command(args)
+        except ImportUsageError as exc:
+            raise UsageError(str(exc)) from None
     try:
         sessions = read_conversations(args.file, format=args.format, prefix=args.prefix)
     except (FormatError, OSError) as exc:
@@ -219,6 +228,17 @@ async def _import(args: argparse.Namespace) -> int:
     for session_id, error in report.failures:
         print(f"failed: {session_id}: {error}", file=sys.stderr)
     return 1 if report.failures else 0
+
+
+def _is_claude_code(args: argparse.Namespace) -> bool:
+    """Claude Code files go to :mod:`runtime.claude_import` (sessions, or ``--as transcripts``)."""
+    try:
+        kind = detect_format(args.file) if args.format == "auto" else args.format
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    if args.target == "transcripts" and kind != "claude-code":
+        raise UsageError("--as transcripts takes Claude Code transcripts (--format claude-code)")
+    return kind == "claude-code"
 
 
 # -- client commands -------------------------------------------------------------------------------
