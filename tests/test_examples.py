@@ -349,6 +349,56 @@ async def test_custom_agent_example_served_with_app(host):
             {"id": 3, "author": "alice", "body": "Write up the E1042 incident."}]
 
 
+# -- claude_agent_store.py (needs a host) -------------------------------------------------------------
+
+
+async def test_claude_agent_store_example_mirrors_a_transcript_and_imports_claude_code(host):
+    from claude_agent_sdk import project_key_for_directory
+
+    from runtime import DurableSessionStore
+
+    url = host()
+    env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)
+    out = await run_example("claude_agent_store.py", env=env)
+
+    sample = "94604a7b-062f-4369-bdf0-da948381c3e5"
+    project_key = project_key_for_directory(str(REPO_ROOT))
+    store_lines = section(out, "transcript store")
+    assert store_lines[:4] == [
+        f"store: <DurableSessionStore {url}>",
+        f"project key: {project_key}",
+        "appended 3 entries twice, stored: 3",
+        f"session {sample}: 'What are the tools that are available to you (allowed or not'",
+    ]
+    assert store_lines[4] == "  user: What are the tools that are available to you (allowed or not)?"
+    assert store_lines[5].startswith("  assistant: Here are all the tools available to me: ## File Operations")
+    assert store_lines[6:] == [
+        f"options: session_store = DurableSessionStore | resume = {sample}",
+        "ANTHROPIC_API_KEY is not set: stopping before the model call.",
+    ]
+    fixtures = REPO_ROOT / "tests" / "data" / "claude_code" / "projects"
+    assert section(out, "import Claude Code transcripts") == [
+        f"imported 6 of 6 sessions from {fixtures}: 20 messages stored, 0 already there",
+    ]
+    assert section(out, "search for 'renderer.py'") == [
+        "71c9afe9-d9cc-4583-86b3-e62ba682b83a:",
+        "  9caaa981 [user] Please have a look at this patch diff, I changed my mind a b",
+        "  81874968 [assistant] I'll analyze this patch and help you implement the combined ",
+        "  3a290b78 [assistant] Now I'll implement the combined logic that takes the least n",
+    ]
+
+    lines = (fixtures / "-src-experiments-claude_p" / f"{sample}.jsonl").read_text(encoding="utf-8").splitlines()
+    async with DurableSessionStore(url, token=TOKEN) as store:
+        stored = await store.load({"project_key": project_key, "session_id": sample})
+    assert stored == [entry for entry in map(json.loads, lines) if "uuid" in entry]
+    async with SessionsClient(url, token=TOKEN) as client:
+        session = client.session("71c9afe9-d9cc-4583-86b3-e62ba682b83a")
+        found = await session.get_message((await session.search("renderer.py"))[1]["id"])
+    [read] = [p for p in found["parts"] if p["type"] == "tool-Read"]
+    assert (read["input"]["file_path"], read["state"]) == (
+        "/Users/user/workspace/claude-code-log/claude_code_log/renderer.py", "output-available")
+
+
 # -- test_hibernation_example.py ---------------------------------------------------------------------------
 
 
