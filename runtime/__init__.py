@@ -3,6 +3,7 @@ server, the Python client, the CLI and test helpers. Wires ``actors`` and ``stor
 """
 
 from .alarms import HostClock
+from .client import SessionsClient
 from .errors import (
     ActorOverloadedError,
     ActorRuntimeError,
@@ -17,6 +18,7 @@ from .errors import (
 from .host import ActorHost, HostStatistics, open_host
 from .ids import ActorId
 from .namespace import ActorStub, Namespace
+from .server import create_app, serve
 from .transcript_client import DurableSessionStore
 
 __all__ = [
@@ -33,8 +35,11 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidNamespaceError",
     "Namespace",
+    "SessionsClient",
     "TransactionLeftOpenError",
     "UnknownMethodError",
     "UnknownNamespaceError",
+    "create_app",
     "open_host",
+    "serve",
 ]

@@ -240,3 +240,14 @@ async def test_the_client_works_under_asyncio(url):
     assert [m["id"] for m in history] == ["m1", "m2"]
     assert [h["id"] for h in hits] == ["m1"]
     assert event == {"type": "shout", "text": "asyncio"}
+
+
+def test_the_server_and_client_are_part_of_the_public_surface():
+    import actors
+    import runtime
+    from runtime import client, server
+
+    assert (runtime.SessionsClient, runtime.serve, runtime.create_app) == (
+        client.SessionsClient, server.serve, server.create_app)
+    assert {"SessionsClient", "serve", "create_app"} <= set(runtime.__all__)
+    assert {"SessionAgent", "SessionConfig", "BlockConfig", "CompactionConfig"} <= set(actors.__all__)
