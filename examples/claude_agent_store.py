@@ -5,7 +5,7 @@ transcripts imported as searchable sessions.
 Start a host in one terminal, then run this from the repository root in another::
 
     .venv/bin/durable-sessions serve
-    .venv/bin/python examples/claude_agent_store.py
+    .venv/bin/python examples/claude_agent_store.py [FOLDER] [--query WORDS]
 
 The client finds the host at ``$DURABLE_SESSIONS_URL`` (default
 ``http://127.0.0.1:8787``) with ``$DURABLE_SESSIONS_TOKEN`` when set.
@@ -19,8 +19,8 @@ Two halves:
    the example stops right before the model call; everything up to it runs.
 2. A folder of Claude Code transcripts (by default the fixtures in
    ``tests/data/claude_code/projects``; pass another, e.g.
-   ``~/.claude/projects``, as ``FOLDER``) imported as sessions: each
-   conversation becomes a message tree you can read and search by ID.
+   ``~/.claude/projects``, as ``FOLDER``) imported as sessions: each file
+   becomes a message tree you can read and search by its session ID.
    ``--query`` picks what to search for (default ``renderer.py``: a file a
    tool call read).
 """
@@ -45,8 +45,9 @@ from claude_agent_sdk import (
 )
 
 from runtime import DurableSessionStore
+from runtime.claude_import import import_claude_code_sessions
 from runtime.client import SessionsClient
-from runtime.importer import import_sessions, read_conversations
+from storage.formats.claude_code import find_claude_code_files, read_claude_code_session
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "data" / "claude_code" / "projects"
@@ -109,25 +110,36 @@ async def agent_with_durable_store() -> None:
 
 async def import_and_search(folder: Path, words: str) -> None:
     ### import: Claude Code transcripts as sessions
-    # read_conversations turns each .jsonl into a message tree (text,
-    # reasoning, tool calls with their results folded in, branches kept);
-    # import_sessions appends them through the client, one request per
-    # chain of messages. Importing again stores nothing new.
+    # Each .jsonl file becomes one session named by its session id: a
+    # message tree (text, reasoning, tool calls with their results folded
+    # in, branches kept) plus metadata -- the source, a title, and for a
+    # sub-agent ("<parent>:agent-<id>") the session that spawned it.
+    # Importing again stores nothing new.
     print("\n== import Claude Code transcripts")
-    conversations = read_conversations(folder, format="claude-code")
+    files = find_claude_code_files(folder)
     async with SessionsClient() as client:
-        report = await import_sessions(conversations, client.session)
-        print(f"imported {report.sessions} of {len(conversations)} sessions from {folder}: "
-              f"{report.inserted} messages stored, {report.messages - report.inserted} already there")
+        report = await import_claude_code_sessions(files, client.session)
+        print(f"imported {report.files} of {len(files)} files from {folder}: "
+              f"{report.stored} messages stored, {report.sent - report.stored} already there")
+        session_ids = [read_claude_code_session(file).session_id for file in files]
+        for session_id in session_ids:
+            session = client.session(session_id)
+            metadata = await session.call("get_metadata")
+            facts = [f"{await session.get_path_length()} messages on the latest path"]
+            if "name" in metadata:
+                facts.append(repr(metadata["name"]))
+            if "parentSessionId" in metadata:
+                facts.append(f"sub-agent of {metadata['parentSessionId']}")
+            print(f"  {session_id}: {', '.join(facts)}")
 
         ### search: Find the conversations that mention something
         # Search covers message text and the tool calls' names and inputs,
         # so a file name a tool read finds the session that read it.
         print(f"\n== search for {words!r}")
-        for conversation in conversations:
-            hits = await client.session(conversation.session_id).search(words, limit=3)
+        for session_id in session_ids:
+            hits = await client.session(session_id).search(words, limit=3)
             if hits:
-                print(f"{conversation.session_id}:")
+                print(f"{session_id}:")
             for hit in hits:
                 text = " ".join(hit["content"].split())[:60] or "(found in a tool call)"
                 print(f"  {hit['id'][:8]} [{hit['role']}] {text}")

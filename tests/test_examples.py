@@ -378,7 +378,15 @@ async def test_claude_agent_store_example_mirrors_a_transcript_and_imports_claud
     ]
     fixtures = REPO_ROOT / "tests" / "data" / "claude_code" / "projects"
     assert section(out, "import Claude Code transcripts") == [
-        f"imported 6 of 6 sessions from {fixtures}: 20 messages stored, 0 already there",
+        f"imported 6 of 6 files from {fixtures}: 20 messages stored, 0 already there",
+        "  4e27c414-a885-46a0-b5c8-d58e1417377d: 1 messages on the latest path",
+        "  4fe49c7c-ff82-4ac7-b3f2-79c22036bd58: 0 messages on the latest path",
+        "  71c9afe9-d9cc-4583-86b3-e62ba682b83a: 3 messages on the latest path",
+        "  58edcfae-5291-436c-91e4-54fbb188a0ca:agent-3be551df: 2 messages on the latest path, "
+        "sub-agent of 58edcfae-5291-436c-91e4-54fbb188a0ca",
+        "  ef958aa1-0e93-49f0-bb71-150f63befcd1:agent-aef063ba534d73153: 6 messages on the latest path, "
+        "'Round 2: bob comparison', sub-agent of ef958aa1-0e93-49f0-bb71-150f63befcd1",
+        "  94604a7b-062f-4369-bdf0-da948381c3e5: 2 messages on the latest path",
     ]
     assert section(out, "search for 'renderer.py'") == [
         "71c9afe9-d9cc-4583-86b3-e62ba682b83a:",
