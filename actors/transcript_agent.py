@@ -122,12 +122,8 @@ class TranscriptAgent(Agent):
 
     def list_subkeys(self, key: Mapping[str, Any]) -> list[str]:
         """The session's sub-transcript subpaths, sorted (``[]`` if none); ``key``'s subpath is ignored."""
-        self._parse({**key, "subpath": None})
+        self._parse({**key, "subpath": None} if isinstance(key, Mapping) else key)
         return self.file.list_subkeys()
-
-    def count(self, key: Mapping[str, Any]) -> int:
-        """Entries stored under ``key``."""
-        return self.file.count(self._parse(key)[2])
 
     # -- helpers ----------------------------------------------------------------------
 
