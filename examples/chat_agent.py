@@ -233,7 +233,8 @@ def pick_model(offline: bool) -> OpenAIChatModel | ScriptedModel:
     base_url, api_key = os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY")
     if offline or not (base_url or api_key):
         return ScriptedModel()
-    return OpenAIChatModel(base_url or "https://api.openai.com/v1", api_key, os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
+    model = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
+    return OpenAIChatModel(base_url or "https://api.openai.com/v1", api_key, model)
 
 
 ### loop: One turn of the agent
