@@ -113,6 +113,14 @@ async def _conformance_over_http(url):
 # -- the SDK's conformance suite -------------------------------------------------------
 
 
+def test_the_store_is_exported_from_runtime_and_runtime_client():
+    import runtime.client
+    import runtime.transcript_client
+
+    assert runtime.client.DurableSessionStore is DurableSessionStore is runtime.transcript_client.DurableSessionStore
+    assert "DurableSessionStore" in runtime.client.__all__
+
+
 def test_durable_session_store_implements_every_optional_method():
     for name in OPTIONAL:
         assert getattr(DurableSessionStore, name) is not getattr(SessionStore, name), name
