@@ -107,7 +107,8 @@ class BlockConfig:
         allowed = {"readonly": {"text", "file"}, "writable": {"max_tokens"}, "skills": {"path"}, "searchable": set()}
         for name in ("max_tokens", "text", "file", "path"):
             if getattr(self, name) is not None and name not in allowed[self.kind]:
-                raise InvalidInputError(f"block {self.label!r}: {name} does not apply to a {self.kind} block", field=name)
+                message = f"block {self.label!r}: {name} does not apply to a {self.kind} block"
+                raise InvalidInputError(message, field=name)
         if self.max_tokens is not None and (
             isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0
         ):
@@ -202,7 +203,8 @@ def resolve_summarizer(name: str) -> Callable[[str], Any]:
         return extractive_summarize
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:
-        raise InvalidInputError(f"summarizer must be 'extractive' or 'module:function', not {name!r}", field="summarizer")
+        message = f"summarizer must be 'extractive' or 'module:function', not {name!r}"
+        raise InvalidInputError(message, field="summarizer")
     try:
         found = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
@@ -303,7 +305,9 @@ class SessionAgent(Agent):
         """
         return await self.session.append_message(message, parent_id)
 
-    async def append_messages(self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF) -> list[bool]:
+    async def append_messages(
+        self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF
+    ) -> list[bool]:
         """Append ``messages`` as a chain: the first under ``parent_id`` (as
         :meth:`append_message`), each next one under the one before.
 

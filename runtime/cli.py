@@ -185,7 +185,8 @@ async def _serve(args: argparse.Namespace) -> int:
         ) as host, open_transcripts(host):
             bind_sessions(host, config.session, agent_class=agent_class)
             async with trio.open_nursery() as nursery:
-                urls = await nursery.start(partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))
+                urls = await nursery.start(
+                    partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))
                 _announce(urls, settings.data, args.ready_file)
     print("durable-sessions: stopped", flush=True)
     return 0

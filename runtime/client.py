@@ -186,7 +186,9 @@ class SessionHandle:
         """Append ``message`` (parent: omitted -> latest leaf, ``None`` -> new root); ``True`` if stored."""
         return (await self._do("POST", "messages", body=_with_parent({"message": message}, parent_id)))["inserted"]
 
-    async def append_messages(self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF) -> list[bool]:
+    async def append_messages(
+        self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF
+    ) -> list[bool]:
         """Append a chain of messages in one request; one ``inserted`` flag each."""
         body = _with_parent({"messages": list(messages)}, parent_id)
         return (await self._do("POST", "messages:batch", body=body))["inserted"]
@@ -280,7 +282,8 @@ class SessionHandle:
         """Call any public method of the session's actor (``POST /rpc``); keywords or positionals."""
         if args and params:
             raise TypeError("pass positional or keyword arguments, not both")
-        return (await self._do("POST", "rpc", body={"method": method, "params": list(args) if args else params}))["result"]
+        body = {"method": method, "params": list(args) if args else params}
+        return (await self._do("POST", "rpc", body=body))["result"]
 
     # -- WebSocket ------------------------------------------------------------------------------------------
 

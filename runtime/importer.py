@@ -75,7 +75,9 @@ def detect_format(path: Path) -> str:
     return "openai-chat"
 
 
-def read_conversations(path: str | os.PathLike[str], *, format: str = "auto", prefix: str = "") -> list[ImportedSession]:
+def read_conversations(
+    path: str | os.PathLike[str], *, format: str = "auto", prefix: str = ""
+) -> list[ImportedSession]:
     """Convert ``path`` to sessions (ids prefixed with ``prefix``).
 
     Raises:

@@ -201,7 +201,8 @@ class SessionsServer:
     async def _before_request(self) -> Response | None:
         g.started = time.perf_counter()
         rule = request.url_rule.rule if request.url_rule else "unmatched"
-        g.route = f"{request.method} {SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else f"{request.method} {rule}"
+        template = f"{SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else rule
+        g.route = f"{request.method} {template}"
         if request.path == "/v1/health":
             return None
         if not self.authorized(request.headers.get("Authorization")):

@@ -45,7 +45,8 @@ def test_serve_reports_bad_configuration_and_bad_app_classes(capsys, tmp_path):
     assert main(["serve", "--config", str(tmp_path / "nope.toml")]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert main(["serve", "--bind", "127.0.0.1:0", "--data", str(tmp_path / "d"), "--app", "json:JSONDecoder"]) == 2
-    assert capsys.readouterr().err == "durable-sessions serve: --app json:JSONDecoder is not a subclass of actors.Agent\n"
+    assert capsys.readouterr().err == (
+        "durable-sessions serve: --app json:JSONDecoder is not a subclass of actors.Agent\n")
 
 
 def test_load_agent_class():

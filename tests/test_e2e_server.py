@@ -101,7 +101,8 @@ def _strings(value):
 def _searchable(message) -> str:
     """What search covers: the text parts, plus each tool call's name and the strings in its input."""
     tools = [p for p in message["parts"] if p.get("type", "").startswith("tool-")]
-    return " ".join([_text(message), *(p["toolName"] for p in tools), *(s for p in tools for s in _strings(p["input"]))])
+    inputs = [s for p in tools for s in _strings(p["input"])]
+    return " ".join([_text(message), *(p["toolName"] for p in tools), *inputs])
 
 
 def mentioned_code(messages) -> str | None:

@@ -173,7 +173,8 @@ async def test_append_get_update_delete_one_message(client):
 async def test_message_bodies_are_validated_with_the_field(client):
     cases = [
         ({}, error("InvalidMessageError", "message is missing", "message")),
-        ({"message": {"id": "m1", "parts": []}}, error("InvalidMessageError", "message.role is missing", "message.role")),
+        ({"message": {"id": "m1", "parts": []}},
+         error("InvalidMessageError", "message.role is missing", "message.role")),
         ({"message": msg("m1", "x"), "parentId": 5},
          error("InvalidInputError", "parentId must be a string or null, not int", "parentId")),
     ]

@@ -71,7 +71,8 @@ async def test_rpc_frames_get_results_and_errors(app):
         assert await rpc(ws, 4, "update_message", [msg("zz", "x")]) == {
             "id": 4, "error": {"type": "MessageNotFoundError", "message": "message 'zz' not found"}}
         assert await rpc(ws, 5, "nope") == {
-            "id": 5, "error": {"type": "UnknownMethodError", "message": "actor class Chatty has no callable method 'nope'"}}
+            "id": 5,
+            "error": {"type": "UnknownMethodError", "message": "actor class Chatty has no callable method 'nope'"}}
         assert await rpc(ws, 6, "get_history", "m1") == {
             "id": 6, "error": {"type": "InvalidInputError", "message": "params must be an object or a list",
                                "field": "params"}}

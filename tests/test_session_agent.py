@@ -73,7 +73,8 @@ def test_default_config_is_a_soul_and_a_memory_block_with_cached_prompt_and_comp
 
 @pytest.mark.parametrize(("kwargs", "field", "message"), [
     ({"label": ""}, "label", "a block label must be a non-empty string"),
-    ({"label": "x", "kind": "magic"}, "kind", "block 'x': kind must be one of readonly, writable, skills, searchable, not 'magic'"),
+    ({"label": "x", "kind": "magic"}, "kind",
+     "block 'x': kind must be one of readonly, writable, skills, searchable, not 'magic'"),
     ({"label": "x", "kind": "readonly"}, "text", "readonly block 'x' needs exactly one of text or file"),
     ({"label": "x", "kind": "readonly", "text": "a", "max_tokens": 5}, "max_tokens",
      "block 'x': max_tokens does not apply to a readonly block"),
