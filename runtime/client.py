@@ -199,6 +199,8 @@ class SessionHandle:
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None``."""
+        if not _path_id(message_id):
+            return await self.call("get_message", message_id)
         try:
             return (await self._do("GET", f"messages/{quote_segment(message_id)}"))["message"]
         except MessageNotFoundError:
@@ -206,7 +208,10 @@ class SessionHandle:
 
     async def update_message(self, message: Message) -> None:
         """Replace the stored message with ``message["id"]`` (raises ``MessageNotFoundError`` if unknown)."""
-        await self._do("PUT", f"messages/{quote_segment(str(message.get('id', '')))}", body={"message": message})
+        message_id = message.get("id") if isinstance(message, dict) else None
+        if not _path_id(message_id):
+            return await self.call("update_message", message)  # the actor reports what is wrong with it
+        await self._do("PUT", f"messages/{quote_segment(message_id)}", body={"message": message})
 
     async def delete_messages(self, message_ids: Sequence[str]) -> int:
         """Delete these messages; how many existed."""
@@ -218,6 +223,8 @@ class SessionHandle:
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first."""
+        if not _path_id(message_id):
+            return await self.call("get_branches", message_id)
         return (await self._do("GET", f"messages/{quote_segment(message_id)}/branches"))["messages"]
 
     async def get_latest_leaf(self) -> Message | None:
@@ -294,6 +301,11 @@ class SessionHandle:
     def events(self) -> SessionSocket:
         """The session's broadcasts as they happen: ``async with s.events() as events: async for e in events``."""
         return SessionSocket(self)
+
+
+def _path_id(value: Any) -> bool:
+    """Whether ``value`` can stand in a path segment (else the call goes through ``/rpc``, same answer)."""
+    return isinstance(value, str) and value != ""
 
 
 def _with_parent(body: dict[str, Any], parent_id: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import re
 import pytest
 import trio
 
-from actors.errors import ContextBlockError, InvalidInputError, MessageNotFoundError
+from actors.errors import ContextBlockError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from actors.session_agent import SessionAgent
 from runtime import ActorOverloadedError, UnknownMethodError, open_host
 from runtime.client import SessionsClient
@@ -74,7 +74,8 @@ async def _script(session):
            await session.append_message(msg("r1", "new root"), None),
            await session.append_message(msg("m4", "branch"), "m2"),
            await session.get_history(), await session.get_history("m3"), await session.get_message("m2"),
-           await session.get_message("nope"), await session.get_branches("m2"), await session.get_latest_leaf(),
+           await session.get_message("nope"), await session.get_message(""), await session.get_branches("m2"),
+           await session.get_branches(""), await session.get_latest_leaf(),
            await session.get_path_length(), await session.get_path_length("m3"),
            await session.update_message(msg("m2", "Sure thing", "assistant")), await session.get_message("m2"),
            await session.search("zfa04y"), await session.search("sure", limit=1),
@@ -109,6 +110,9 @@ async def test_errors_come_back_as_the_same_exception_types(client, url):
         await s.update_message(msg("zz", "x"))
     with pytest.raises(UnknownMethodError):
         await s.call("no_such_method")
+    with pytest.raises(InvalidMessageError) as caught:
+        await s.update_message({"role": "user", "parts": []})
+    assert (str(caught.value), caught.value.field) == ("message.id is missing", "message.id")
     with pytest.raises(InvalidInputError) as caught:
         await client.session("x" * 513).get_history()
     assert caught.value.field == "session_id"
