@@ -152,6 +152,7 @@ class Session:
         self._context = ContextBlocks(storage, host=self, session_id=self._session_id)
         self._compaction = SessionCompaction(self)
         self._row_max_bytes = ROW_MAX_BYTES
+        self._broadcast_id: str | None = None
 
     # -- builders ------------------------------------------------------------
 
@@ -281,10 +282,29 @@ class Session:
         self._row_max_bytes = max_bytes
         return self
 
+    def with_broadcast_id(self, name: str) -> Session:
+        """Name this session in its broadcasts' ``sessionId`` (DEVIATIONS 16); returns ``self``.
+
+        By default broadcasts carry :attr:`session_id`. A session that owns a
+        whole file (one actor per session, as the server runs them) stores its
+        rows under ``''`` yet is known to clients by another name: the
+        actor's name. Only the payloads change, never the stored rows.
+
+        Raises:
+            InvalidInputError: ``name`` is not a string.
+        """
+        self._broadcast_id = _check_str(name, "name")
+        return self
+
     @property
     def session_id(self) -> str:
         """The session id rows are stored under (``''`` unless :meth:`for_session` set one)."""
         return self._session_id
+
+    @property
+    def broadcast_id(self) -> str:
+        """The ``sessionId`` of this session's broadcasts (see :meth:`with_broadcast_id`)."""
+        return self._session_id if self._broadcast_id is None else self._broadcast_id
 
     @property
     def storage(self) -> SqlStorage:

@@ -265,6 +265,31 @@ def _build_session(agent: Agent, config: SessionConfig) -> Session:
     return session
 
 
+_ACTOR_NAME_KEY = "actor_name"
+
+
+def _remember_actor_name(agent: Agent) -> str | None:
+    """The name the actor is addressed by (the client's session id), kept in its file.
+
+    A call routed by name carries it; an activation without one (an alarm
+    after a restart) reads the stored copy, so broadcasts always name the
+    session (DEVIATIONS 16). ``None`` for an actor only ever reached by hex id.
+    """
+    storage = agent.storage
+    stored = storage.scalar(
+        "SELECT value FROM assistant_config WHERE session_id = '' AND key = ?", _ACTOR_NAME_KEY
+    )
+    name = agent.ctx.id.name
+    if name is None or name == stored:
+        return stored
+    storage.sql(
+        "INSERT INTO assistant_config (session_id, key, value) VALUES ('', ?, ?) "
+        "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
+        _ACTOR_NAME_KEY, name,
+    )
+    return name
+
+
 # -- the actor -------------------------------------------------------------------------
 
 
@@ -291,6 +316,9 @@ class SessionAgent(Agent):
             raise TypeError(f"SessionAgent needs a SessionConfig as env, not {type(env).__name__}")
         self.config = env or SessionConfig()
         self.session = _build_session(self, self.config)
+        name = _remember_actor_name(self)
+        if name is not None:
+            self.session.with_broadcast_id(name)
 
     # -- messages --------------------------------------------------------------------
 

@@ -166,7 +166,7 @@ class SessionCompaction:
                 phase=phase,
                 token_estimate=estimate,
                 token_threshold=self.threshold,
-                session_id=self._session.session_id,
+                session_id=self._session.broadcast_id,
                 tokens_before=tokens_before,
             )
             await self._send(payload)
@@ -176,7 +176,7 @@ class SessionCompaction:
         """Hand an automatic-compaction error to the handler (its own errors are logged), then
         broadcast ``cf_agent_session_error``."""
         await self._call_handler(error)
-        await self._send(error_broadcast(error, session_id=self._session.session_id))
+        await self._send(error_broadcast(error, session_id=self._session.broadcast_id))
 
     async def _call_handler(self, error: BaseException) -> None:
         if self.error_handler is None:
@@ -224,7 +224,7 @@ class SessionCompaction:
                 await self._call_handler(exc)
             else:
                 logger.warning("session %r: compaction failed: %s", self._session.session_id, error_text(exc))
-            await self._send(error_broadcast(exc, session_id=self._session.session_id))
+            await self._send(error_broadcast(exc, session_id=self._session.broadcast_id))
             return None, True
         if planned is None:
             await self.emit_status("idle")

@@ -4,11 +4,11 @@
 Serve the class in one terminal, then run the client half of this file in
 another, both from the repository root::
 
-    PYTHONPATH=. .venv/bin/durable-sessions serve --app examples.custom_agent:NotesAgent
+    .venv/bin/durable-sessions serve --app examples.custom_agent:NotesAgent
     .venv/bin/python examples/custom_agent.py
 
-(``PYTHONPATH=.`` lets the host import ``examples.custom_agent`` from the
-current folder.) The client finds the host at ``$DURABLE_SESSIONS_URL``
+(``--app`` imports ``module:Class`` from the current folder, as ``python -m``
+would.) The client finds the host at ``$DURABLE_SESSIONS_URL``
 (default ``http://127.0.0.1:8787``), with ``$DURABLE_SESSIONS_TOKEN`` when set.
 
 With ``--app`` the host routes every ID under ``/v1/sessions/{id}/`` to an

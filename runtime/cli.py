@@ -147,6 +147,10 @@ def load_agent_class(spec: str) -> type[Agent]:
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
         raise UsageError(f"--app must be module:Class, not {spec!r}")
+    # Like `python -m` (and uvicorn's --app-dir), modules are found from the current folder too:
+    # a console script's sys.path starts with its bin/ folder, not the working directory.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         found = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:

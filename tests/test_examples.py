@@ -34,7 +34,7 @@ TOKEN = "examples-token"
 SERVE = Path(sys.executable).with_name("durable-sessions")
 #: Variables that would point an example at a real model or another host.
 FOREIGN = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "DURABLE_SESSIONS_URL", "DURABLE_SESSIONS_TOKEN",
-           "ANTHROPIC_API_KEY")
+           "ANTHROPIC_API_KEY", "PYTHONPATH")
 
 
 def example_env(**extra: str) -> dict[str, str]:
@@ -74,7 +74,7 @@ def host(tmp_path):
         process = subprocess.Popen(
             [str(SERVE), "serve", "--bind", "127.0.0.1:0", "--data", str(tmp_path / "data"),
              "--ready-file", str(ready), *args],
-            cwd=REPO_ROOT, env=example_env(DURABLE_SESSIONS_TOKEN=TOKEN, PYTHONPATH=str(REPO_ROOT)),
+            cwd=REPO_ROOT, env=example_env(DURABLE_SESSIONS_TOKEN=TOKEN),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         processes.append(process)

@@ -89,13 +89,27 @@ async def test_every_write_pushes_a_session_status_before_its_reply(app):
         assert await rpc(writer, 1, "append_messages", [[msg("m1", "hi"), msg("m2", "there")]], pushed=pushed) == {
             "id": 1, "result": [True, True]}
         assert [list(p) for p in pushed] == [["type", "phase", "tokenEstimate", "tokenThreshold", "sessionId"]] * 2
-        assert [(p["type"], p["phase"], p["tokenThreshold"]) for p in pushed] == [
-            ("cf_agent_session", "idle", 100000)] * 2
+        assert [(p["type"], p["phase"], p["tokenThreshold"], p["sessionId"]) for p in pushed] == [
+            ("cf_agent_session", "idle", 100000, "room-1")] * 2
         assert pushed[1]["tokenEstimate"] > pushed[0]["tokenEstimate"] > 0
         assert [json.loads(await watcher.receive()) for _ in range(2)] == pushed
         seen = []
         assert await rpc(writer, 2, "delete_messages", [["m2"]], pushed=seen) == {"id": 2, "result": 1}
         assert seen == [pushed[0]]  # the estimate is back to that of m1 alone
+
+
+async def test_broadcasts_name_the_session_even_when_woken_by_hex_id(app, host):
+    """DEVIATIONS 16: the client's session id is in every status, also after an activation
+    that did not come through the name (an alarm after a restart reaches the actor by hex id)."""
+    client = app.test_client()
+    async with client.websocket("/v1/sessions/caf%C3%A9-1/ws", headers=AUTH) as watcher:
+        await rpc(watcher, 0, "get_path_length")
+        await host.hibernate_all()
+        ns = host.namespace("sessions")
+        by_hex = ns.get(ns.id_from_name("café-1").hex)
+        assert await by_hex.append_message(msg("m1", "hi")) is True
+        status = json.loads(await watcher.receive())
+        assert (status["type"], status["sessionId"]) == ("cf_agent_session", "café-1")
 
 
 async def test_binary_frames_are_msgpack_both_ways(app):
