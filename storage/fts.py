@@ -12,6 +12,9 @@ the ``search_context`` tool through :class:`AgentSearchProvider`,
 * a term with no letter or digit (``#``, ``?``, ``""``) is dropped, and a
   query left with no term matches nothing (:func:`parse_query` returns
   ``None``): callers return ``[]`` without querying;
+* NUL characters and lone UTF-16 surrogates (which no stored text can
+  hold) separate words like spaces; a term repeated is kept once, so the
+  query's size never depends on repetition;
 * a term containing CJK text (Han, kana, Hangul) is looked up in the
   trigram index beside the porter one, because ``unicode61`` makes a whole
   run of CJK characters one token and would never find a word inside it.
@@ -23,6 +26,7 @@ CJK characters is put in the trigram index (:func:`has_cjk`).
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -44,6 +48,8 @@ _CJK_RANGES = (
 TRIGRAM_MIN_CHARS = 3
 
 _PHRASE = re.compile(r'"([^"]*)"')
+# FTS5 ends a query string at NUL; SQLite cannot store a lone surrogate.
+_SEPARATOR_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 
 def is_cjk_char(ch: str) -> bool:
@@ -113,6 +119,7 @@ def parse_query(text: str) -> ParsedQuery | None:
     """
     if not isinstance(text, str):
         raise TypeError(f"search query must be a string, not {type(text).__name__}")
+    text = _SEPARATOR_CHARS.sub(" ", text)
     terms: list[Term] = []
 
     def add(raw: str, phrase: bool) -> None:
@@ -128,43 +135,51 @@ def parse_query(text: str) -> ParsedQuery | None:
         pos = m.end()
     for word in text[pos:].split():
         add(word, False)
-    return ParsedQuery(tuple(terms)) if terms else None
+    return ParsedQuery(tuple(dict.fromkeys(terms))) if terms else None
 
 
 def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]:
     """SQL selecting ``(rowid, rank)`` of the rows of ``table`` matching every term.
 
     ``table`` is the porter FTS5 table; CJK terms are checked against
-    ``<table>_cjk``. ``rank`` is FTS5's bm25 rank (lower is better) of the
-    porter terms, or of the first CJK term long enough for the trigram index,
-    or ``0`` when neither applies. ``table`` must be a trusted identifier
-    (a constant of this package), never user text.
+    ``<table>_cjk``: those of at least :data:`TRIGRAM_MIN_CHARS` characters
+    by one trigram ``MATCH``, shorter ones by substring search. ``rank`` is
+    FTS5's bm25 rank (lower is better) of the porter terms, else of the
+    long CJK terms, else ``0``. ``table`` must be a trusted identifier (a
+    constant of this package), never user text.
+
+    The statement has the same shape whatever the number of terms (at most
+    three conditions, each one bound parameter), so no query is too long
+    for SQLite's expression-depth or parameter limits.
 
     Returns:
         ``(sql, params)`` -- every user string is a bound parameter.
     """
     cjk_table = f"{table}_cjk"
+    long_cjk = [t for t in query.cjk_terms if len(t.text) >= TRIGRAM_MIN_CHARS]
+    short_cjk = [t.text for t in query.cjk_terms if len(t.text) < TRIGRAM_MIN_CHARS]
+    trigram_match = " ".join(t.fts_string for t in long_cjk) if long_cjk else None
     params: list[str] = []
     conditions: list[str] = []
     match = query.match_expression
     if match is not None:
         head = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ?"
         params.append(match)
+    elif trigram_match is not None:
+        head = f"SELECT rowid, rank FROM {cjk_table} WHERE {cjk_table} MATCH ?"
+        params.append(trigram_match)
+        trigram_match = None
     else:
-        head = None
-    for term in query.cjk_terms:
-        if head is None and len(term.text) >= TRIGRAM_MIN_CHARS:
-            head = f"SELECT rowid, rank FROM {cjk_table} WHERE {cjk_table} MATCH ?"
-            params.append(term.fts_string)
-            continue
-        if len(term.text) >= TRIGRAM_MIN_CHARS:
-            conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE {cjk_table} MATCH ?)")
-            params.append(term.fts_string)
-        else:
-            conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE instr(content, ?) > 0)")
-            params.append(term.text)
-    if head is None:
         head = f"SELECT rowid, 0 AS rank FROM {cjk_table} WHERE 1"
+    if trigram_match is not None:
+        conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE {cjk_table} MATCH ?)")
+        params.append(trigram_match)
+    if short_cjk:
+        conditions.append(
+            f"rowid IN (SELECT c.rowid FROM {cjk_table} AS c WHERE NOT EXISTS "
+            "(SELECT 1 FROM json_each(?) AS t WHERE instr(c.content, t.value) = 0))"
+        )
+        params.append(json.dumps(short_cjk, ensure_ascii=False))
     sql = head + "".join(f" AND {c}" for c in conditions)
     return sql, params
 
