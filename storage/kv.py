@@ -8,8 +8,11 @@ plus the key-value calls of a Durable Object's storage (``get``, ``put``,
 
 Values are encoded with msgpack: ``None``, ``bool``, ``int`` (64-bit),
 ``float``, ``str``, ``bytes``, lists and dicts of these. Tuples come back as
-lists. Keys are ``str`` of at most :data:`MAX_KEY_BYTES` UTF-8 bytes, ordered
-by their UTF-8 bytes (which is code-point order).
+lists. A value that could be written but not read back (a dict keyed by a
+tuple, nesting deeper than msgpack reads) is refused by :meth:`put`, so one
+bad value can never make :meth:`get` or :meth:`list` fail. Keys are ``str`` of
+at most :data:`MAX_KEY_BYTES` UTF-8 bytes, ordered by their UTF-8 bytes
+(which is code-point order).
 
 Like the rest of ``storage`` this is synchronous and knows nothing of trio:
 scheduling an alarm only writes the row and tells an optional
@@ -32,6 +35,9 @@ from .sqlite import SqlStorage
 MAX_KEY_BYTES = 2048
 
 _MISSING = object()
+
+# Largest LIMIT SQLite binds (a 64-bit signed integer).
+_MAX_SQL_INT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +92,13 @@ class ActorStorage(SqlStorage):
         return default if blob is None else _decode(blob)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """``{key: value}`` for those of ``keys`` that are stored, in key order."""
+        """``{key: value}`` for those of ``keys`` that are stored, in key order.
+
+        Raises:
+            TypeError: ``keys`` is a single ``str`` (pass a list) or holds a non-``str``.
+        """
         found = {}
-        for key in sorted(set(_check_key(k) for k in keys)):
+        for key in sorted(set(_check_key(k) for k in _key_list(keys))):
             value = self.get(key, _MISSING)
             if value is not _MISSING:
                 found[key] = value
@@ -116,8 +126,12 @@ class ActorStorage(SqlStorage):
         return self.connection.changes() > 0
 
     def delete_many(self, keys: Iterable[str]) -> int:
-        """Remove each of ``keys`` in one transaction; the number that existed."""
-        checked = [_check_key(k) for k in keys]
+        """Remove each of ``keys`` in one transaction; the number that existed.
+
+        Raises:
+            TypeError: ``keys`` is a single ``str`` (pass a list) or holds a non-``str``.
+        """
+        checked = [_check_key(k) for k in _key_list(keys)]
         with self.transaction():
             return sum(self.delete(k) for k in set(checked))
 
@@ -195,7 +209,8 @@ class ActorStorage(SqlStorage):
         Args:
             prefix: only keys starting with it.
             start: only keys ``>= start``; end: only keys ``< end``.
-            limit: at most this many entries (``None``: all).
+            limit: at most this many entries (``None``: all; any larger
+                ``int`` is fine).
             reverse: descending order (``limit`` then keeps the last keys).
 
         Raises:
@@ -210,7 +225,7 @@ class ActorStorage(SqlStorage):
             if limit < 1:
                 raise ValueError(f"limit must be at least 1, not {limit}")
             query += " LIMIT ?"
-            params.append(limit)
+            params.append(min(limit, _MAX_SQL_INT))
         return {key: _decode(blob) for key, blob in self.exec(query, *params)}
 
 
@@ -222,13 +237,32 @@ def _check_key(key: Any) -> str:
     return key
 
 
+def _key_list(keys: Any) -> Any:
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be a list of str, not a single {type(keys).__name__}")
+    return keys
+
+
 def _encode(value: Any) -> bytes:
     try:
-        return msgpack.packb(value, use_bin_type=True)
+        blob = msgpack.packb(value, use_bin_type=True)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"value cannot be stored: {exc}") from exc
     except OverflowError as exc:
         raise ValueError(f"value cannot be stored: {exc}") from exc
+    if isinstance(value, (list, tuple, dict)):
+        _check_readable(blob)
+    return blob
+
+
+def _check_readable(blob: bytes) -> None:
+    """Refuse a container msgpack wrote but cannot read back (unhashable map keys, deep nesting)."""
+    try:
+        _decode(blob)
+    except TypeError as exc:  # e.g. a tuple key comes back as an unhashable list
+        raise TypeError(f"value cannot be stored: it would not read back ({exc})") from None
+    except ValueError as exc:  # msgpack.StackError: nested deeper than it reads
+        raise ValueError(f"value cannot be stored: it would not read back ({str(exc) or 'nested too deeply'})") from None
 
 
 def _decode(blob: bytes) -> Any:
