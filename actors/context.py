@@ -246,9 +246,27 @@ def _check_options(label: Any, description: Any, max_tokens: Any, provider: Any)
         raise InvalidInputError("provider must have an async get() method", field="provider")
 
 
-def _check_text(value: Any, name: str) -> None:
+def _check_text(value: Any, name: str) -> str:
+    """``value`` if it is a ``str`` SQLite can store (no lone surrogate), else InvalidInputError."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"{name} is not valid Unicode text (lone surrogate at index {exc.start})", field=name
+            ) from None
+    return value
+
+
+def _provider_text(value: Any, label: str, method: str) -> str:
+    """What a provider's ``get()``/``load()`` returned, as block text (``None`` -> ``""``)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f'provider of block "{label}" returned {type(value).__name__} from {method}(), not str or None')
+    return value
 
 
 class ContextBlocks:
@@ -367,13 +385,7 @@ class ContextBlocks:
 
     async def _read(self, config: _Config) -> ContextBlock:
         provider = config.provider
-        content = await _call(provider.get) if provider is not None else None
-        if content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise TypeError(
-                f'provider of block "{config.label}" returned {type(content).__name__} from get(), not str or None'
-            )
+        content = _provider_text(await _call(provider.get) if provider is not None else None, config.label, "get")
         return ContextBlock(
             label=config.label,
             description=config.description,
@@ -485,13 +497,17 @@ class ContextBlocks:
         Raises:
             ContextBlockError: ``Block "<label>" is not a skill provider`` or
                 ``Block "<label>" does not support writes``.
+            InvalidInputError: ``key`` or ``content`` is not text, or
+                ``description`` is neither text nor ``None`` (nothing written).
         """
+        _check_text(key, "key")
+        _check_text(content, "content")
+        if description is not None:
+            _check_text(description, "description")
         block, provider = await self._keyed(label, "isSkill", is_skill_provider)
         await _call(provider.set, key, content, description)
-        listing = await _call(provider.get)
-        if listing:
-            tokens = estimate_string_tokens(listing)
-            self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": tokens})
+        listing = _provider_text(await _call(provider.get), label, "get")
+        self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": estimate_string_tokens(listing)})
 
     async def set_search_entry(self, label: str, key: str, content: str) -> None:
         """Index ``content`` under ``key`` in search block ``label`` and re-read its summary.
@@ -499,10 +515,13 @@ class ContextBlocks:
         Raises:
             ContextBlockError: ``Block "<label>" is not a search provider`` or
                 ``Block "<label>" does not support writes``.
+            InvalidInputError: ``key`` or ``content`` is not text (nothing written).
         """
+        _check_text(key, "key")
+        _check_text(content, "content")
         block, provider = await self._keyed(label, "isSearchable", is_search_provider)
         await _call(provider.set, key, content)
-        summary = await _call(provider.get) or ""
+        summary = _provider_text(await _call(provider.get), label, "get")
         self._blocks[label] = ContextBlock(**{**block, "content": summary, "tokens": estimate_string_tokens(summary)})
 
     async def search_context(self, label: str, query: str) -> str | None:
@@ -510,7 +529,10 @@ class ContextBlocks:
 
         Raises:
             ContextBlockError: ``Block "<label>" is not a search provider``.
+            InvalidInputError: ``query`` is not a string.
         """
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string, not {type(query).__name__}", field="query")
         await self._loaded()
         config = self._config(label)
         if config is None or not is_search_provider(config.provider):
@@ -564,16 +586,23 @@ class ContextBlocks:
         (``""`` counts); else the in-memory snapshot, rendered now if there is
         none; then persisted to the store. Block writes never change it."""
         self._resolve()
-        if self._prompt_store is not None:
-            stored = await _call(self._prompt_store.get)
-            if stored is not None:
-                return stored
+        stored = await self._stored_prompt()
+        if stored is not None:
+            return stored
         blocks = await self._loaded()
         if self._snapshot is None:
             self._snapshot = render_prompt(list(blocks.values()))
         if self._prompt_store is not None:
             await _call(self._prompt_store.set, self._snapshot)
         return self._snapshot
+
+    async def _stored_prompt(self) -> str | None:
+        if self._prompt_store is None:
+            return None
+        stored = await _call(self._prompt_store.get)
+        if stored is not None and not isinstance(stored, str):
+            raise TypeError(f"prompt store returned {type(stored).__name__} from get(), not str or None")
+        return stored
 
     async def refresh_system_prompt(self) -> str:
         """Reload every provider (``init`` + ``get``), re-render, replace the snapshot, persist."""
@@ -589,10 +618,9 @@ class ContextBlocks:
         self._resolve()
         if self._snapshot is not None:
             return self._snapshot
-        if self._prompt_store is not None:
-            stored = await _call(self._prompt_store.get)
-            if stored is not None:
-                return stored
+        stored = await self._stored_prompt()
+        if stored is not None:
+            return stored
         return render_prompt(list((await self._loaded()).values()))
 
     # -- tools and skills -----------------------------------------------------------------------------
@@ -609,7 +637,9 @@ class ContextBlocks:
 
         Raises:
             ContextBlockError: ``Block "<label>" is not a skill provider``.
+            InvalidInputError: ``key`` is not text.
         """
+        _check_text(key, "key")
         await self._loaded()
         config = self._config(label)
         if config is None or not is_skill_provider(config.provider):
@@ -626,7 +656,13 @@ class ContextBlocks:
     async def unload_skill(self, label: str, key: str) -> bool:
         """Unload ``label:key``. ``False`` if it was not loaded; otherwise its
         newest stored load output becomes ``[skill unloaded: <key>]`` (via the
-        host's ``update_message``) and ``True`` is returned."""
+        host's ``update_message``) and ``True`` is returned.
+
+        Raises:
+            InvalidInputError: ``label`` or ``key`` is not a string.
+        """
+        _check_text(label, "label")
+        _check_text(key, "key")
         return await (await self._tracker()).remove(label, key)
 
     async def get_loaded_skill_keys(self) -> KeysView[str]:
