@@ -297,6 +297,9 @@ def _decode(text: str) -> dict[str, str | None]:
 _FRONT = "---"
 _BAD_KEY = re.compile(r"[/\\\x00-\x1f\x7f]")
 _MAX_KEY_CHARS = 200
+#: Longest key in UTF-8 bytes: with the extension and the temporary-file affixes
+#: of :meth:`DirectorySkillProvider.set` it stays under the usual 255-byte file-name limit.
+_MAX_KEY_BYTES = 200
 _PLAIN_VALUE = re.compile(r"[^\s\"'#&*!|>%@`\[\]{},?:-][^\n]*")
 
 
@@ -305,15 +308,15 @@ def validate_skill_key(key: Any) -> str:
 
     Raises:
         InvalidInputError: (``field="key"``) not a string, empty, longer than
-            200 characters, starting with ``.``, or holding ``/``, ``\\`` or a
-            control character.
+            200 characters or 200 UTF-8 bytes, starting with ``.``, or holding
+            ``/``, ``\\``, a control character or a lone surrogate.
     """
     if not isinstance(key, str):
         raise InvalidInputError(f"skill key must be a string, not {type(key).__name__}", field="key")
     if not _valid_key(key):
         raise InvalidInputError(
-            f"invalid skill key {key!r}: use 1-{_MAX_KEY_CHARS} characters, no '/', '\\', control "
-            "characters, leading '.' or surrounding spaces",
+            f"invalid skill key {key!r}: use 1-{_MAX_KEY_CHARS} characters (at most {_MAX_KEY_BYTES} UTF-8 "
+            "bytes), no '/', '\\', control characters, lone surrogates, leading '.' or surrounding spaces",
             field="key",
         )
     return key
@@ -322,19 +325,42 @@ def validate_skill_key(key: Any) -> str:
 def _valid_key(key: str) -> bool:
     if not key or len(key) > _MAX_KEY_CHARS or key.startswith(".") or key != key.strip():
         return False
+    try:
+        if len(key.encode("utf-8")) > _MAX_KEY_BYTES:
+            return False
+    except UnicodeEncodeError:  # a lone surrogate names no file
+        return False
     return _BAD_KEY.search(key) is None
 
 
+def _first_line(text: str) -> str:
+    """The first line of a skill file as front matter is read: up to ``\n``, one ``\r`` dropped."""
+    return text.split("\n", 1)[0].removesuffix("\r")
+
+
+def _read_text(file: Path) -> str:
+    """A skill file's text exactly as written (no newline translation), without a leading BOM.
+
+    Bytes that are not UTF-8 read as U+FFFD, so one damaged file cannot hide the others.
+    """
+    with open(file, encoding="utf-8", errors="replace", newline="") as handle:
+        text = handle.read()
+    return text.removeprefix("\ufeff")
+
+
 def _split_front_matter(text: str) -> tuple[dict[str, str], str]:
-    """``({name: value}, body)``; a file without a closed ``---`` block is all body."""
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].rstrip("\r\n") != _FRONT:
+    """``({name: value}, body)``; a file without a closed ``---`` block is all body.
+
+    Lines end at ``\n`` only (``\r\n`` too); other Unicode line breaks are text.
+    """
+    if _first_line(text) != _FRONT:
         return {}, text
+    lines = text.split("\n")
     fields: dict[str, str] = {}
     for i, line in enumerate(lines[1:], start=1):
-        bare = line.rstrip("\r\n")
+        bare = line.removesuffix("\r")
         if bare == _FRONT:
-            return fields, "".join(lines[i + 1 :])
+            return fields, "\n".join(lines[i + 1 :])
         name, sep, value = bare.partition(":")
         if sep:
             fields[name.strip()] = _unquote(value.strip())
@@ -353,7 +379,10 @@ def _unquote(value: str) -> str:
 
 
 def _yaml_value(value: str) -> str:
-    plain = _PLAIN_VALUE.fullmatch(value) and value == value.strip() and ": " not in value and " #" not in value
+    plain = (
+        _PLAIN_VALUE.fullmatch(value) and value == value.strip() and value.splitlines() == [value]
+        and ": " not in value and " #" not in value
+    )
     return value if plain else json.dumps(value, ensure_ascii=False)
 
 
@@ -372,7 +401,9 @@ class DirectorySkillProvider:
       no description), sorted by key, or ``None`` for an empty or missing
       folder. Files starting with ``.`` and other extensions are ignored.
     * :meth:`load` returns the body with the front matter stripped, so it
-      is exactly the ``content`` given to :meth:`set`.
+      is exactly the ``content`` given to :meth:`set` (line endings and all;
+      a BOM at the start of a hand-written file is ignored, and bytes that
+      are not UTF-8 read as U+FFFD).
     * :meth:`set` replaces the whole file atomically (temporary file,
       ``fsync``, rename). Keys are checked by :func:`validate_skill_key`,
       so no key reaches outside the folder.
@@ -392,7 +423,8 @@ class DirectorySkillProvider:
             return []
         found = []
         for item in self.path.iterdir():
-            key = item.name[: -len(self.extension)] if item.name.endswith(self.extension) else None
+            name = item.name
+            key = name[: len(name) - len(self.extension)] if name.endswith(self.extension) else None
             if key and _valid_key(key) and item.is_file():
                 found.append((key, item))
         return sorted(found)
@@ -401,7 +433,7 @@ class DirectorySkillProvider:
         """The listing shown in the prompt, e.g. ``- code-review: How to review code``."""
         lines = []
         for key, file in self._entries():
-            description = _split_front_matter(file.read_text(encoding="utf-8"))[0].get("description")
+            description = _split_front_matter(_read_text(file))[0].get("description")
             lines.append(f"- {key}: {description}" if description else f"- {key}")
         return "\n".join(lines) if lines else None
 
@@ -413,7 +445,7 @@ class DirectorySkillProvider:
         """
         file = self._file(key)
         try:
-            text = file.read_text(encoding="utf-8")
+            text = _read_text(file)
         except FileNotFoundError:
             return None
         return _split_front_matter(text)[1]
@@ -422,14 +454,22 @@ class DirectorySkillProvider:
         """Write skill ``key`` (creating the folder); ``description`` goes to the front matter.
 
         Raises:
-            InvalidInputError: ``key`` is not a valid skill key.
+            InvalidInputError: ``key`` is not a valid skill key, ``content``
+                is not a string, or ``description`` neither a string nor ``None``.
         """
         file = self._file(key)
+        if not isinstance(content, str):
+            raise InvalidInputError(f"skill content must be a string, not {type(content).__name__}", field="content")
+        if description is not None and not isinstance(description, str):
+            raise InvalidInputError(
+                f"skill description must be a string or None, not {type(description).__name__}", field="description"
+            )
         head = ""
         if description is not None:
             head = f"{_FRONT}\ndescription: {_yaml_value(description)}\n{_FRONT}\n"
-        elif content.splitlines()[:1] == [_FRONT]:
-            head = f"{_FRONT}\n{_FRONT}\n"  # keep a body that starts with '---' from reading as front matter
+        elif _first_line(content) == _FRONT or content.startswith("\ufeff"):
+            # keep a body starting with '---' from reading as front matter, and its BOM from being dropped
+            head = f"{_FRONT}\n{_FRONT}\n"
         self.path.mkdir(parents=True, exist_ok=True)
         _atomic_write(file, head + content)
 
