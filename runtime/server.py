@@ -97,6 +97,8 @@ DEFAULT_NAMESPACE = "sessions"
 PEER_QUEUE_FRAMES = 1024
 #: RPC calls one WebSocket may have running at once (more frames wait to be read).
 PEER_MAX_INFLIGHT = 256
+#: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
+DRAIN_TIMEOUT_S = 2.0
 #: WebSocket close codes.
 CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG = 1001, 1008, 1009
 
@@ -176,7 +178,7 @@ class SessionsServer:
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
-        app.asgi_app = _EncodedPaths(app.asgi_app)
+        app.asgi_app = _EncodedPaths(_ShieldedResponseEnd(app.asgi_app))
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
@@ -212,6 +214,7 @@ class SessionsServer:
         return None
 
     async def _after_request(self, response: Response) -> Response:
+        await _drain_body()
         started = getattr(g, "started", None)
         if started is not None:
             self.metrics.observe(g.route, response.status_code, time.perf_counter() - started)
@@ -428,6 +431,50 @@ class _EncodedPaths:
         if raw:
             scope = dict(scope, path=raw.decode("latin-1"))
         await self.app(scope, receive, send)
+
+
+class _ShieldedResponseEnd:
+    """ASGI middleware: the last piece of every HTTP response is sent shielded from cancellation.
+
+    quart-trio cancels a request's tasks as soon as the response is out. When
+    the request body has not all arrived yet (an answer given before reading
+    it, such as a 413), hypercorn must close the connection after that last
+    piece; cancelled half-way, it neither closes nor reads the next request,
+    and the client hangs. Shielded, the connection is closed as it should be.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_shielded(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
+        await self.app(scope, receive, send_shielded)
+
+
+async def _drain_body() -> None:
+    """Read what is left of the request body (up to the size limit) before answering.
+
+    An answer given without reading the body (401, 404, 405, a bad session
+    id) would otherwise leave the body unread, and the connection could not
+    carry the next request. A body over the limit, or one still incomplete
+    after :data:`DRAIN_TIMEOUT_S`, is not read: that connection is closed after
+    the answer (see :class:`_ShieldedResponseEnd`).
+    """
+    with trio.move_on_after(DRAIN_TIMEOUT_S):
+        try:
+            await request.get_data()
+        except HTTPException:  # over the limit, or the client stopped sending: the connection closes
+            pass
 
 
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -172,20 +173,45 @@ def decode_body(data: bytes, content_type: str | None) -> Any:
 
     Raises:
         UnsupportedMediaTypeError: neither JSON nor msgpack.
-        InvalidInputError: (``field="body"``) the bytes do not parse.
+        InvalidInputError: (``field="body"``) the bytes do not parse, nest deeper
+            than the parser can follow, or (JSON) hold a lone surrogate escape
+            such as ``"\\ud800"``, which no stored text can hold.
     """
     kind = media_type(content_type)
     if kind not in (JSON, MSGPACK):
         raise UnsupportedMediaTypeError(f"send {JSON} or {MSGPACK}, not {kind}")
     if not data:
         return None
+    name = "msgpack" if kind == MSGPACK else "JSON"
     try:
         if kind == MSGPACK:
             return msgpack.unpackb(data, raw=False, strict_map_key=True)
-        return json.loads(data)
+        value = json.loads(data)
+    except (RecursionError, msgpack.StackError):
+        raise actor_errors.InvalidInputError(f"the body is not valid {name}: it is nested too deeply",
+                                             field="body") from None
     except (ValueError, msgpack.UnpackException, TypeError) as exc:
-        name = "msgpack" if kind == MSGPACK else "JSON"
-        raise actor_errors.InvalidInputError(f"the body is not valid {name}: {exc}", field="body") from None
+        reason = str(exc) or type(exc).__name__
+        raise actor_errors.InvalidInputError(f"the body is not valid {name}: {reason}", field="body") from None
+    if _SURROGATE_ESCAPE.search(data) and _has_lone_surrogate(value):
+        raise actor_errors.InvalidInputError(
+            "the body is not valid JSON: it holds a lone UTF-16 surrogate (\\ud800-\\udfff)", field="body")
+    return value
+
+
+# JSON may spell a UTF-16 surrogate as an escape; a pair decodes to one character, a lone one
+# stays a surrogate that no UTF-8 text (nor SQLite) can hold. Only bodies with such an escape are checked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except RecursionError:  # pragma: no cover - it decoded at this depth; later layers judge it
+        return False
+    return False
 
 
 def encode_body(value: Any, kind: str) -> bytes:
