@@ -69,7 +69,8 @@ def _part_tokens(part: Mapping[str, Any]) -> int:
     kind = part.get("type")
     if kind in ("text", "reasoning"):
         text = part.get("text")
-        return estimate_string_tokens(text if text is not None else part.get("reasoning"))
+        # A malformed (non-string) text is counted as its JSON rather than failing the write.
+        return _estimate_value(text if text is not None else part.get("reasoning"))
     if isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool"):
         output = part.get("output")
         return _estimate_value(part.get("input")) + _estimate_value(
@@ -86,9 +87,10 @@ def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     """Estimated tokens of ``messages``: 4 per message plus its parts (§9).
 
     ``text``/``reasoning`` parts count their text; tool parts (``tool-*``,
-    ``dynamic-tool``) count ``input`` plus ``output`` (or ``result``), with
-    non-strings counted as their JSON; other parts count ``text`` or
-    ``result`` when present. ``[]`` -> 0; a message with no parts -> 4.
+    ``dynamic-tool``) count ``input`` plus ``output`` (or ``result``); other
+    parts count ``text`` or ``result`` when present. Non-string values are
+    counted as their JSON (also a malformed non-string ``text``), parts that
+    are not objects count nothing. ``[]`` -> 0; a message with no parts -> 4.
     """
     total = 0
     for message in messages:

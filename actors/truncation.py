@@ -95,15 +95,24 @@ def truncated_suffix(original_length: int) -> str:
 
 
 def _measure(value: Any) -> str:
-    """The text whose length is compared with a budget (a string, else its JSON)."""
+    """The text whose length is compared with a budget (a string, else its JSON).
+
+    Raises:
+        InvalidInputError: ``value`` is not JSON data (bytes, sets, dates,
+            objects, cycles, or nesting too deep to encode).
+    """
     if isinstance(value, str):
         return value
     if value is None or isinstance(value, (bool, int)):  # fast paths for common scalars
         return "null" if value is None else "true" if value is True else "false" if value is False else str(value)
     try:
         return _compact_json(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"value is not JSON data: {_json_problem(exc)}", field="value") from None
+
+
+def _json_problem(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 # A float JSON writes differently from JavaScript ("1.0", "1e+16") may be in the text.
@@ -155,7 +164,9 @@ def truncate_tool_output(value: Any, max_chars: int) -> TruncatedOutput:
     * lists and objects nested 8 deep become a marker string.
 
     Raises:
-        InvalidInputError: ``max_chars`` is not a non-negative integer.
+        InvalidInputError: ``max_chars`` is not a non-negative integer, or
+            ``value`` is not JSON data (e.g. ``bytes``, a ``set``, a
+            ``datetime``, nesting deeper than JSON encoding allows).
     """
     _check_count(max_chars, "max_chars")
     original_length = _measured_length(value)
@@ -204,17 +215,19 @@ def _truncate_child(item: Any, budget: int, depth: int) -> Any:
 
 def _truncate_array(items: Sequence[Any], max_chars: int, original_length: int, depth: int) -> list:
     budget = _child_budget(max_chars, len(items))
-    result = [_truncate_child(item, budget, depth + 1) for item in items]
-    # Keep the longest prefix that fits (at least one item); the JSON length of
-    # a k-item list is 2 brackets + k items + (k - 1) commas.
-    keep, total = 0, 1
-    for item in result:
+    # Keep the longest prefix of shortened items that fits (at least one item);
+    # the JSON length of a k-item list is 2 brackets + k items + (k - 1) commas.
+    # Items past the cut are never shortened: a huge list costs what is kept.
+    result: list[Any] = []
+    total = 1
+    for item in items:
+        item = _truncate_child(item, budget, depth + 1)
         grown = total + _json_length(item) + 1
-        if keep >= 1 and grown > max_chars:
+        if result and grown > max_chars:
             break
-        keep, total = keep + 1, grown
-    if keep < len(result):
-        result = result[:keep]
+        result.append(item)
+        total = grown
+    if len(result) < len(items):
         result.append(f"Array output truncated {truncated_suffix(original_length)}")
     if _measured_length(result) > max_chars:
         return _array_marker(max_chars, original_length)
@@ -313,7 +326,9 @@ def truncate_older_messages(
     return older + list(messages[cutoff:])
 
 
-def _truncate_message(message: Mapping[str, Any], max_tool: int, max_text: int) -> Mapping[str, Any]:
+def _truncate_message(message: Any, max_tool: int, max_text: int) -> Any:
+    if not isinstance(message, Mapping):
+        return message  # not a message: passed through untouched
     parts = message.get("parts")
     if not isinstance(parts, list):
         return message
@@ -345,12 +360,14 @@ def row_bytes(message: Any) -> int:
     """UTF-8 bytes of ``message`` stored as compact JSON (what the row size limit counts).
 
     Raises:
-        InvalidMessageError: ``message`` is not JSON data.
+        InvalidMessageError: ``message`` is not JSON data (or nests too deeply to encode).
     """
     try:
         return _utf8_length(_compact_json(message))
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(f"message is not JSON-serializable: {exc}", field="message") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessageError(
+            f"message is not JSON-serializable: {_json_problem(exc)}", field="message"
+        ) from None
 
 
 def _utf8_length(text: str) -> int:
@@ -383,13 +400,16 @@ def enforce_row_size_limit(message: Mapping[str, Any], *, max_bytes: int = ROW_M
     stay). Each pass logs a warning on this module's logger.
 
     Raises:
-        InvalidMessageError: the message still exceeds ``max_bytes`` after
-            all passes (e.g. a huge ``id`` or ``metadata``, or thousands of
-            small parts), its ``parts`` is not a list, or its ``metadata`` is
-            not an object; nothing is returned, so nothing gets stored.
+        InvalidMessageError: ``message`` is not a mapping, the message still
+            exceeds ``max_bytes`` after all passes (e.g. a huge ``id`` or
+            ``metadata``, or thousands of small parts), its ``parts`` is not
+            a list, or its ``metadata`` is not an object; nothing is
+            returned, so nothing gets stored.
         InvalidInputError: ``max_bytes`` is not a positive integer.
     """
     _check_count(max_bytes, "max_bytes", minimum=1)
+    if not isinstance(message, Mapping):
+        raise InvalidMessageError(f"message must be a mapping, not {type(message).__name__}", field="message")
     size = row_bytes(message)
     if size <= max_bytes:
         return message
