@@ -36,6 +36,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypedDict
@@ -316,7 +317,10 @@ def normalize_token_count(value: Any) -> int:
     """
     if not isinstance(value, numbers.Real):
         return 0
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int (or fraction) beyond float range is still a finite count
+        return max(0, math.ceil(value))
     if not math.isfinite(number):
         return 0
     return max(0, math.ceil(number))
@@ -367,10 +371,14 @@ def _per_message_counter(message_counter, session_counter):
 
 def _clamp(value: Any) -> float:
     # Per-message counts keep their fractions (the walk compares sums) but
-    # never go negative or non-finite.
-    if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    # never go negative or non-finite; a count beyond float range is the largest float.
+    if not isinstance(value, numbers.Real):
         return 0.0
-    return max(0.0, float(value))
+    try:
+        number = float(value)
+    except OverflowError:
+        return sys.float_info.max if value > 0 else 0.0
+    return max(0.0, number) if math.isfinite(number) else 0.0
 
 
 # ── The reference compaction function ───────────────────────────────────

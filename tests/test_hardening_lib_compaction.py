@@ -1,0 +1,151 @@
+"""Adversarial summarizers and token counters (session-behaviours §8, §9; DEVIATIONS 14).
+
+A summarizer or counter that misbehaves never half-writes: the SQLite file
+holds either a whole compaction row or none, and the failure reaches the
+caller (manual ``compact()``: an error broadcast) or ``on_compaction_error``
+(automatic) with a message that names the problem.
+"""
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from actors.compaction import create_compact_function, normalize_token_count
+from actors.errors import CompactionError
+from actors.session import Session
+from storage import SqlStorage
+
+
+class Agent:
+    def __init__(self, storage):
+        self.storage = storage
+        self.sent = []
+
+    def broadcast(self, text):
+        self.sent.append(json.loads(text))
+
+
+@pytest.fixture
+def storage(tmp_path):
+    s = SqlStorage.open(tmp_path / "compaction.sqlite3")
+    yield s
+    s.close()
+
+
+def msg(i):
+    return {"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+            "parts": [{"type": "text", "text": f"message number {i} about booking flight AB-{i}"}]}
+
+
+def compactor(summarize, **options):
+    return create_compact_function(
+        summarize=summarize, protect_head=1, tail_token_budget=10, min_tail_messages=1, **options
+    )
+
+
+async def fill(session, count=8):
+    for i in range(count):
+        await session.append_message(msg(i))
+
+
+def compaction_rows(storage):
+    return storage.scalar("SELECT count(*) FROM assistant_compactions")
+
+
+def raising(prompt):
+    raise RuntimeError("model unavailable")
+
+
+@pytest.mark.parametrize("summarize, error", [
+    (raising, "model unavailable"),
+    (lambda prompt: 42, "summarize() returned int, expected str"),
+    (lambda prompt: None, "summarize() returned NoneType, expected str"),
+    (lambda prompt: b"bytes", "summarize() returned bytes, expected str"),
+])
+async def test_a_failing_summarizer_stores_nothing_and_says_why(storage, summarize, error):
+    agent = Agent(storage)
+    session = Session.create(agent).on_compaction(compactor(summarize))
+    await fill(session)
+    history = await session.get_history()
+    agent.sent.clear()
+    assert await session.compact() is None
+    assert compaction_rows(storage) == 0
+    assert await session.get_history() == history
+    assert agent.sent[-1] == {"type": "cf_agent_session_error", "error": error, "sessionId": ""}
+
+
+@pytest.mark.parametrize("summarize", [raising, lambda prompt: 42])
+async def test_a_failing_summarizer_in_auto_compaction_reaches_the_handler_and_the_append_stands(
+    storage, summarize
+):
+    errors = []
+    session = (Session.create(storage).on_compaction(compactor(summarize))
+               .compact_after(1).on_compaction_error(errors.append))
+    await fill(session, 6)
+    assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(6)]
+    assert compaction_rows(storage) == 0
+    assert errors and all(isinstance(e, (RuntimeError, CompactionError)) for e in errors)
+
+
+async def test_blank_summaries_store_nothing(storage):
+    session = Session.create(storage).on_compaction(compactor(lambda prompt: " \n\t "))
+    await fill(session)
+    assert await session.compact() is None
+    assert compaction_rows(storage) == 0
+
+
+async def test_a_huge_summary_is_stored_whole_and_counted(storage):
+    summary = "Key fact. " * 200_000  # 2 MB of text
+    session = Session.create(storage).on_compaction(compactor(lambda prompt: summary))
+    await fill(session)
+    result = await session.compact()
+    assert result == {"fromMessageId": "m1", "toMessageId": "m6", "summary": summary}
+    history = await session.get_history()
+    assert [m["id"] for m in history][0::2] == ["m0", "m7"]
+    assert history[1]["parts"] == [{"type": "text", "text": summary}]
+    assert await session.estimate_tokens() >= 520_000  # 400k words * 1.3
+
+
+@pytest.mark.parametrize("value, count", [
+    (10**400, 10**400), (-(10**400), 0), (2**1024, 2**1024), (Fraction(10**400 + 1, 2), 10**400 // 2 + 1),
+], ids=["10**400", "-10**400", "2**1024", "fraction"])
+def test_counts_beyond_float_range_are_still_counts(value, count):
+    assert normalize_token_count(value) == count
+
+
+async def test_a_counter_answering_beyond_float_range_drives_auto_compaction(storage):
+    errors = []
+    summaries = []
+
+    def summarize(prompt):
+        summaries.append(prompt)
+        return "short summary"
+
+    session = (Session.create(storage)
+               .on_compaction(compactor(summarize))
+               .compact_after(100, token_counter=lambda request: 10**400)
+               .on_compaction_error(errors.append))
+    await fill(session, 6)
+    assert errors == []
+    assert await session.estimate_tokens() == 10**400
+    assert compaction_rows(storage) >= 1
+
+
+async def test_a_per_message_counter_beyond_float_range_keeps_only_the_last_message_in_the_tail():
+    compact = create_compact_function(
+        summarize=lambda prompt: "S", protect_head=1, tail_token_budget=10, min_tail_messages=0,
+        token_counter=lambda messages: 10**400,
+    )
+    result = await compact([msg(i) for i in range(6)])
+    assert result == {"fromMessageId": "m1", "toMessageId": "m4", "summary": "S"}
+
+
+@pytest.mark.parametrize("answer", [float("nan"), float("inf"), -5, None, "123"])
+async def test_counters_answering_non_finite_or_non_numbers_count_zero_without_error(storage, answer):
+    errors = []
+    session = (Session.create(storage).on_compaction(compactor(lambda p: "S"))
+               .compact_after(0, token_counter=lambda request: answer).on_compaction_error(errors.append))
+    await fill(session, 3)
+    assert await session.estimate_tokens() == 0
+    assert errors == [] and compaction_rows(storage) == 0
