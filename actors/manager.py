@@ -14,7 +14,8 @@ Differences from the original, on purpose (``DEVIATIONS.md``):
 * :meth:`SessionManager.list` breaks ``updated_at`` ties by the order of the
   writes, the later first, so the same calls always list the same way (2);
 * :meth:`SessionManager.append_all` without a parent continues from the
-  latest leaf (7);
+  latest leaf (7), and stores its batch in one transaction, all or nothing,
+  with one status broadcast (:meth:`Session.append_messages`);
 * :meth:`SessionManager.search` uses the one query syntax of
   :mod:`storage.fts`, looks only at stored messages of registered
   sessions and returns each hit's ``sessionId`` and real ``createdAt``
@@ -102,7 +103,7 @@ class _ManagedSession(Session):
 
 
 def _changes_history(change: MessagesChange) -> bool:
-    if change.kind == "append":
+    if change.kind in ("append", "append_batch"):
         return change.inserted
     if change.kind == "delete":
         return bool(change.message_ids)
@@ -439,29 +440,29 @@ class SessionManager:
     async def append_all(
         self, session_id: str, messages: Iterable[Message], parent_id: str | None | object = LATEST_LEAF
     ) -> str | None:
-        """Append ``messages`` in order, each the child of the one before.
+        """Append ``messages`` in order, each the child of the one before, in one
+        transaction (:meth:`Session.append_messages`).
 
         The first one's parent is ``parent_id``: by default the latest leaf,
         so a batch continues the conversation (DEVIATIONS 7); ``None`` starts
         a new root. A message already stored is skipped and the chain goes
-        on from it. Every message is checked before the first is stored.
+        on from it. All or nothing: a bad message stores none of them.
+        ``updated_at`` is touched once, when something was stored.
 
         Returns:
             The last message's id, or ``None`` for an empty batch.
 
         Raises:
             NotFoundError: unknown ``session_id``.
-            InvalidMessageError: a message is malformed (nothing stored).
-            InvalidInputError: ``messages`` is not a list of messages.
+            InvalidMessageError: a message is malformed; ``.field`` is
+                ``messages[<i>]...`` (nothing stored).
+            InvalidInputError: ``messages`` is not a list of messages, or a bad ``parent_id``.
         """
         session = await self.get_session(session_id)
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
             raise InvalidInputError("messages must be a list of messages", field="messages")
-        batch = [session._prepare_message(m).message for m in messages]
-        parent = parent_id
-        for message in batch:
-            await session.append_message(message, parent)
-            parent = message["id"]
+        batch = list(messages)
+        await session.append_messages(batch, parent_id)
         return batch[-1]["id"] if batch else None
 
     async def get_history(self, session_id: str, leaf_id: str | None = None) -> list[Message]:
@@ -522,7 +523,7 @@ class SessionManager:
             registry.insert_session(
                 self._storage, new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"]
             )
-            _store_path(self._open(new_id), [message])
+            self._open(new_id).seed_messages([message])
         return registry.get_session(self._storage, new_id)
 
     async def fork(self, session_id: str, at_message_id: str, name: str) -> Row:
@@ -533,7 +534,10 @@ class SessionManager:
         every message with a new UUID id and chained in order from a new
         root. The new row has ``parent_session_id = session_id`` (``model``
         and ``source`` empty, as in the original). The source session is not
-        changed. One transaction.
+        changed. The row and the copies are written in one transaction
+        (:meth:`Session.seed_messages`: one bulk insert, no broadcast, no
+        auto-compaction -- a fork over the threshold compacts on its first
+        append).
 
         Returns:
             The new session's row.
@@ -553,7 +557,7 @@ class SessionManager:
         new_id = str(uuid.uuid4())
         with self._storage.transaction():
             registry.insert_session(self._storage, new_id, name, parent_session_id=source.session_id)
-            _store_path(self._open(new_id), copies)
+            self._open(new_id).seed_messages(copies)
         return registry.get_session(self._storage, new_id)
 
     # -- usage ------------------------------------------------------------------------------------
@@ -637,24 +641,6 @@ class SessionManager:
         if row is None:
             raise NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
         return row
-
-
-def _store_path(session: Session, messages: list[Message]) -> None:
-    """Store ``messages`` as a chain from a new root, inside the caller's transaction.
-
-    Goes through the Session's own way into storage (validation, the
-    row-size hook, serialisation) without its after-write hooks: the
-    session is brand new, nobody watches it yet.
-    """
-    parent: str | None = None
-    for message in messages:
-        prepared = session._prepare_message(message)
-        stored = prepared.message
-        session._messages.append(
-            stored["id"], stored["role"], prepared.content, prepared.text, parent,
-            tokens=prepared.tokens, tools=prepared.tools,
-        )
-        parent = stored["id"]
 
 
 def _check_text(value: Any, name: str) -> str:

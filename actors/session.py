@@ -46,6 +46,15 @@ a :class:`MessagesChange`: skill state follows the new message, a
 ``cf_agent_session`` status is broadcast and, after a new message,
 auto-compaction runs when the estimate exceeds the threshold (§12).
 
+Batches. :meth:`Session.append_messages` validates a whole batch, then
+stores it as one chain in one transaction (all or nothing) and runs the
+after-write effects once for the batch: skill state follows each new
+message in order, then *one* status broadcast and *one* auto-compaction
+check. The original appends (and broadcasts) message by message; a batch
+here is one write, so watchers see one ``idle`` carrying the final estimate
+instead of one per message (a deliberate difference, like the rest of
+DEVIATIONS 7).
+
 Search indexes each message's text parts and, beside them, its tool calls'
 names and string inputs (a deliberate improvement: a search for a file a
 tool read finds the message); a hit's ``content`` is still only the text
@@ -55,17 +64,17 @@ parts, ``""`` for a message found through its tool calls alone.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, KeysView
+from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage import SqlStorage
 from storage.fts import parse_query
-from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, to_iso8601
+from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
-from .errors import InvalidInputError, MessageNotFoundError
+from .errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from .session_compaction import CompactionFunction, ErrorHandler, SessionCompaction
 from .session_messages import (
     apply_overlays,
@@ -78,6 +87,7 @@ from .session_messages import (
     tool_search_text,
     utf8_length,
 )
+from .skills import skill_events
 from .tokens import estimate_message_tokens
 from .tools import Tool
 from .truncation import ROW_MAX_BYTES, enforce_row_size_limit
@@ -98,17 +108,19 @@ class MessagesChange:
     """What one committed write did; handed to :meth:`Session._after_write`.
 
     Mirrors the original's change events: ``kind`` is ``"append"``
-    (``message``, ``parent_id`` and ``inserted``), ``"update"``
-    (``message``), ``"delete"`` (``message_ids``: those really deleted) or
-    ``"clear"``. ``message`` is the message as stored (after
+    (``message``, ``parent_id`` and ``inserted``), ``"append_batch"``
+    (``messages``: those really stored, in order; ``inserted`` when there
+    is one), ``"update"`` (``message``), ``"delete"`` (``message_ids``:
+    those really deleted) or ``"clear"``. Messages are as stored (after
     :meth:`Session._before_store`).
     """
 
-    kind: Literal["append", "update", "delete", "clear"]
+    kind: Literal["append", "append_batch", "update", "delete", "clear"]
     message: Message | None = None
     parent_id: str | None = None
     inserted: bool = False
     message_ids: tuple[str, ...] = field(default=())
+    messages: tuple[Message, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,10 @@ class _Prepared:
     text: str
     tools: str
     tokens: int
+
+    def row(self) -> NewMessage:
+        m = self.message
+        return NewMessage(m["id"], m["role"], self.content, self.text, self.tools, self.tokens)
 
 
 class Session:
@@ -363,6 +379,78 @@ class Session:
         await self._after_write(MessagesChange("append", prepared.message, parent, inserted))
         return inserted
 
+    async def append_messages(
+        self, messages: Iterable[Message], parent_id: str | None | object = LATEST_LEAF
+    ) -> list[bool]:
+        """Store ``messages`` as one chain, in one transaction: all of them or none.
+
+        The first message goes under ``parent_id`` (the three cases of
+        :meth:`append_message`), each next one under the one before. A
+        message whose id is already stored (or came earlier in the batch)
+        is skipped as :meth:`append_message` skips it, and the next one
+        goes under that stored message. An overlay id (``compaction_<id>``,
+        echoed back by a client) is skipped too (DEVIATIONS 6); the next
+        message goes under the last message that compaction covers, or,
+        without such a compaction, under the message it would have gone
+        under itself.
+
+        Every message is validated and prepared (row-size limit included)
+        before anything is written. After the commit the effects run once
+        for the batch: skill state follows each new message in order, one
+        ``idle`` status is broadcast (with the final estimate), and one
+        auto-compaction check runs. A batch storing nothing (all duplicates)
+        broadcasts ``idle`` as a duplicate append does; an empty batch does
+        nothing.
+
+        Returns:
+            One flag per message: ``True`` if stored (see :meth:`append_message`).
+
+        Raises:
+            InvalidMessageError: a message is malformed, not JSON data or too
+                big to shrink; ``.field`` names it as ``messages[<i>]``,
+                ``messages[<i>].<key>``. Nothing is written.
+            InvalidInputError: ``messages`` is not a list of messages, or
+                ``parent_id`` is not a string or ``None``.
+            apsw.Error: SQLite failed; the whole batch was rolled back.
+        """
+        if parent_id is not LATEST_LEAF and parent_id is not None:
+            _check_str(parent_id, "parent_id")
+        batch = self._prepare_batch(messages)
+        if not batch:
+            return []
+        if any(skill_events(p.message) for p in batch):
+            # Restore the loaded set against the history *before* the batch, so each
+            # message's loads and unloads then apply exactly once, in order.
+            await self._context.get_loaded_skill_keys()
+        outcomes = self._messages.append_chain([p.row() for p in batch], parent_id)
+        stored = tuple(p.message for p, (inserted, _) in zip(batch, outcomes) if inserted)
+        await self._after_write(MessagesChange("append_batch", inserted=bool(stored), messages=stored))
+        return [inserted for inserted, _ in outcomes]
+
+    def seed_messages(self, messages: Iterable[Message]) -> list[bool]:
+        """Fill an empty session with ``messages``, chained from a new root, without after-write effects.
+
+        Synchronous, so a caller can write it inside its own transaction
+        together with other rows (:class:`~actors.manager.SessionManager`
+        registers a fork and stores its history in one transaction). The
+        messages go through the same validation, row-size limit and chain
+        rules as :meth:`append_messages`, but nothing follows the write: no
+        broadcast, no auto-compaction, no skill notes (a session's loaded
+        skills are restored from its history on first use). Use
+        :meth:`append_messages` for anything else.
+
+        Returns:
+            One ``inserted`` flag per message.
+
+        Raises:
+            ConflictError: the session already holds messages.
+            InvalidMessageError, InvalidInputError: as :meth:`append_messages`.
+        """
+        batch = self._prepare_batch(messages)
+        if self._messages.latest_leaf() is not None:
+            raise ConflictError(f"session {self._session_id!r} already holds messages; only an empty one is seeded")
+        return [inserted for inserted, _ in self._messages.append_chain([p.row() for p in batch], None)]
+
     async def update_message(self, message: Message) -> None:
         """Replace the stored message with ``message["id"]``; its place in the tree is kept.
 
@@ -425,6 +513,18 @@ class Session:
         tokens = estimate_message_tokens([checked])
         return _Prepared(checked, content, search_text(parts), tool_search_text(parts), tokens)
 
+    def _prepare_batch(self, messages: Iterable[Message]) -> list[_Prepared]:
+        """:meth:`_prepare_message` of every message; an error names ``messages[<i>]``."""
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise InvalidInputError("messages must be a list of messages", field="messages")
+        batch = []
+        for index, message in enumerate(messages):
+            try:
+                batch.append(self._prepare_message(message))
+            except InvalidMessageError as exc:
+                raise _in_batch(exc, index) from exc
+        return batch
+
     def _before_store(self, message: Message) -> Message:
         """Hook run on every message about to be stored (append and update); returns what
         to store. The row limit applies to what it returns."""
@@ -435,6 +535,11 @@ class Session:
         update; delete; clear): skill state, status broadcast, auto-compaction (§12)."""
         if change.kind == "append" and change.inserted:
             await self._context.note_appended(change.message)
+            await self._compaction.after_append()
+            return
+        if change.kind == "append_batch" and change.inserted:
+            for message in change.messages:
+                await self._context.note_appended(message)
             await self._compaction.after_append()
             return
         if change.kind == "update":
@@ -712,6 +817,24 @@ def _check_str(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
     return value
+
+
+def _in_batch(error: InvalidMessageError, index: int) -> InvalidMessageError:
+    """``error`` about one message, re-addressed to ``messages[<index>]`` of a batch.
+
+    ``message.role must be a string`` becomes ``messages[2].role must be a
+    string`` (``field="messages[2].role"``); a text that does not start with
+    its field gets the new field as a prefix.
+    """
+    where = f"messages[{index}]"
+    old_field = error.field or "message"
+    field = where + old_field[len("message"):] if old_field.startswith("message") else f"{where}.{old_field}"
+    text = str(error)
+    if text.startswith(old_field + " ") and not text.startswith(old_field + " '"):
+        text = field + text[len(old_field):]
+    else:
+        text = f"{where}: {text}"
+    return InvalidMessageError(text, field=field)
 
 
 def _check_number(value: Any, name: str) -> float:

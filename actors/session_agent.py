@@ -24,7 +24,7 @@ any Session built with :meth:`~actors.session.Session.create` on the actor.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,11 +32,10 @@ from typing import Any, Literal
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize
 from .context import AgentSearchProvider
-from .errors import InvalidInputError, InvalidMessageError, NotFoundError
+from .errors import InvalidInputError, NotFoundError
 from .session import LATEST_LEAF, Session
 from .session_metadata import read_metadata, write_metadata
 from .skills import DirectorySkillProvider
-from .tokens import js_stringify
 from .tools import anthropic_tools, openai_tools
 
 __all__ = [
@@ -336,25 +335,19 @@ class SessionAgent(Agent):
     async def append_messages(
         self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF
     ) -> list[bool]:
-        """Append ``messages`` as a chain: the first under ``parent_id`` (as
-        :meth:`append_message`), each next one under the one before.
+        """Append ``messages`` as one chain in one transaction: the first under
+        ``parent_id`` (as :meth:`append_message`), each next one under the one
+        before (:meth:`Session.append_messages`).
 
-        Every message is checked before anything is written, so a bad one
-        leaves the session untouched. Returns one ``inserted`` flag per message.
+        All or nothing: a bad message (or a storage error) leaves the session
+        untouched. One status broadcast follows the whole batch. Returns one
+        ``inserted`` flag per message.
 
         Raises:
             InvalidMessageError: ``field`` is ``messages[<i>]...`` for the first bad message.
             InvalidInputError: ``messages`` is not a list, or a bad ``parent_id``.
         """
-        _check_batch(messages)
-        if parent_id is not LATEST_LEAF and parent_id is not None and not isinstance(parent_id, str):
-            raise InvalidInputError(f"parent_id must be a string or None, not {type(parent_id).__name__}",
-                                    field="parent_id")
-        flags = []
-        for message in messages:
-            flags.append(await self.append_message(message, parent_id))
-            parent_id = message["id"]
-        return flags
+        return await self.session.append_messages(messages, parent_id)
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
         """The path root -> ``leaf_id`` (default: latest leaf), compaction overlays applied."""
@@ -513,21 +506,3 @@ class SessionAgent(Agent):
     async def get_compactions(self) -> list[dict[str, str]]:
         """Every compaction record ``{id, summary, fromMessageId, toMessageId, createdAt}``, oldest first."""
         return await self.session.get_compactions()
-
-
-def _check_batch(messages: Any) -> None:
-    """Raise for the first message of a batch that could not be stored."""
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise InvalidInputError("messages must be a list of messages", field="messages")
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, Mapping):
-            raise InvalidMessageError(f"{where} must be an object with id, role and parts", field=where)
-        for name, kind, wanted in (("id", str, "a string"), ("role", str, "a string"), ("parts", list, "a list")):
-            if not isinstance(message.get(name), kind):
-                problem = "is missing" if name not in message else f"must be {wanted}"
-                raise InvalidMessageError(f"{where}.{name} {problem}", field=f"{where}.{name}")
-        try:
-            js_stringify({k: v for k, v in message.items() if k != "createdAt"})
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessageError(f"{where} is not JSON data: {exc}", field=where) from None

@@ -32,7 +32,8 @@ Invariants the queries rely on:
   ("which message at depth d is on the path to X") takes O(log depth)
   row reads.
 * **The active leaf is persisted** (DEVIATIONS 3): every insert makes the new
-  message the active leaf; deleting it drops the row; reads fall back to the
+  message the active leaf (a chain written by :meth:`MessageStore.append_chain`
+  sets it once, to its last new message); deleting it drops the row; reads fall back to the
   newest childless message (``created_at DESC, seq DESC``), found by walking
   ``idx_assistant_msg_created`` backwards until the first message without
   children -- normally the first row it looks at.
@@ -46,7 +47,8 @@ planner would otherwise sometimes put the whole table in the outer loop.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +104,23 @@ class SearchRow:
     role: str
     content: str
     created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message ready to store, as :meth:`MessageStore.append_chain` takes it.
+
+    ``content`` is the stored JSON, ``text`` and ``tools`` the text indexed
+    in the ``content`` and ``tools`` search columns (both ``""``: no search
+    row), ``tokens`` the message's estimated tokens (summed into ``path_tokens``).
+    """
+
+    id: str
+    role: str
+    content: str
+    text: str = ""
+    tools: str = ""
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +218,16 @@ INSERT INTO assistant_messages
     (session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 ON CONFLICT (session_id, id) DO NOTHING RETURNING seq
+"""
+# The bulk insert of a chain: every value, ``seq`` included, computed beforehand.
+_INSERT_ROW = """
+INSERT INTO assistant_messages
+    (seq, session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_NEXT_SEQ = "SELECT coalesce(max(seq), 0) + 1 FROM assistant_messages"
+_STORED_IDS = """
+SELECT id FROM assistant_messages WHERE session_id = ?1 AND id IN (SELECT value FROM json_each(?2))
 """
 # What a child needs from its parent: the parent's place, and the depths along its jump
 # chain (a root's jump is itself).
@@ -318,6 +347,45 @@ def _child_place(link: tuple | None, size: int, tokens: int) -> tuple[int, int, 
     p_seq, p_depth, p_bytes, p_tokens, j_depth, jj_seq, jj_depth = link
     jump = jj_seq if p_depth - j_depth == j_depth - jj_depth else p_seq
     return p_depth + 1, p_bytes + size, tokens, p_tokens + tokens, jump
+
+
+class _Places:
+    """Place columns of rows being (re)computed in one transaction, parents first.
+
+    Remembers, for every row placed, what a child needs from it (a ``_LINK``
+    row) and its ``(depth, jump seq or itself)``; a parent or jump target not
+    placed here is read from its row, which is current (the rows placed here
+    are all below it).
+    """
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+        self._links: dict[str, tuple] = {}  # id -> what a child needs from it (see _LINK)
+        self._depth_jump: dict[int, tuple[int, int]] = {}  # seq -> (depth, jump seq or itself)
+
+    def link(self, parent_id: str | None) -> tuple | None:
+        """What a child of ``parent_id`` needs from it; ``None`` for a root (or a parent not stored)."""
+        if parent_id is None:
+            return None
+        link = self._links.get(parent_id)
+        return link if link is not None else self._store._rows(_LINK, parent_id).fetchone()
+
+    def place(self, seq: int, message_id: str, parent_id: str | None, size: int, tokens: int) -> tuple:
+        """``(depth, path_bytes, tokens, path_tokens, jump_seq)`` of row ``seq`` under ``parent_id``."""
+        place = _child_place(self.link(parent_id), size, tokens)
+        depth, path_bytes, _, path_tokens, jump = place
+        target = seq if jump is None else jump
+        self._depth_jump[seq] = (depth, target)
+        jump_depth, jump_jump = self._depth_and_jump(target)
+        self._links[message_id] = (
+            seq, depth, path_bytes, path_tokens, jump_depth, jump_jump, self._depth_and_jump(jump_jump)[0]
+        )
+        return place
+
+    def _depth_and_jump(self, seq: int) -> tuple[int, int]:
+        if seq not in self._depth_jump:
+            self._depth_jump[seq] = self._store.storage.connection.execute(_DEPTH_JUMP, (seq,)).fetchone()
+        return self._depth_jump[seq]
 
 
 class MessageStore:
@@ -544,6 +612,88 @@ class MessageStore:
         extra = {"id": message_id, "session_id": self.session_id, "role": role}
         self._run(fts.index_rows(FTS_TABLE, seq, text, extra=extra, indexed={"tools": tools}))
 
+    def append_chain(
+        self, messages: Sequence[NewMessage], parent_id: str | None | _LatestLeaf
+    ) -> list[tuple[bool, str | None]]:
+        """Insert ``messages`` as a chain, in one transaction: all of them or none.
+
+        The first goes under ``parent_id`` (resolved as in :meth:`append`),
+        each next one under the one before, with these rules:
+
+        * an id already stored in this session -- or met earlier in the
+          chain -- is a duplicate: it is not stored (the first content
+          stays) and the next message goes under it, since it exists;
+        * an overlay id (``compaction_<id>``) is never stored (an echoed
+          overlay, DEVIATIONS 6): the next message goes under the last
+          message that compaction covers; when the session has no such
+          compaction (or its end is gone) the overlay is passed over and the
+          chain goes on from where it was.
+
+        Rows are written with ``executemany``; their ``seq`` and place
+        columns (``depth``, ``path_bytes``, ``path_tokens``, ``jump_seq``)
+        are computed here from the first parent's row, so the cost is one
+        insert per message and per search row, whatever the history length.
+        The last new message becomes the active leaf; a chain storing nothing
+        leaves the leaf alone. Any failure (e.g. a constraint) rolls the
+        whole chain back.
+
+        Returns:
+            One ``(inserted, parent)`` per message, as :meth:`append` returns
+            them: ``(True, <the parent used>)`` or ``(False, None)``.
+        """
+        if not messages:
+            return []
+        con = self.storage.connection
+        with self.storage.transaction():
+            results, rows, search_rows = self._plan_chain(messages, self._resolve_parent(parent_id))
+            if rows:
+                con.executemany(_INSERT_ROW, rows)
+                for sql, params in search_rows.items():
+                    con.executemany(sql, params)
+                self._rows(_SET_ACTIVE_LEAF, rows[-1][2])
+        return results
+
+    def _plan_chain(
+        self, messages: Sequence[NewMessage], parent: str | None
+    ) -> tuple[list[tuple[bool, str | None]], list[tuple], dict[str, list[tuple]]]:
+        """``(results, message rows, search rows by statement)`` of :meth:`append_chain`, nothing written."""
+        results: list[tuple[bool, str | None]] = []
+        rows: list[tuple] = []
+        search_rows: defaultdict[str, list[tuple]] = defaultdict(list)
+        taken = self._stored_ids([m.id for m in messages if not m.id.startswith(OVERLAY_PREFIX)])
+        places = _Places(self)
+        seq = self._one_global(_NEXT_SEQ)
+        for m in messages:
+            if m.id.startswith(OVERLAY_PREFIX) or m.id in taken:
+                results.append((False, None))
+                parent = self._overlay_end(m.id, parent) if m.id.startswith(OVERLAY_PREFIX) else m.id
+                continue
+            place = places.place(seq, m.id, parent, _utf8_length(m.content), m.tokens)
+            rows.append((seq, self.session_id, m.id, parent, m.role, m.content, *place))
+            extra = {"id": m.id, "session_id": self.session_id, "role": m.role}
+            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, extra=extra, indexed={"tools": m.tools}):
+                search_rows[sql].append(params)
+            results.append((True, parent))
+            taken.add(m.id)
+            parent = m.id
+            seq += 1
+        return results, rows, search_rows
+
+    def _one_global(self, query: str) -> Any:
+        return self.storage.connection.execute(query).fetchall()[0][0]
+
+    def _stored_ids(self, ids: list[str]) -> set[str]:
+        """The ids among ``ids`` already stored in this session."""
+        if not ids:
+            return set()
+        return {row[0] for row in self._rows(_STORED_IDS, json.dumps(ids))}
+
+    def _overlay_end(self, overlay_id: str, current: str | None) -> str | None:
+        """Where a chain goes on after the overlay id ``overlay_id``: the last message
+        its compaction covers, else ``current``."""
+        end = self._one(_COMPACTION_END, overlay_id[len(OVERLAY_PREFIX) :])
+        return end if end is not None and self.exists(end) else current
+
     def _resolve_parent(self, parent_id: str | None | _LatestLeaf) -> str | None:
         if parent_id is LATEST_LEAF:
             return self.latest_leaf()
@@ -607,31 +757,14 @@ class MessageStore:
         return deleted
 
     def _recompute_places(self, tops: list[str]) -> None:
-        """Recompute the place columns of the subtrees under ``tops`` (parents before children).
-
-        A parent or jump target inside the subtrees is taken from what was
-        just computed; one outside them from its row, which is current (an
-        ancestor of an untouched row is untouched).
-        """
+        """Recompute the place columns of the subtrees under ``tops`` (parents before children)."""
         if not tops:
             return
-        links: dict[str, tuple] = {}  # id -> what a child needs from it (see _LINK)
-        computed: dict[int, tuple[int, int]] = {}  # seq -> (depth, jump seq or itself)
-
-        def depth_and_jump(seq: int) -> tuple[int, int]:
-            if seq not in computed:
-                computed[seq] = self.storage.connection.execute(_DEPTH_JUMP, (seq,)).fetchone()
-            return computed[seq]
-
+        places = _Places(self)
         updates: list[tuple[int, int, int, int | None, int]] = []
         for seq, message_id, parent, size, tokens in self._rows(_SUBTREES, json.dumps(tops)).fetchall():
-            link = None if parent is None else links.get(parent) or self._rows(_LINK, parent).fetchone()
-            depth, path_bytes, _, path_tokens, jump = _child_place(link, size, tokens)
+            depth, path_bytes, _, path_tokens, jump = places.place(seq, message_id, parent, size, tokens)
             updates.append((depth, path_bytes, path_tokens, jump, seq))
-            computed[seq] = (depth, seq if jump is None else jump)
-            jump_depth, jump_jump = depth_and_jump(computed[seq][1])
-            links[message_id] = (seq, depth, path_bytes, path_tokens, jump_depth, jump_jump,
-                                 depth_and_jump(jump_jump)[0])
         self.storage.connection.executemany(_SET_PLACE, updates)
 
     def clear(self) -> None:

@@ -241,8 +241,9 @@ async def test_append_all_of_nothing_returns_none(manager):
 
 async def test_append_all_checks_every_message_before_storing_any(manager):
     sid = (await manager.create("chat"))["id"]
-    with pytest.raises(InvalidMessageError, match="message.parts is missing"):
+    with pytest.raises(InvalidMessageError, match=r"^messages\[1\]\.parts is missing$") as caught:
         await manager.append_all(sid, [msg("m1"), {"id": "m2", "role": "user"}])
+    assert caught.value.field == "messages[1].parts"
     assert await manager.get_history(sid) == []
     with pytest.raises(InvalidInputError, match="messages must be a list of messages"):
         await manager.append_all(sid, msg("m1"))

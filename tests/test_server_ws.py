@@ -86,15 +86,17 @@ async def test_every_write_pushes_a_session_status_before_its_reply(app):
     async with client.websocket(WS, headers=AUTH) as writer, client.websocket(WS, headers=AUTH) as watcher:
         await rpc(watcher, 0, "get_path_length")
         pushed = []
-        assert await rpc(writer, 1, "append_messages", [[msg("m1", "hi"), msg("m2", "there")]], pushed=pushed) == {
-            "id": 1, "result": [True, True]}
+        assert await rpc(writer, 1, "append_message", [msg("m1", "hi")], pushed=pushed) == {"id": 1, "result": True}
+        # A batch is one write: one status, after the whole batch.
+        assert await rpc(writer, 2, "append_messages", [[msg("m2", "there"), msg("m3", "again")]], pushed=pushed) == {
+            "id": 2, "result": [True, True]}
         assert [list(p) for p in pushed] == [["type", "phase", "tokenEstimate", "tokenThreshold", "sessionId"]] * 2
         assert [(p["type"], p["phase"], p["tokenThreshold"], p["sessionId"]) for p in pushed] == [
             ("cf_agent_session", "idle", 100000, "room-1")] * 2
         assert pushed[1]["tokenEstimate"] > pushed[0]["tokenEstimate"] > 0
         assert [json.loads(await watcher.receive()) for _ in range(2)] == pushed
         seen = []
-        assert await rpc(writer, 2, "delete_messages", [["m2"]], pushed=seen) == {"id": 2, "result": 1}
+        assert await rpc(writer, 3, "delete_messages", [["m2", "m3"]], pushed=seen) == {"id": 3, "result": 2}
         assert seen == [pushed[0]]  # the estimate is back to that of m1 alone
 
 

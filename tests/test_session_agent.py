@@ -144,7 +144,7 @@ async def test_a_bad_message_in_a_batch_writes_nothing(host):
     stub = await stub_for(host)
     with pytest.raises(InvalidMessageError) as caught:
         await stub.append_messages([text("m1", "ok"), {"id": "m2", "role": 7, "parts": []}])
-    assert (caught.value.field, str(caught.value)) == ("messages[1].role", "messages[1].role must be a string")
+    assert (caught.value.field, str(caught.value)) == ("messages[1].role", "messages[1].role must be a string, not int")
     with pytest.raises(InvalidMessageError) as caught:
         await stub.append_messages([text("m1", "ok"), {"id": "m2", "role": "user", "parts": [{"x": {1, 2}}]}])
     assert caught.value.field == "messages[1]"
