@@ -66,15 +66,24 @@ def encode_entry(entry: Any, index: int = 0) -> str:
 
     Raises:
         ValueError: ``entry`` is not a JSON object, or holds something JSON
-            cannot carry (NaN, infinities, non-JSON types). ``index`` is only
-            used in the message.
+            cannot carry (NaN, infinities, non-JSON types, nesting too deep
+            to encode, lone surrogates that UTF-8 cannot store). ``index`` is
+            only used in the message.
     """
     if not isinstance(entry, Mapping):
         raise ValueError(f"entries[{index}] must be a JSON object, not {type(entry).__name__}")
     try:
-        return json.dumps(entry, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"entries[{index}] is not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"entries[{index}] is not JSON: nested too deeply") from None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"entries[{index}] is not valid Unicode text (lone surrogate at {exc.start})") from None
+    return text
 
 
 class TranscriptFile:
@@ -107,6 +116,7 @@ class TranscriptFile:
                 JSON object (checked before anything is written).
         """
         _check_subpath(subpath)
+        entries = list(entries)  # an iterator is read once, here
         rows = [(encode_entry(entry, i), _entry_uuid(entry)) for i, entry in enumerate(entries)]
         stored: list[Mapping[str, Any]] = []
         if not rows:
@@ -377,6 +387,7 @@ class LocalTranscriptStore:
             ValueError: bad key or entry; nothing is stored.
         """
         project_key, session_id, subpath = parse_session_key(key)
+        entries = list(entries) if entries else []  # an iterator is read once, here
         if not entries:
             return
         stored = self._file(project_key, session_id, create=True).append(subpath, entries)

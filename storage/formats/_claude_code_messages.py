@@ -45,11 +45,13 @@ class _BadLine:
 def _parse_line(item: str | Mapping[str, Any]) -> Any:
     if isinstance(item, Mapping):
         return item
+    if not isinstance(item, str):
+        return _BadLine(repr(item))
     if not item.strip():
         return _BLANK
     try:
         entry = json.loads(item)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return _BadLine(item)
     return entry if isinstance(entry, dict) else _BadLine(item)
 

@@ -158,8 +158,7 @@ def read_claude_code_session(file: ClaudeCodeFile | str | os.PathLike[str]) -> I
     """
     if not isinstance(file, ClaudeCodeFile):
         file = ClaudeCodeFile.from_path(file)
-    lines = file.path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    session = convert_claude_code_entries(lines, session_id=file.session_id)
+    session = convert_claude_code_entries(_jsonl_lines(file.path.read_bytes()), session_id=file.session_id)
     session.metadata = {"projectKey": file.project_key, "transcriptKey": file.transcript_key, **session.metadata}
     if file.agent_id is not None:
         _mark_subagent(session, file)
@@ -181,24 +180,50 @@ def read_transcript_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]
     """The file's lines as transcript entries, in order (blank lines skipped).
 
     For pushing a file into a transcript store unchanged (``--as transcripts``).
+    Lines end at ``\n`` (``\r\n`` too); a BOM at the start is ignored.
 
     Raises:
-        FormatError: a line is not a JSON object (``<path>:<line>: ...``).
+        FormatError: a line is not UTF-8 or not a JSON object (``NaN`` and
+            infinities, which a store refuses, included), or nests too
+            deeply (``<path>:<line>: ...``).
         OSError: the file cannot be read.
     """
+    with open(path, "rb") as handle:
+        data = handle.read()
     entries = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError as exc:
-                raise FormatError(f"{path}:{number}: not JSON: {exc}") from None
-            if not isinstance(entry, dict):
-                raise FormatError(f"{path}:{number}: a transcript entry must be a JSON object")
-            entries.append(entry)
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"{path}:{number}: not UTF-8: {exc}") from None
+        line = line.removeprefix("\ufeff") if number == 1 else line
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line, parse_constant=_no_constant)
+        except ValueError as exc:
+            raise FormatError(f"{path}:{number}: not JSON: {exc}") from None
+        except RecursionError:
+            raise FormatError(f"{path}:{number}: not JSON: nested too deeply") from None
+        if not isinstance(entry, dict):
+            raise FormatError(f"{path}:{number}: a transcript entry must be a JSON object")
+        entries.append(entry)
     return entries
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _jsonl_lines(data: bytes) -> list[str]:
+    """A JSONL file's lines: split at ``\n`` only (``\r\n`` too), a leading BOM dropped.
+
+    Never :meth:`str.splitlines`: JSON strings may hold U+2028, U+2029 or
+    U+0085 unescaped, and those must not cut an entry in two. Bytes that are
+    not UTF-8 read as U+FFFD.
+    """
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _mark_subagent(session: ImportedSession, file: ClaudeCodeFile) -> None:

@@ -60,18 +60,26 @@ def load_openai_chat(path: str | os.PathLike[str], *, session_prefix: str = "") 
     """Read a ``.json`` file (any accepted shape) or a ``.jsonl`` file (one
     conversation per line) and convert it.
 
+    A BOM at the start is ignored; ``.jsonl`` lines end at ``\n`` only, so
+    an unescaped U+2028 inside a JSON string does not split a line.
+
     Raises:
-        FormatError: the file is not JSON or not an accepted shape.
+        FormatError: the file is not UTF-8, not JSON (or nests too deeply),
+            or not an accepted shape.
         OSError: the file cannot be read.
     """
-    text = open(path, encoding="utf-8").read()
+    with open(path, "rb") as handle:
+        raw = handle.read()
     try:
+        text = raw.decode("utf-8-sig")
         if os.fspath(path).endswith(".jsonl"):
-            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+            data: Any = [json.loads(line) for line in text.split("\n") if line.strip()]
         else:
             data = json.loads(text)
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError
         raise FormatError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: not JSON: nested too deeply") from None
     return convert_openai_chat(data, session_prefix=session_prefix)
 
 
