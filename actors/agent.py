@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -125,12 +125,13 @@ class Agent:
         """Run one SQL statement on the actor's file; rows as dicts (see ``SqlStorage.sql``)."""
         return self.ctx.storage.sql(query, *params)
 
-    def broadcast(self, message: str | bytes, exclude: Collection[Any] = ()) -> None:
+    def broadcast(self, message: str | bytes, exclude: Iterable[Any] | str | None = ()) -> None:
         """Send ``message`` to every connected WebSocket peer not in ``exclude``.
 
         Args:
             message: a text (``str``) or binary (``bytes``) frame.
-            exclude: connections, or their ``id`` strings, to skip.
+            exclude: connections, or their ``id`` strings, to skip; a single
+                ``id`` string and ``None`` are accepted too.
 
         A peer whose ``send`` raises is skipped (and logged); the others
         still get the message.
@@ -140,8 +141,11 @@ class Agent:
         """
         if not isinstance(message, str | bytes):
             raise TypeError(f"broadcast sends str or bytes, not {type(message).__name__}")
+        skipped = _excluded(exclude)
+        skipped_ids = {item for item in skipped if isinstance(item, str)}
+        skipped_conns = [item for item in skipped if not isinstance(item, str)]
         for conn in self.ctx.get_connections():
-            if conn in exclude or conn.id in exclude:
+            if conn.id in skipped_ids or any(item is conn or item == conn for item in skipped_conns):
                 continue
             try:
                 conn.send(message)
@@ -167,6 +171,15 @@ class Agent:
 
     async def on_close(self, conn: ConnectionLike, code: int, reason: str) -> None:
         """A WebSocket peer disconnected (``code`` as in RFC 6455)."""
+
+
+def _excluded(exclude: Any) -> tuple[Any, ...]:
+    """``exclude`` of :meth:`Agent.broadcast` as a tuple (one id string and ``None`` allowed)."""
+    if exclude is None:
+        return ()
+    if isinstance(exclude, str):
+        return (exclude,)
+    return tuple(exclude)
 
 
 #: Names a stub can never call, whatever a subclass defines under them.
