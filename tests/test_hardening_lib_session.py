@@ -1,0 +1,144 @@
+"""Session and SessionManager used the way an embedding program would, with hostile arguments.
+
+The tests marked ``xfail(strict=True)`` pin bugs in modules this hardening
+pass does not own (``actors/session.py``, ``actors/manager.py``,
+``actors/session_messages.py``, ``actors/session_compaction.py``): each
+states the behaviour the spec calls for and fails until the owner fixes it.
+The reason names the exception raised today (pytest-trio wraps an async
+test's exception in an ExceptionGroup, so only the sync test says ``raises=``).
+"""
+
+import datetime
+
+import pytest
+
+from actors.errors import InvalidInputError, InvalidMessageError
+from actors.manager import SessionManager
+from actors.session import Session
+from storage import SqlStorage
+
+
+def msg(mid, text="hello flight", **extra):
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}], **extra}
+
+
+@pytest.fixture
+def storage(tmp_path):
+    s = SqlStorage.open(tmp_path / "session.sqlite3")
+    yield s
+    s.close()
+
+
+def counts(storage):
+    return (storage.scalar("SELECT count(*) FROM assistant_messages"),
+            storage.scalar("SELECT count(*) FROM assistant_fts"))
+
+
+# -- what already holds ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message, field", [
+    (None, "message"), ("text", "message"), ({"id": 5, "role": "user", "parts": []}, "message.id"),
+    ({"id": "a", "role": None, "parts": []}, "message.role"), ({"id": "a", "role": "user", "parts": ()}, "message.parts"),
+    ({"id": "a", "role": "user", "parts": [], "metadata": b"x"}, "message"),
+    ({"id": "a", "role": "user", "parts": [], "metadata": {"x": float("nan")}}, "message"),
+    ({"id": "a", "role": "user", "parts": [], "metadata": {1, 2}}, "message"),
+])
+async def test_malformed_messages_are_invalid_and_write_nothing(storage, message, field):
+    session = Session.create(storage)
+    with pytest.raises(InvalidMessageError) as raised:
+        await session.append_message(message)
+    assert raised.value.field == field
+    assert counts(storage) == (0, 0)
+
+
+async def test_ids_with_nul_path_separators_and_unicode_are_plain_ids(storage):
+    session = Session.create(storage)
+    weird = ["a\x00b", "../../etc/passwd", "a/b\\c", "😀", "e\u0301", "\u202eabc", " "]
+    for mid in weird:
+        assert await session.append_message(msg(mid)) is True
+    assert [m["id"] for m in await session.get_history()] == weird
+    assert await session.get_message("a") is None
+    assert (await session.get_message("a\x00b"))["id"] == "a\x00b"
+
+
+async def test_json_numbers_are_written_as_javascript_writes_them(storage):
+    session = Session.create(storage)
+    await session.append_message(msg("f", metadata={"one": 1.0, "big": 1e21, "negzero": -0.0, "tiny": 1e-7}))
+    assert (await session.get_message("f"))["metadata"] == {"one": 1, "big": 10**21, "negzero": 0, "tiny": 1e-07}
+
+
+async def test_manager_arguments_are_checked_before_writing(storage):
+    manager = SessionManager.create(storage)
+    with pytest.raises(InvalidInputError, match="name must be a string, not int"):
+        await manager.create(5)
+    sid = (await manager.create("trip"))["id"]
+    with pytest.raises(InvalidInputError, match="cost must be a finite number >= 0, not nan"):
+        await manager.add_usage(sid, 1, 1, float("nan"))
+    with pytest.raises(InvalidMessageError, match=r"messages\[1\].id must be a string, not int"):
+        await manager.append_all(sid, [msg("h1"), {"id": 5, "role": "user", "parts": []}])
+    assert await manager.get_message_count(sid) == 0
+    assert await manager.append_all(sid, (msg(f"g{i}") for i in range(3))) == "g2"
+    assert [m["id"] for m in await manager.get_history(sid)] == ["g0", "g1", "g2"]
+
+
+# -- bugs in modules owned elsewhere (strict xfail) ------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="actors/session_messages.serialise: a lone surrogate reaches SQLite and "
+                   "raises UnicodeEncodeError instead of InvalidMessageError")
+@pytest.mark.parametrize("message", [
+    msg("a", "half an emoji \ud83d"), msg("\udc00"), msg("b", metadata={"\ud800": 1}),
+])
+async def test_a_lone_surrogate_in_a_message_is_an_invalid_message(storage, message):
+    session = Session.create(storage)
+    with pytest.raises(InvalidMessageError):
+        await session.append_message(message)
+    assert counts(storage) == (0, 0)
+
+
+@pytest.mark.xfail(strict=True, reason="actors/session.py and actors/manager.py search(): a limit beyond 64 bits "
+                   "reaches SQLite and raises OverflowError")
+async def test_a_search_limit_beyond_64_bits_means_every_hit(storage):
+    manager = SessionManager.create(storage)
+    sid = (await manager.create("trip"))["id"]
+    await manager.append(sid, msg("m1"))
+    session = await manager.get_session(sid)
+    assert [h["id"] for h in await session.search("flight", limit=2**70)] == ["m1"]
+    assert [h["id"] for h in await manager.search("flight", limit=2**70)] == ["m1"]
+
+
+@pytest.mark.xfail(strict=True, reason="actors/session.py get_recent_history: min_recent=-inf raises "
+                   "OverflowError (int(-inf)) instead of counting as 1")
+async def test_recent_history_with_min_recent_minus_infinity_keeps_the_leaf(storage):
+    session = Session.create(storage)
+    for i in range(3):
+        await session.append_message(msg(f"m{i}", "x" * 100))
+    assert await session.get_recent_history(10, float("-inf")) == await session.get_recent_history(10, 1)
+
+
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason="actors/session_compaction.set_threshold: math.isfinite(10**400) raises "
+                   "OverflowError for a finite int threshold")
+def test_a_huge_integer_threshold_is_accepted(storage):
+    assert Session.create(storage).compact_after(10**400).token_threshold == 10**400
+
+
+@pytest.mark.xfail(strict=True, reason="actors/manager.py add_usage: counts beyond SQLite's 64-bit integers raise "
+                   "OverflowError, and sums past 2**63 silently become REAL")
+async def test_usage_counters_stay_integers_or_refuse(storage):
+    manager = SessionManager.create(storage)
+    sid = (await manager.create("trip"))["id"]
+    with pytest.raises(InvalidInputError):
+        await manager.add_usage(sid, 2**63, 0, 0.0)
+    await manager.add_usage(sid, 2**62, 0, 0.0)
+    with pytest.raises(InvalidInputError):
+        await manager.add_usage(sid, 2**62, 0, 0.0)
+    assert (await manager.get(sid))["input_tokens"] == 2**62
+
+
+@pytest.mark.xfail(strict=True, reason="actors/session_messages._js_date: a createdAt datetime that UTC cannot "
+                   "hold raises OverflowError instead of InvalidMessageError")
+async def test_a_created_at_outside_utc_range_is_an_invalid_message(storage):
+    early = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+    with pytest.raises(InvalidMessageError):
+        await Session.create(storage).append_message(msg("d", createdAt=early))
