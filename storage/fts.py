@@ -33,15 +33,22 @@ from dataclasses import dataclass
 
 _CJK_RANGES = (
     (0x1100, 0x11FF),  # Hangul Jamo
+    (0x3005, 0x3007),  # ideographic iteration mark, closing mark, number zero (々〆〇)
     (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3100, 0x312F),  # Bopomofo
     (0x3130, 0x318F),  # Hangul compatibility Jamo
+    (0x31A0, 0x31BF),  # Bopomofo extended
     (0x31F0, 0x31FF),  # Katakana phonetic extensions
     (0x3400, 0x4DBF),  # CJK extension A
     (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA960, 0xA97F),  # Hangul Jamo extended-A
     (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xD7B0, 0xD7FF),  # Hangul Jamo extended-B
     (0xF900, 0xFAFF),  # CJK compatibility ideographs
-    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0xFF66, 0xFFDC),  # half-width Katakana and Hangul
+    (0x1B000, 0x1B16F),  # Kana supplement and extensions (hentaigana, small kana)
     (0x20000, 0x2FA1F),  # CJK extensions B..F, compatibility supplement
+    (0x30000, 0x323AF),  # CJK extensions G, H
 )
 
 #: A trigram index answers MATCH only for terms of at least this many characters.

@@ -108,3 +108,23 @@ async def test_a_broken_index_is_an_error_not_an_empty_result(session):
     tool = (await session.tools())["search_context"]
     answer = await tool.execute({"label": "kb", "query": "東京"})
     assert answer.startswith("Error: search of 'kb' entries failed: ") and "no such table" in answer
+
+
+@pytest.mark.parametrize("text, query", [
+    ("今日は𰀀𰀁𰀂を見た", "𰀁"),  # CJK extension G
+    ("今日は𰀀𰀁𰀂を見た", "𰀀𰀁𰀂"),
+    ("注音ㄅㄆㄇㄈ符號", "ㄆㄇ"),  # Bopomofo
+    ("𛀁𛀂 hentaigana", "𛀂"),  # Kana supplement
+    ("時々雨が降る", "々"),  # iteration mark
+    ("ꥠꥡ test", "ꥡ"),  # Hangul Jamo extended-A
+    ("ﾠﾡﾢ x", "ﾡ"),  # half-width Hangul
+    ("abc\x00def 東京\x00タワー", "タワー"),  # NUL inside stored text
+    ("abc\x00def 東京\x00タワー", "def"),
+])
+async def test_every_cjk_block_is_found_inside_a_sentence(tmp_path, text, query):
+    storage = SqlStorage.open(tmp_path / "cjk.sqlite3")
+    session = Session.create(storage)
+    await session.append_message(text_message("hit", text))
+    await session.append_message(text_message("other", "unrelated words 日本"))
+    assert await ids(session, query) == ["hit"]
+    storage.close()
