@@ -11,15 +11,17 @@ small sessions of 20 messages beside it) it times:
 * ``manager.get_message_count`` and ``manager.get`` (flat);
 * ``manager.search`` for a few queries over every session's messages;
 * first, ``manager.fork`` at the leaf (copies all N messages: linear in
-  N, one transaction) and ``manager.delete`` of that fork.
+  N, one transaction, one bulk insert) and ``manager.delete`` of that fork;
+* ``manager.append_all`` of 1,000 messages (one transaction) against 1,000
+  ``manager.append`` calls.
 
 Then, with ``--sessions`` registered sessions: ``list()``, ``create`` and
 ``rename``.
 
 Messages are ~20-word chunks of the tau-bench airline chats when
 ``/work/shared/data/chat/tau-bench/gpt-4o-airline.json`` exists, generated
-sentences otherwise (see ``bench_session.py``). Sessions are loaded with the
-rows a Session writes, in one transaction each.
+sentences otherwise (see ``bench_session.py``). Sessions are loaded with
+``append_all`` (one transaction each).
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_session import Messages, corpus_words  # noqa: E402
 
 from actors import Session, SessionManager  # noqa: E402
-from actors.manager import _store_path  # noqa: E402
 from storage import SqlStorage  # noqa: E402
 
 QUERIES = ("flight", "cancel reservation", '"gold member"')
@@ -60,9 +61,7 @@ async def median_ms(fn: Callable[[], Awaitable[object]], repeat: int) -> float:
 async def load(manager: SessionManager, name: str, make: Messages, count: int) -> str:
     """A new managed session holding ``count`` chained messages; returns its id."""
     session_id = (await manager.create(name))["id"]
-    session = await manager.get_session(session_id)
-    with manager.storage.transaction():
-        _store_path(session, [make(i) for i in range(count)])
+    await manager.append_all(session_id, [make(i) for i in range(count)])
     return session_id
 
 
@@ -94,7 +93,16 @@ async def bench_size(size: int, words: list[str], folder: Path) -> None:
     async def plain_append():
         await plain.append_message(short())
 
+    async def append_all_1k():
+        await manager.append_all(big, [short() for _ in range(1000)])
+
+    async def appends_1k():
+        for _ in range(1000):
+            await manager.append(big, short())
+
     rows += [
+        ("manager.append_all of 1,000 messages", await median_ms(append_all_1k, 3)),
+        ("1,000 x manager.append", await median_ms(appends_1k, 3)),
         ("manager.append", await median_ms(managed_append, 300)),
         ("Session.append_message (unmanaged)", await median_ms(plain_append, 300)),
         ("manager.get_message_count", await median_ms(lambda: manager.get_message_count(big), 300)),

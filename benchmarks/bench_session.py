@@ -19,7 +19,10 @@ For each session size it times, as medians in milliseconds:
   two context blocks, a cached prompt and a compaction overlay on the path,
   and ``estimate_tokens()`` alone -- against the original's 1.2 ms (100
   messages) and 588 ms (10k), which re-read and re-estimate the history on
-  every append (PERFORMANCE.md).
+  every append (PERFORMANCE.md);
+* a batch of 1,000 messages stored with ``append_messages`` (one
+  transaction, one broadcast) against 1,000 ``append_message`` calls, both
+  with a broadcaster, as a real agent has.
 
 Messages are ~20-word chunks of the tau-bench airline chats when
 ``/work/shared/data/chat/tau-bench/gpt-4o-airline.json`` exists, generated
@@ -256,6 +259,7 @@ async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: 
     floor = time_calls(minimal, appends)
     row("append_message", ours, same, f"bare insert+FTS {floor:.3f} ms (x{ours / floor:.2f})")
     print("\n".join(broadcast_lines))
+    print("\n".join(await bench_batch(storage, make, iter(range(n + 5 * appends, 10**9)))))
     return storage, session
 
 
@@ -294,6 +298,30 @@ async def bench_broadcast(storage: SqlStorage, make: Messages, counter, appends:
     lines.append(f"  {'estimate_tokens() (2 blocks, 1 overlay)':<44} {estimate:9.3f} ms  ({tokens:,} tokens)")
     assert agent.sent >= 2 * appends
     return lines
+
+
+async def bench_batch(storage: SqlStorage, make: Messages, counter, size: int = 1000, repeat: int = 3) -> list[str]:
+    """``size`` messages as one ``append_messages`` batch vs ``size`` ``append_message`` calls (with broadcasts)."""
+    agent = Broadcaster(storage)
+    session = Session.create(agent)
+
+    async def singles() -> None:
+        for m in [make(next(counter)) for _ in range(size)]:
+            await session.append_message(m)
+
+    async def batch() -> None:
+        await session.append_messages([make(next(counter)) for _ in range(size)])
+
+    one_by_one = await time_async(singles, repeat)
+    sent = agent.sent
+    batched = await time_async(batch, repeat)
+    assert agent.sent - sent == repeat
+    return [
+        f"  {f'{size:,} x append_message + broadcast':<44} {one_by_one:9.3f} ms  "
+        f"({one_by_one / size:.3f} ms per message)",
+        f"  {f'append_messages of {size:,} + broadcast':<44} {batched:9.3f} ms  "
+        f"({batched / size:.3f} ms per message, x{one_by_one / batched:.1f} faster)",
+    ]
 
 
 async def bench_search(storage: SqlStorage, session: Session, reads: int) -> None:
