@@ -125,8 +125,23 @@ def _has_tool_calls(message: Message) -> bool:
     return bool(_tool_parts(message))
 
 
+def _pairable(part: Mapping[str, Any]) -> bool:
+    """``True`` when the part's ``toolCallId`` can name a call (a hashable value).
+
+    JSON allows an object or array there; like two distinct JavaScript
+    objects in a ``Set``, such an id pairs with nothing.
+    """
+    try:
+        hash(part.get("toolCallId"))
+    except TypeError:
+        return False
+    return True
+
+
 def _tool_call_ids(message: Message) -> list[Any]:
-    return list(dict.fromkeys(p["toolCallId"] for p in _tool_parts(message) if "toolCallId" in p))
+    return list(dict.fromkeys(
+        p["toolCallId"] for p in _tool_parts(message) if "toolCallId" in p and _pairable(p)
+    ))
 
 
 def _is_result_for(message: Message, call_ids: Sequence[Any]) -> bool:
@@ -194,7 +209,8 @@ def sanitize_tool_pairs(messages: Sequence[Message], *, created_at: str | None =
         call_id for m in messages if m.get("role") == "assistant" for call_id in _tool_call_ids(m)
     )
     results = dict.fromkeys(
-        p["toolCallId"] for m in messages for p in _tool_parts(m) if "toolCallId" in p and "output" in p
+        p["toolCallId"] for m in messages for p in _tool_parts(m)
+        if "toolCallId" in p and "output" in p and _pairable(p)
     )
     orphaned = [call_id for call_id in results if call_id not in surviving]
     fixed = [_drop_results(m, orphaned) for m in messages] if orphaned else list(messages)
@@ -412,7 +428,8 @@ def create_compact_function(
 
     Raises:
         InvalidInputError: bad options (at build time).
-        CompactionError: ``summarize`` returned something other than a string.
+        CompactionError: ``summarize`` returned something other than a
+            string, or a message of the range has no string ``id``.
         Exception: whatever ``summarize`` or a counter raises propagates.
     """
     if not callable(summarize):
@@ -446,6 +463,8 @@ def create_compact_function(
         middle = [m for m in messages[start:end] if not is_compaction_message(m)]
         if not middle:
             return None
+        if not all(isinstance(m.get("id"), str) for m in middle):
+            raise CompactionError("every message to compact needs a string id")
         prompt = build_summary_prompt(middle, _previous_summary(messages), compute_summary_budget(middle))
         summary = await _resolve(summarize(prompt))
         if not isinstance(summary, str):

@@ -149,3 +149,36 @@ async def test_counters_answering_non_finite_or_non_numbers_count_zero_without_e
     await fill(session, 3)
     assert await session.estimate_tokens() == 0
     assert errors == [] and compaction_rows(storage) == 0
+
+
+def tool_message(mid, call_id, **extra):
+    return {"id": mid, "role": "assistant", "parts": [
+        {"type": "tool-lookup", "toolCallId": call_id, "state": "output-available", "input": {"q": "x"}, **extra}]}
+
+
+@pytest.mark.parametrize("call_id", [{"weird": 1}, ["list"], None])
+async def test_a_malformed_tool_call_id_in_history_does_not_block_compaction(storage, call_id):
+    session = Session.create(storage).on_compaction(compactor(lambda prompt: "summary"))
+    await session.append_message(msg(0))
+    await session.append_message(tool_message("t1", call_id, output="result"))
+    await session.append_message(tool_message("t2", call_id))
+    for i in range(3, 8):
+        await session.append_message(msg(i))
+    result = await session.compact()
+    assert result == {"fromMessageId": "t1", "toMessageId": "m6", "summary": "summary"}
+    assert compaction_rows(storage) == 1
+
+
+def test_sanitize_and_align_pair_malformed_ids_with_nothing():
+    from actors.compaction import align_boundary_backward, align_boundary_forward, sanitize_tool_pairs
+
+    history = [msg(0), tool_message("t1", {"weird": 1}, output="r"), tool_message("t2", ["l"]), msg(3)]
+    assert align_boundary_forward(history, 2) == 2
+    assert align_boundary_backward(history, 3) == 3
+    assert sanitize_tool_pairs(history) == history
+
+
+async def test_messages_without_ids_are_a_compaction_error_not_a_key_error():
+    compact = compactor(lambda prompt: "S")
+    with pytest.raises(CompactionError, match="every message to compact needs a string id"):
+        await compact([{"role": "user", "parts": [{"type": "text", "text": "x " * 50}]}] * 8)
