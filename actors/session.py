@@ -50,10 +50,11 @@ Batches. :meth:`Session.append_messages` validates a whole batch, then
 stores it as one chain in one transaction (all or nothing) and runs the
 after-write effects once for the batch: skill state follows each new
 message in order, then *one* status broadcast and *one* auto-compaction
-check. The original appends (and broadcasts) message by message; a batch
-here is one write, so watchers see one ``idle`` carrying the final estimate
-instead of one per message (a deliberate difference, like the rest of
-DEVIATIONS 7).
+check. The original has no batch write (its ``appendAll`` appends, and
+broadcasts, message by message); here a batch is one write, so watchers see
+one ``idle`` carrying the final estimate instead of one per message, and
+auto-compaction is considered once, after the whole batch (a deliberate
+difference).
 
 Search indexes each message's text parts and, beside them, its tool calls'
 names and string inputs (a deliberate improvement: a search for a file a
@@ -80,6 +81,7 @@ from .session_messages import (
     apply_overlays,
     check_message,
     compaction_record,
+    in_batch,
     parse,
     parse_all,
     search_text,
@@ -522,7 +524,7 @@ class Session:
             try:
                 batch.append(self._prepare_message(message))
             except InvalidMessageError as exc:
-                raise _in_batch(exc, index) from exc
+                raise in_batch(exc, index) from exc
         return batch
 
     def _before_store(self, message: Message) -> Message:
@@ -817,24 +819,6 @@ def _check_str(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
     return value
-
-
-def _in_batch(error: InvalidMessageError, index: int) -> InvalidMessageError:
-    """``error`` about one message, re-addressed to ``messages[<index>]`` of a batch.
-
-    ``message.role must be a string`` becomes ``messages[2].role must be a
-    string`` (``field="messages[2].role"``); a text that does not start with
-    its field gets the new field as a prefix.
-    """
-    where = f"messages[{index}]"
-    old_field = error.field or "message"
-    field = where + old_field[len("message"):] if old_field.startswith("message") else f"{where}.{old_field}"
-    text = str(error)
-    if text.startswith(old_field + " ") and not text.startswith(old_field + " '"):
-        text = field + text[len(old_field):]
-    else:
-        text = f"{where}: {text}"
-    return InvalidMessageError(text, field=field)
 
 
 def _check_number(value: Any, name: str) -> float:

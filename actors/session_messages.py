@@ -4,7 +4,7 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
 
 * :func:`check_message` -- a message must be ``{"id": str, "role": str,
   "parts": list, ...}``; a ``datetime`` ``createdAt`` becomes JavaScript's
-  ISO text.
+  ISO text. :func:`in_batch` re-addresses an error to ``messages[<i>]``.
 * :func:`serialise` -- compact JSON written as JavaScript's ``JSON.stringify``
   writes it; :func:`parse` / :func:`parse_all` read stored rows back,
   skipping rows that are not valid messages (session-behaviours §2).
@@ -55,6 +55,24 @@ def check_message(message: Any) -> Message:
     if isinstance(message.get("createdAt"), _dt.datetime):
         message["createdAt"] = _js_date(message["createdAt"])
     return message
+
+
+def in_batch(error: InvalidMessageError, index: int) -> InvalidMessageError:
+    """``error`` about one message, re-addressed to ``messages[<index>]`` of a batch.
+
+    ``message.role must be a string`` becomes ``messages[2].role must be a
+    string`` (``field="messages[2].role"``); a text that does not start with
+    its field gets the new field as a prefix.
+    """
+    where = f"messages[{index}]"
+    old_field = error.field or "message"
+    field = where + old_field[len("message"):] if old_field.startswith("message") else f"{where}.{old_field}"
+    text = str(error)
+    if text.startswith(old_field + " ") and not text.startswith(old_field + " '"):
+        text = field + text[len(old_field):]
+    else:
+        text = f"{where}: {text}"
+    return InvalidMessageError(text, field=field)
 
 
 def _js_date(value: _dt.datetime) -> str:
