@@ -162,7 +162,9 @@ class ActorStorage(SqlStorage):
         if isinstance(epoch_ms, bool) or not isinstance(epoch_ms, int | float):
             raise TypeError(f"alarm time must be epoch milliseconds (int or float), not {type(epoch_ms).__name__}")
         if not math.isfinite(epoch_ms) or epoch_ms < 0:
-            raise ValueError(f"alarm time must be a finite, non-negative number of epoch milliseconds, not {epoch_ms!r}")
+            raise ValueError(
+                f"alarm time must be a finite, non-negative number of epoch milliseconds, not {epoch_ms!r}"
+            )
         scheduled = int(epoch_ms)
         if self.alarm_listener is not None:
             self.alarm_listener(scheduled)
@@ -262,7 +264,8 @@ def _check_readable(blob: bytes) -> None:
     except TypeError as exc:  # e.g. a tuple key comes back as an unhashable list
         raise TypeError(f"value cannot be stored: it would not read back ({exc})") from None
     except ValueError as exc:  # msgpack.StackError: nested deeper than it reads
-        raise ValueError(f"value cannot be stored: it would not read back ({str(exc) or 'nested too deeply'})") from None
+        problem = str(exc) or "nested too deeply"
+        raise ValueError(f"value cannot be stored: it would not read back ({problem})") from None
 
 
 def _decode(blob: bytes) -> Any:

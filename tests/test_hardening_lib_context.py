@@ -270,16 +270,22 @@ async def test_a_skill_listing_that_becomes_empty_empties_the_block(storage):
 # -- tool arguments -----------------------------------------------------------------
 
 
+BAD_ARGS = "Error: invalid arguments for set_context: "
+
+
 @pytest.mark.parametrize("args, answer", [
-    ({"label": "memory", "content": "a", "metadata": {"title": "t"}, "x": [1]}, "Written to memory. Usage: 4% (2/50 tokens)"),
-    ({"label": "memory", "content": 5}, "Error: invalid arguments for set_context: content: Invalid input: expected string, received number"),
-    ({"label": "memory", "content": None}, "Error: invalid arguments for set_context: content: Invalid input: expected string, received null"),
-    ({"label": 7, "content": "a"}, "Error: invalid arguments for set_context: label: Invalid input: expected string, received number"),
-    ({"content": "a"}, "Error: invalid arguments for set_context: label: Invalid input: expected string, received undefined"),
-    ({"label": "skills", "content": "a", "metadata": []}, "Error: invalid arguments for set_context: metadata: Invalid input: expected object, received array"),
-    ({"label": "skills", "content": "a", "metadata": {"description": False}}, "Error: invalid arguments for set_context: metadata.description: Invalid input: expected string, received boolean"),
-    ("memory", "Error: invalid arguments for set_context: Invalid input: expected object, received string"),
-    ({"label": "memory", "content": "x " * 100}, "Error: Block \"memory\" exceeds maxTokens: 130 > 50"),
+    ({"label": "memory", "content": "a", "metadata": {"title": "t"}, "x": [1]},
+     "Written to memory. Usage: 4% (2/50 tokens)"),
+    ({"label": "memory", "content": 5}, BAD_ARGS + "content: Invalid input: expected string, received number"),
+    ({"label": "memory", "content": None}, BAD_ARGS + "content: Invalid input: expected string, received null"),
+    ({"label": 7, "content": "a"}, BAD_ARGS + "label: Invalid input: expected string, received number"),
+    ({"content": "a"}, BAD_ARGS + "label: Invalid input: expected string, received undefined"),
+    ({"label": "skills", "content": "a", "metadata": []},
+     BAD_ARGS + "metadata: Invalid input: expected object, received array"),
+    ({"label": "skills", "content": "a", "metadata": {"description": False}},
+     BAD_ARGS + "metadata.description: Invalid input: expected string, received boolean"),
+    ("memory", BAD_ARGS + "Invalid input: expected object, received string"),
+    ({"label": "memory", "content": "x " * 100}, 'Error: Block "memory" exceeds maxTokens: 130 > 50'),
 ])
 async def test_set_context_answers_every_bad_call_with_a_string(session, args, answer):
     tool = (await session.tools())["set_context"]

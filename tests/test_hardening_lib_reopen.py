@@ -120,7 +120,8 @@ def skill_part(rng, call_id):
     tool = rng.choice(["load_context", "load_context", "unload_context"])
     key = rng.choice(SKILL_KEYS)
     output = rng.choice([f"body of {key}", f"[skill unloaded: {key}]", "x"])
-    part = {"type": f"tool-{tool}", "toolCallId": call_id, "state": rng.choice(["output-available"] * 3 + ["input-available"]),
+    state = rng.choice(["output-available"] * 3 + ["input-available"])
+    part = {"type": f"tool-{tool}", "toolCallId": call_id, "state": state,
             "input": {"label": "skills", "key": key}, "output": output}
     if rng.random() < 0.5:
         part["toolName"] = tool  # both AI SDK shapes (DEVIATIONS 12)

@@ -39,7 +39,8 @@ def counts(storage):
 
 @pytest.mark.parametrize("message, field", [
     (None, "message"), ("text", "message"), ({"id": 5, "role": "user", "parts": []}, "message.id"),
-    ({"id": "a", "role": None, "parts": []}, "message.role"), ({"id": "a", "role": "user", "parts": ()}, "message.parts"),
+    ({"id": "a", "role": None, "parts": []}, "message.role"),
+    ({"id": "a", "role": "user", "parts": ()}, "message.parts"),
     ({"id": "a", "role": "user", "parts": [], "metadata": b"x"}, "message"),
     ({"id": "a", "role": "user", "parts": [], "metadata": {"x": float("nan")}}, "message"),
     ({"id": "a", "role": "user", "parts": [], "metadata": {1, 2}}, "message"),
@@ -117,8 +118,8 @@ async def test_recent_history_with_min_recent_minus_infinity_keeps_the_leaf(stor
     assert await session.get_recent_history(10, float("-inf")) == await session.get_recent_history(10, 1)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="actors/session_compaction.set_threshold: math.isfinite(10**400) raises "
-                   "OverflowError for a finite int threshold")
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason="actors/session_compaction.set_threshold: "
+                   "math.isfinite(10**400) raises OverflowError for a finite int threshold")
 def test_a_huge_integer_threshold_is_accepted(storage):
     assert Session.create(storage).compact_after(10**400).token_threshold == 10**400
 
