@@ -28,6 +28,7 @@ reading a block after a wake works even when the prompt came from the cache
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, runtime_checkable
@@ -224,6 +225,55 @@ class AgentSearchProvider:
         sql.upsert_search_entry(self.storage, self.label, key, content)
 
 
+# -- writes seen by every engine ------------------------------------------------------------------
+
+
+class _WriteCounts:
+    """How many block writes went through each provider object and each storage file.
+
+    A provider can be shared -- a SessionManager hands the same object to
+    every session, several sessions on one file share search entries by
+    label, two actors may share a skill folder -- so a block another engine
+    loaded earlier can be stale. Engines compare these counts with the ones
+    they loaded at and re-read their blocks when they moved (DEVIATIONS 3:
+    a session that did not hibernate must not show older content than one
+    that did). Weak keys: nothing is kept alive; an object that cannot be
+    weakly referenced or hashed is not tracked.
+    """
+
+    def __init__(self) -> None:
+        self._counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def bump(self, source: Any) -> None:
+        try:
+            self._counts[source] = self._counts.get(source, 0) + 1
+        except TypeError:
+            pass
+
+    def count(self, source: Any) -> int:
+        try:
+            return self._counts.get(source, 0)
+        except TypeError:
+            return 0
+
+
+_WRITES = _WriteCounts()
+
+
+def mark_block_source_changed(source: Any) -> None:
+    """Tell every context engine that blocks read from ``source`` may have changed.
+
+    ``source`` is a provider object or a :class:`~storage.SqlStorage`.
+    Writes through an engine (``replace_context_block``, ``set_skill``,
+    ``set_search_entry``, the ``set_context`` tool) call this themselves;
+    call it when a provider's content changes another way (e.g. a
+    manager's session count behind its searchable-history block). Engines
+    that loaded blocks from it re-read them (``get()`` only) before their
+    next block read.
+    """
+    _WRITES.bump(source)
+
+
 # -- the engine ---------------------------------------------------------------------------
 
 
@@ -304,6 +354,7 @@ class ContextBlocks:
         self._auto_keys: list[str] = []
         self._prompt_store: Any = None
         self._blocks: dict[str, ContextBlock] | None = None
+        self._writes_seen: tuple[int, tuple[int, ...]] | None = None
         self._snapshot: str | None = None
         self._skills: SkillTracker | None = None
 
@@ -404,15 +455,36 @@ class ContextBlocks:
 
     async def _load_all(self) -> dict[str, ContextBlock]:
         """Full load: ``init`` + ``get`` of every provider, in config order."""
+        seen = self._writes_signature()
         blocks = {}
         for config in list(self._resolve()):
             blocks[config.label] = await self._init_and_read(config)
-        self._blocks = blocks
+        self._blocks, self._writes_seen = blocks, seen
         return blocks
 
     async def _loaded(self) -> dict[str, ContextBlock]:
+        """The blocks, loaded on first use and re-read (``get()``) after a write
+        through a shared provider or storage file (see :class:`_WriteCounts`)."""
         self._resolve()
-        return self._blocks if self._blocks is not None else await self._load_all()
+        if self._blocks is None:
+            return await self._load_all()
+        seen = self._writes_signature()
+        if seen != self._writes_seen:
+            blocks = {}
+            for config in list(self._configs):
+                blocks[config.label] = await self._read(config)
+            self._blocks, self._writes_seen = blocks, seen
+        return self._blocks
+
+    def _writes_signature(self) -> tuple[int, tuple[int, ...]]:
+        return _WRITES.count(self._storage), tuple(_WRITES.count(c.provider) for c in self._configs or ())
+
+    def _wrote(self, config: _Config) -> None:
+        """Record a successful write through ``config``'s provider (this engine's blocks stay current)."""
+        if self._storage is not None:
+            _WRITES.bump(self._storage)
+        _WRITES.bump(config.provider)
+        self._writes_seen = self._writes_signature()
 
     def _config(self, label: str) -> _Config | None:
         return next((c for c in self._resolve() if c.label == label), None)
@@ -464,6 +536,7 @@ class ContextBlocks:
             raise ContextBlockError(message, field="content")
         await _call(config.provider.set, content)
         blocks[label] = ContextBlock(**{**block, "content": content, "tokens": tokens})
+        self._wrote(config)
         return ContextBlock(**blocks[label])
 
     async def append_context_block(self, label: str, content: str) -> ContextBlock:
@@ -508,6 +581,7 @@ class ContextBlocks:
         await _call(provider.set, key, content, description)
         listing = _provider_text(await _call(provider.get), label, "get")
         self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": estimate_string_tokens(listing)})
+        self._wrote(self._config(label))
 
     async def set_search_entry(self, label: str, key: str, content: str) -> None:
         """Index ``content`` under ``key`` in search block ``label`` and re-read its summary.
@@ -523,6 +597,7 @@ class ContextBlocks:
         await _call(provider.set, key, content)
         summary = _provider_text(await _call(provider.get), label, "get")
         self._blocks[label] = ContextBlock(**{**block, "content": summary, "tokens": estimate_string_tokens(summary)})
+        self._wrote(self._config(label))
 
     async def search_context(self, label: str, query: str) -> str | None:
         """The search provider's answer for ``query``, or ``None`` for no results.
@@ -562,6 +637,7 @@ class ContextBlocks:
         block = await self._init_and_read(config)
         self._configs.append(config)
         blocks[label] = block
+        self._writes_seen = self._writes_signature()
         if block["isSkill"]:
             await self._tracker()
         return ContextBlock(**block)
@@ -576,6 +652,7 @@ class ContextBlocks:
         self._configs.remove(config)
         if self._blocks is not None:
             self._blocks.pop(label, None)
+            self._writes_seen = self._writes_signature()
         tracker.drop_label(label)
         return True
 
