@@ -86,8 +86,6 @@ async def test_manager_arguments_are_checked_before_writing(storage):
 # -- bugs in modules owned elsewhere (strict xfail) ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="actors/session_messages.serialise: a lone surrogate reaches SQLite and "
-                   "raises UnicodeEncodeError instead of InvalidMessageError")
 @pytest.mark.parametrize("message", [
     msg("a", "half an emoji \ud83d"), msg("\udc00"), msg("b", metadata={"\ud800": 1}),
 ])
@@ -98,8 +96,6 @@ async def test_a_lone_surrogate_in_a_message_is_an_invalid_message(storage, mess
     assert counts(storage) == (0, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="actors/session.py and actors/manager.py search(): a limit beyond 64 bits "
-                   "reaches SQLite and raises OverflowError")
 async def test_a_search_limit_beyond_64_bits_means_every_hit(storage):
     manager = SessionManager.create(storage)
     sid = (await manager.create("trip"))["id"]
@@ -109,8 +105,6 @@ async def test_a_search_limit_beyond_64_bits_means_every_hit(storage):
     assert [h["id"] for h in await manager.search("flight", limit=2**70)] == ["m1"]
 
 
-@pytest.mark.xfail(strict=True, reason="actors/session.py get_recent_history: min_recent=-inf raises "
-                   "OverflowError (int(-inf)) instead of counting as 1")
 async def test_recent_history_with_min_recent_minus_infinity_keeps_the_leaf(storage):
     session = Session.create(storage)
     for i in range(3):
@@ -118,14 +112,10 @@ async def test_recent_history_with_min_recent_minus_infinity_keeps_the_leaf(stor
     assert await session.get_recent_history(10, float("-inf")) == await session.get_recent_history(10, 1)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="actors/session_compaction.set_threshold: "
-                   "math.isfinite(10**400) raises OverflowError for a finite int threshold")
 def test_a_huge_integer_threshold_is_accepted(storage):
     assert Session.create(storage).compact_after(10**400).token_threshold == 10**400
 
 
-@pytest.mark.xfail(strict=True, reason="actors/manager.py add_usage: counts beyond SQLite's 64-bit integers raise "
-                   "OverflowError, and sums past 2**63 silently become REAL")
 async def test_usage_counters_stay_integers_or_refuse(storage):
     manager = SessionManager.create(storage)
     sid = (await manager.create("trip"))["id"]
@@ -137,8 +127,6 @@ async def test_usage_counters_stay_integers_or_refuse(storage):
     assert (await manager.get(sid))["input_tokens"] == 2**62
 
 
-@pytest.mark.xfail(strict=True, reason="actors/session_messages._js_date: a createdAt datetime that UTC cannot "
-                   "hold raises OverflowError instead of InvalidMessageError")
 async def test_a_created_at_outside_utc_range_is_an_invalid_message(storage):
     early = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
     with pytest.raises(InvalidMessageError):
