@@ -569,14 +569,18 @@ class SessionManager:
         Raises:
             NotFoundError: unknown ``session_id``.
             InvalidInputError: a token count is not an int >= 0, or ``cost``
-                not a finite number >= 0 (nothing written).
+                not a finite number >= 0, or a new total would not fit a
+                counter (2**63 - 1 tokens, a finite cost); nothing written.
         """
         for value, field in ((input_tokens, "input_tokens"), (output_tokens, "output_tokens")):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{field} must be an int >= 0, not {value!r}", field=field)
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (math.isfinite(cost) and cost >= 0):
             raise InvalidInputError(f"cost must be a finite number >= 0, not {cost!r}", field="cost")
-        row = registry.add_usage(self._storage, self._require(session_id), input_tokens, output_tokens, cost)
+        with self._storage.transaction():
+            current = self._found(registry.get_session(self._storage, self._require(session_id)), session_id)
+            _check_usage_sums(current, input_tokens, output_tokens, cost)
+            row = registry.add_usage(self._storage, session_id, input_tokens, output_tokens, cost)
         return self._found(row, session_id)
 
     # -- search and tools ----------------------------------------------------------------------------
@@ -604,6 +608,7 @@ class SessionManager:
         parsed = parse_query(query)
         if parsed is None or limit == 0:
             return []
+        limit = min(limit, _MAX_COUNTER)  # no file holds more hits; SQLite binds no bigger int
         return [
             {
                 "id": hit["id"],
@@ -641,6 +646,21 @@ class SessionManager:
         if row is None:
             raise NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
         return row
+
+
+#: The largest value a usage counter holds (SQLite's 64-bit INTEGER; beyond it a sum turns REAL).
+_MAX_COUNTER = 2**63 - 1
+
+
+def _check_usage_sums(row: Row, input_tokens: int, output_tokens: int, cost: float) -> None:
+    """:class:`InvalidInputError` when adding to ``row``'s counters would overflow them."""
+    for value, field in ((input_tokens, "input_tokens"), (output_tokens, "output_tokens")):
+        if row[field] + value > _MAX_COUNTER:
+            raise InvalidInputError(
+                f"{field} would exceed {_MAX_COUNTER} (now {row[field]}, adding {value})", field=field
+            )
+    if not math.isfinite(row["estimated_cost"] + cost):
+        raise InvalidInputError(f"estimated_cost would not be finite (adding {cost!r})", field="cost")
 
 
 def _check_text(value: Any, name: str) -> str:

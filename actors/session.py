@@ -623,7 +623,8 @@ class Session:
             InvalidInputError: ``max_bytes`` or ``min_recent`` is not a number.
         """
         budget = min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)
-        floor = max(1, int(min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)))
+        floor = min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)
+        floor = 1 if floor < 1 else int(floor)  # -inf and anything below 1 mean "the leaf"
         leaf = self._leaf(leaf_id)
         place = None if leaf is None else self._messages.place(leaf)
         if place is None:
@@ -670,6 +671,7 @@ class Session:
         parsed = parse_query(query)
         if parsed is None or limit == 0:
             return []
+        limit = min(limit, _MAX_SQL_INT)  # no file holds more hits; SQLite binds no bigger int
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
             for r in self._messages.search(parsed, limit)

@@ -84,7 +84,7 @@ class SessionCompaction:
         if (
             isinstance(threshold, bool)
             or not isinstance(threshold, numbers.Real)
-            or not math.isfinite(threshold)
+            or (not isinstance(threshold, numbers.Integral) and not math.isfinite(threshold))
             or threshold < 0
         ):
             raise InvalidInputError(f"threshold must be a finite number >= 0, not {threshold!r}", field="threshold")

@@ -53,7 +53,13 @@ def check_message(message: Any) -> Message:
             raise InvalidMessageError(f"message.{name} must be {wanted}, not {got}", field=f"message.{name}")
     message = dict(message)
     if isinstance(message.get("createdAt"), _dt.datetime):
-        message["createdAt"] = _js_date(message["createdAt"])
+        try:
+            message["createdAt"] = _js_date(message["createdAt"])
+        except (OverflowError, ValueError) as exc:
+            raise InvalidMessageError(
+                f"message.createdAt is outside the dates UTC can hold: {message['createdAt']!r}",
+                field="message.createdAt",
+            ) from exc
     return message
 
 
@@ -87,7 +93,9 @@ def serialise(message: Message) -> str:
 
     Raises:
         InvalidMessageError: ``message`` is not JSON data (NaN and infinities
-            included: JSON has no such numbers).
+            included: JSON has no such numbers), or a string in it holds a
+            lone UTF-16 surrogate (not text UTF-8 can store); ``.field`` then
+            names the first such string, e.g. ``message.parts[0].text``.
     """
     try:
         content = js_stringify(message)
@@ -95,7 +103,39 @@ def serialise(message: Message) -> str:
             json.dumps(message, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessageError(f"message is not JSON data: {exc}", field="message") from exc
+    if not content.isascii():
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            field = _surrogate_field(message)
+            raise InvalidMessageError(f"{field} holds a lone UTF-16 surrogate, which is not text", field=field) from exc
     return content
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _surrogate_field(message: Message) -> str:
+    """Where the first string holding a lone surrogate is (a key or a value), e.g. ``message.parts[0].text``."""
+    stack: list[tuple[str, Any]] = [("message", message)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                return where
+        elif isinstance(value, Mapping):
+            for key in value:
+                if isinstance(key, str) and not _is_text(key):
+                    return where
+            stack.extend(reversed([(f"{where}.{k}", v) for k, v in value.items()]))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)]))
+    return "message"
 
 
 def utf8_length(text: str) -> int:
