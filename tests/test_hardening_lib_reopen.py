@@ -22,6 +22,7 @@ import pytest
 
 from actors.compaction import create_compact_function, extractive_summarize
 from actors.context import AgentSearchProvider
+from actors.manager import SessionManager
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage.kv import ActorStorage
@@ -79,7 +80,7 @@ class World:
                     summarize=extractive_summarize, protect_head=1, tail_token_budget=60, min_tail_messages=2))
                 .compact_after(250))
 
-    def session(self):
+    async def session(self, which=0):
         if self.reopen:
             self.storage.close()
             self.storage = self._open()
@@ -103,13 +104,13 @@ class World:
         return self.ids.setdefault(match.group(0), f"<uuid {len(self.ids)}>")
 
 
-async def outcome(world, call):
+async def outcome(world, call, which=0):
     world.sent.clear()
     try:
-        result = await call(world.session())
+        result = await call(await world.session(which))
     except Exception as exc:  # the error is part of the behaviour compared
-        return ("raised", type(exc).__name__, world.normalize(str(exc)), world.sent)
-    return ("returned", world.normalize(result), world.sent)
+        return ("raised", type(exc).__name__, world.normalize(str(exc)), world.normalize(world.sent))
+    return ("returned", world.normalize(result), world.normalize(world.sent))
 
 
 def text(rng, n=None):
@@ -210,6 +211,35 @@ def read_call(rng):
     return f"read {name}", reads[name]
 
 
+class ManagedWorld(World):
+    """The same blocks through a SessionManager: two sessions share the explicit providers."""
+
+    def __init__(self, tmp_path, name, reopen):
+        super().__init__(tmp_path, name, reopen)
+        self.manager = self._manager()
+        self.session_ids = None
+
+    def _manager(self):
+        return (SessionManager.create(self)
+                .with_context("soul", provider=Static("You are a careful travel agent."))
+                .with_context("memory", description="Learned facts", max_tokens=60)
+                .with_context("skills", provider=DirectorySkillProvider(self.skills_dir))
+                .with_context("kb", provider=AgentSearchProvider(self.storage))
+                .with_cached_prompt()
+                .on_compaction(create_compact_function(
+                    summarize=extractive_summarize, protect_head=1, tail_token_budget=60, min_tail_messages=2))
+                .compact_after(250))
+
+    async def session(self, which=0):
+        if self.reopen:
+            self.storage.close()
+            self.storage = self._open()
+            self.manager = self._manager()
+        if self.session_ids is None:
+            self.session_ids = [(await self.manager.create(f"s{i}"))["id"] for i in range(2)]
+        return await self.manager.get_session(self.session_ids[which])
+
+
 async def _list(awaitable):
     return list(await awaitable)
 
@@ -250,6 +280,25 @@ async def test_random_context_skill_and_compaction_calls_give_the_same_results_a
         assert final[0] == final[1]
         assert final[0][0] == "returned"
         assert compactions >= 1 and skill_loads >= 1  # the sequence really exercised both
+    finally:
+        steady.close()
+        waking.close()
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+async def test_random_calls_on_two_managed_sessions_give_the_same_results_across_wakes(tmp_path, seed):
+    rng = random.Random(seed)
+    steady, waking = ManagedWorld(tmp_path, "steady", reopen=False), ManagedWorld(tmp_path, "waking", reopen=True)
+    ids: list[str] = []
+    try:
+        for step in range(100):
+            which = rng.randrange(2)
+            name, call = random_call(rng, step, ids)
+            left, right = await outcome(steady, call, which), await outcome(waking, call, which)
+            assert left == right, f"seed {seed}, step {step}: {name} on session {which} differs after a wake"
+        for which in (0, 1):
+            final = [await outcome(world, final_state, which) for world in (steady, waking)]
+            assert final[0] == final[1] and final[0][0] == "returned"
     finally:
         steady.close()
         waking.close()
