@@ -108,9 +108,6 @@ async def test_an_unshared_session_reads_its_blocks_once(storage):
     assert provider.gets == 1
 
 
-@pytest.mark.xfail(strict=True, reason="actors/manager.py: creating or deleting a session changes the searchable-"
-                   "history block's content without telling open sessions (call "
-                   "actors.context.mark_block_source_changed(self._history_provider) after create/delete/fork/split)")
 async def test_the_history_block_counts_sessions_created_after_it_was_loaded(storage):
     manager = SessionManager.create(storage).with_searchable_history("history")
     first = await manager.get_session((await manager.create("first"))["id"])
