@@ -51,6 +51,7 @@ from storage import registry
 from storage.fts import parse_query
 from storage.messages import to_iso8601
 
+from .context import mark_block_source_changed
 from .errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from .session import LATEST_LEAF, MessagesChange, Session
 from .tools import Tool
@@ -369,7 +370,9 @@ class SessionManager:
             "model": _check_optional_text(model, "model"),
             "source": _check_optional_text(source, "source"),
         }
-        return registry.insert_session(self._storage, str(uuid.uuid4()), name, **options)
+        row = registry.insert_session(self._storage, str(uuid.uuid4()), name, **options)
+        self._session_count_changed()
+        return row
 
     #: On the class, ``SessionManager.create(target)`` builds a manager; on a
     #: manager, ``await manager.create(name, ...)`` registers a session (the
@@ -410,6 +413,7 @@ class SessionManager:
         session_id = self._require(session_id)
         self._sessions.pop(session_id, None)
         registry.delete_session(self._storage, session_id)
+        self._session_count_changed()
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -524,6 +528,7 @@ class SessionManager:
                 self._storage, new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"]
             )
             self._open(new_id).seed_messages([message])
+        self._session_count_changed()
         return registry.get_session(self._storage, new_id)
 
     async def fork(self, session_id: str, at_message_id: str, name: str) -> Row:
@@ -558,6 +563,7 @@ class SessionManager:
         with self._storage.transaction():
             registry.insert_session(self._storage, new_id, name, parent_session_id=source.session_id)
             self._open(new_id).seed_messages(copies)
+        self._session_count_changed()
         return registry.get_session(self._storage, new_id)
 
     # -- usage ------------------------------------------------------------------------------------
@@ -640,6 +646,10 @@ class SessionManager:
     async def _get_row(self, session_id: Any) -> Row:
         row = registry.get_session(self._storage, _check_text(session_id, "session_id"))
         return self._found(row, session_id)
+
+    def _session_count_changed(self) -> None:
+        """Open sessions re-read the searchable-history block (its text counts the sessions)."""
+        mark_block_source_changed(self._history_provider)
 
     @staticmethod
     def _found(row: Row | None, session_id: str) -> Row:

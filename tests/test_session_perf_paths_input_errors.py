@@ -82,3 +82,21 @@ def test_an_integer_threshold_beyond_floats_is_kept_exactly_and_infinity_is_refu
     assert session.compact_after(10**400).token_threshold == 10**400
     with pytest.raises(InvalidInputError, match="threshold must be a finite number >= 0, not inf"):
         session.compact_after(float("inf"))
+
+
+async def test_the_history_block_follows_forks_splits_and_deletes_in_open_sessions(storage):
+    manager = SessionManager.create(storage).with_searchable_history("history")
+    first_id = (await manager.create("first"))["id"]
+    await manager.append(first_id, msg("m1"))
+    first = await manager.get_session(first_id)
+
+    async def shown():
+        return (await first.get_context_block("history"))["content"]
+
+    assert await shown() == "1 session available for search."
+    forked = await manager.fork(first_id, "m1", "copy")
+    assert await shown() == "2 sessions available for search."
+    await manager.compact_and_split(first_id, "so far")
+    assert await shown() == "3 sessions available for search."
+    await manager.delete(forked["id"])
+    assert await shown() == "2 sessions available for search."
