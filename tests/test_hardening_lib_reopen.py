@@ -285,7 +285,7 @@ async def test_random_context_skill_and_compaction_calls_give_the_same_results_a
         waking.close()
 
 
-@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("seed", [11, 13])
 async def test_random_calls_on_two_managed_sessions_give_the_same_results_across_wakes(tmp_path, seed):
     rng = random.Random(seed)
     steady, waking = ManagedWorld(tmp_path, "steady", reopen=False), ManagedWorld(tmp_path, "waking", reopen=True)
