@@ -84,6 +84,7 @@ from .session_messages import (
     in_batch,
     parse,
     parse_all,
+    parse_path,
     search_text,
     serialise,
     tool_search_text,
@@ -571,7 +572,7 @@ class Session:
         leaf = self._leaf(leaf_id)
         if leaf is None:
             return []
-        messages = parse_all(self._messages.path_contents(leaf))
+        messages = self._path_messages(leaf)
         return apply_overlays(messages, self._messages.compactions()) if messages else messages
 
     async def raw_path_messages(self) -> list[Message]:
@@ -581,7 +582,18 @@ class Session:
         ranges are still seen (§7).
         """
         leaf = self._messages.latest_leaf()
-        return [] if leaf is None else parse_all(self._messages.path_contents(leaf))
+        return [] if leaf is None else self._path_messages(leaf)
+
+    def _path_messages(self, leaf: str) -> list[Message]:
+        """The stored messages root -> ``leaf``, parsed (rows that are not messages skipped, §2).
+
+        The path comes as one JSON array parsed once; only when that fails
+        (too big for one SQLite string, or text SQLite and Python read
+        differently) is it read and parsed row by row.
+        """
+        found = self._messages.path_json(leaf)
+        messages = None if found is None else parse_path(*found)
+        return parse_all(self._messages.path_contents(leaf)) if messages is None else messages
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""

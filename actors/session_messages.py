@@ -7,7 +7,8 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
   ISO text. :func:`in_batch` re-addresses an error to ``messages[<i>]``.
 * :func:`serialise` -- compact JSON written as JavaScript's ``JSON.stringify``
   writes it; :func:`parse` / :func:`parse_all` read stored rows back,
-  skipping rows that are not valid messages (session-behaviours §2).
+  skipping rows that are not valid messages (session-behaviours §2);
+  :func:`parse_path` reads a whole path fetched as one JSON array.
 * :func:`search_text` -- what ``assistant_fts.content`` indexes: the ``text``
   parts joined by one space (§2). :func:`tool_search_text` -- what the
   ``tools`` column indexes: each tool part's name and every string inside
@@ -205,19 +206,40 @@ def parse(content: str) -> Message | None:
             message = json.loads(content)
     except (ValueError, TypeError):
         return None
-    if (
-        isinstance(message, dict)
-        and isinstance(message.get("id"), str)
-        and isinstance(message.get("role"), str)
-        and isinstance(message.get("parts"), list)
-    ):
-        return message
-    return None
+    return message if _is_message(message) else None
+
+
+def _is_message(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and isinstance(value.get("role"), str)
+        and isinstance(value.get("parts"), list)
+    )
 
 
 def parse_all(contents: Iterable[str]) -> list[Message]:
     """:func:`parse` of each row, invalid rows left out."""
     return [m for m in map(parse, contents) if m is not None]
+
+
+def parse_path(leaf_first: str, count: int) -> list[Message] | None:
+    """A path read as one JSON array (``MessageStore.path_json``) -> its messages root first.
+
+    ``leaf_first`` holds ``count`` stored rows, leaf first, each already a
+    JSON value; one ``json.loads`` replaces one per row. Values that are not
+    messages are left out, as :func:`parse_all` leaves them out (§2).
+    Returns ``None`` when the text does not parse, or not into ``count``
+    values: the caller then parses row by row.
+    """
+    try:
+        values = json.loads(leaf_first)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(values, list) or len(values) != count:
+        return None
+    values.reverse()
+    return [m for m in values if _is_message(m)]
 
 
 def overlay_message(row: CompactionRow) -> Message:

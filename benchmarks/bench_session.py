@@ -99,7 +99,10 @@ def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
             m = make(i)
             content = js_stringify(m)
             place = sql._child_place(link, len(content.encode()), estimate_message_tokens([m]))
-            [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content, *place)).fetchall()
+            parent_seq = None if link is None else link[0]
+            [(seq,)] = con.execute(
+                sql._INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)
+            ).fetchall()
             depth, path_bytes, _, path_tokens, jump = place
             jump = seq if jump is None else jump
             depth_of[seq] = (depth, jump)
@@ -153,7 +156,8 @@ def raw_append_same_sql(con, m: dict) -> None:
         parent = leaf[0][0] if leaf else None
         link = con.execute(sql._LINK, ("", parent)).fetchone()
         place = sql._child_place(link, len(content.encode()), 30)
-        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, m["role"], content, *place)).fetchall()
+        parent_seq = None if link is None else link[0]
+        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)).fetchall()
         con.execute(
             "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
             (seq, m["id"], m["role"], m["parts"][0]["text"]),

@@ -31,6 +31,10 @@ Invariants the queries rely on:
   window therefore never walk the whole path, and :meth:`MessageStore.ancestor_at_depth`
   ("which message at depth d is on the path to X") takes O(log depth)
   row reads.
+* **A row points at its parent twice**: ``parent_id`` (the spec's column,
+  and the key children are listed by) and ``parent_seq``, the parent's
+  rowid, written and re-attached together; walking up a path is then a
+  rowid lookup per step.
 * **The active leaf is persisted** (DEVIATIONS 3): every insert makes the new
   message the active leaf (a chain written by :meth:`MessageStore.append_chain`
   sets it once, to its last new message); deleting it drops the row; reads fall back to the
@@ -178,19 +182,35 @@ ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
 """
 _DROP_ACTIVE_LEAF = "DELETE FROM assistant_config WHERE session_id = ?1 AND key = 'active_leaf'"
 
-# The path from ?2 up to its root: (seq, depth), depth 0 = the leaf. ``m.seq < p.seq``
-# holds on every real edge (see the module docstring) and makes any cycle impossible.
+# The path from ?2 up to its root: (seq, depth), depth 0 = the leaf, one rowid lookup per
+# step (``parent_seq``). ``m.seq < p.seq`` holds on every real edge (see the module
+# docstring) and makes any cycle impossible; ``+m.session_id`` keeps a damaged pointer
+# inside the session without steering the planner to an index.
 _PATH_CTE = """
-WITH RECURSIVE path(seq, parent_id, depth) AS (
-    SELECT seq, parent_id, 0 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+WITH RECURSIVE path(seq, parent_seq, depth) AS (
+    SELECT seq, parent_seq, 0 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
     UNION ALL
-    SELECT m.seq, m.parent_id, p.depth + 1
-    FROM path AS p CROSS JOIN assistant_messages AS m ON m.session_id = ?1 AND m.id = p.parent_id
-    WHERE m.seq < p.seq
+    SELECT m.seq, m.parent_seq, p.depth + 1
+    FROM path AS p CROSS JOIN assistant_messages AS m ON m.seq = p.parent_seq
+    WHERE m.seq < p.seq AND +m.session_id = ?1
 )
 """
 _PATH_CONTENT = _PATH_CTE + """
 SELECT m.content FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
+"""
+# The same walk carrying each row's content: one JSON array of the rows that are JSON text,
+# *leaf first* (the walk's order: a recursive CTE's queue is FIFO, and the aggregate reads
+# it in that order; sorting would copy every row once more), and how many it holds.
+_PATH_JSON = """
+WITH RECURSIVE path(seq, parent_seq, content) AS (
+    SELECT seq, parent_seq, content FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+    UNION ALL
+    SELECT m.seq, m.parent_seq, m.content
+    FROM path AS p CROSS JOIN assistant_messages AS m ON m.seq = p.parent_seq
+    WHERE m.seq < p.seq AND +m.session_id = ?1
+)
+SELECT '[' || coalesce(group_concat(content, ','), '') || ']', count(*)
+FROM path WHERE typeof(content) = 'text' AND json_valid(content)
 """
 _PATH_STATS = _PATH_CTE + """
 SELECT m.id, m.role, octet_length(m.content)
@@ -199,14 +219,14 @@ FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.d
 # The newest rows of the path to ?2 that fit: the leaf, then each parent while the
 # window has fewer than ?3 rows or the parent's bytes still fit the budget ?4.
 _WINDOW = """
-WITH RECURSIVE w(seq, parent_id, used, n) AS (
-    SELECT seq, parent_id, octet_length(content), 1 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+WITH RECURSIVE w(seq, parent_seq, used, n) AS (
+    SELECT seq, parent_seq, octet_length(content), 1 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
     UNION ALL
-    SELECT m.seq, m.parent_id, w.used + octet_length(m.content), w.n + 1
-    FROM w CROSS JOIN assistant_messages AS m ON m.session_id = ?1 AND m.id = w.parent_id
-    WHERE m.seq < w.seq AND (w.n < ?3 OR w.used + octet_length(m.content) <= ?4)
+    SELECT m.seq, m.parent_seq, w.used + octet_length(m.content), w.n + 1
+    FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.parent_seq
+    WHERE m.seq < w.seq AND +m.session_id = ?1 AND (w.n < ?3 OR w.used + octet_length(m.content) <= ?4)
 )
-SELECT w.parent_id, m.content FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
+SELECT w.parent_seq, m.content FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
 """
 _CHILDREN = """
 SELECT content FROM assistant_messages INDEXED BY idx_assistant_msg_parent
@@ -215,15 +235,15 @@ WHERE session_id = ?1 AND parent_id = ?2 ORDER BY created_at, seq
 
 _INSERT = """
 INSERT INTO assistant_messages
-    (session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+    (session_id, id, parent_id, parent_seq, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 ON CONFLICT (session_id, id) DO NOTHING RETURNING seq
 """
 # The bulk insert of a chain: every value, ``seq`` included, computed beforehand.
 _INSERT_ROW = """
 INSERT INTO assistant_messages
-    (seq, session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    (seq, session_id, id, parent_id, parent_seq, role, content, depth, path_bytes, tokens, path_tokens, jump_seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _NEXT_SEQ = "SELECT coalesce(max(seq), 0) + 1 FROM assistant_messages"
 _STORED_IDS = """
@@ -287,17 +307,17 @@ WITH RECURSIVE climb(seq, depth) AS (
     FROM climb AS c
     CROSS JOIN assistant_messages AS m ON m.seq = c.seq
     CROSS JOIN assistant_messages AS j ON j.seq = coalesce(m.jump_seq, m.seq)
-    CROSS JOIN assistant_messages AS p ON p.session_id = ?1 AND p.id = m.parent_id
-    WHERE c.depth > ?3 AND p.depth < c.depth AND j.depth < c.depth
+    CROSS JOIN assistant_messages AS p ON p.seq = m.parent_seq
+    WHERE +p.session_id = ?1 AND c.depth > ?3 AND p.depth < c.depth AND j.depth < c.depth
 )
 SELECT seq FROM climb WHERE depth = ?3
 """
-_ROW_FOR_DELETE = "SELECT seq, parent_id FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+_ROW_FOR_DELETE = "SELECT seq, parent_id, parent_seq FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _CHILD_IDS = """
 SELECT id FROM assistant_messages INDEXED BY idx_assistant_msg_parent WHERE session_id = ?1 AND parent_id = ?2
 """
 _REPARENT = """
-UPDATE assistant_messages INDEXED BY idx_assistant_msg_parent SET parent_id = ?3
+UPDATE assistant_messages INDEXED BY idx_assistant_msg_parent SET parent_id = ?3, parent_seq = ?4
 WHERE session_id = ?1 AND parent_id = ?2
 """
 _DELETE = "DELETE FROM assistant_messages WHERE seq = ?1"
@@ -370,6 +390,11 @@ class _Places:
         link = self._links.get(parent_id)
         return link if link is not None else self._store._rows(_LINK, parent_id).fetchone()
 
+    def seq_of(self, message_id: str | None) -> int | None:
+        """``seq`` of ``message_id`` (placed here or stored), ``None`` for ``None`` or an id not stored."""
+        link = self.link(message_id)
+        return None if link is None else link[0]
+
     def place(self, seq: int, message_id: str, parent_id: str | None, size: int, tokens: int) -> tuple:
         """``(depth, path_bytes, tokens, path_tokens, jump_seq)`` of row ``seq`` under ``parent_id``."""
         place = _child_place(self.link(parent_id), size, tokens)
@@ -432,6 +457,21 @@ class MessageStore:
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
         return [row[0] for row in self._rows(_PATH_CONTENT, leaf_id)]
+
+    def path_json(self, leaf_id: str) -> tuple[str, int] | None:
+        """The path root <- ``leaf_id`` as one JSON array text, **leaf first**, and its length.
+
+        Holds every row of the path whose content is JSON text (SQLite's
+        ``json_valid``); other rows are left out. ``("[]", 0)`` for an
+        unknown leaf. ``None`` when the array would exceed SQLite's string
+        limit (1e9 bytes): read :meth:`path_contents` instead. One
+        statement: a rowid lookup per message, one string for all of them.
+        """
+        try:
+            [(text, count)] = self._rows(_PATH_JSON, leaf_id).fetchall()
+        except apsw.TooBigError:
+            return None
+        return text, count
 
     def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
@@ -601,7 +641,8 @@ class MessageStore:
             parent = self._resolve_parent(parent_id)
             link = None if parent is None else self._rows(_LINK, parent).fetchone()
             place = _child_place(link, _utf8_length(content), tokens)
-            seq = self._one(_INSERT, message_id, parent, role, content, *place)
+            parent_seq = None if link is None else link[0]
+            seq = self._one(_INSERT, message_id, parent, parent_seq, role, content, *place)
             if seq is None:
                 return False, None
             self._index(seq, message_id, role, text, tools)
@@ -668,8 +709,9 @@ class MessageStore:
                 results.append((False, None))
                 parent = self._overlay_end(m.id, parent) if m.id.startswith(OVERLAY_PREFIX) else m.id
                 continue
+            parent_seq = places.seq_of(parent)
             place = places.place(seq, m.id, parent, _utf8_length(m.content), m.tokens)
-            rows.append((seq, self.session_id, m.id, parent, m.role, m.content, *place))
+            rows.append((seq, self.session_id, m.id, parent, parent_seq, m.role, m.content, *place))
             extra = {"id": m.id, "session_id": self.session_id, "role": m.role}
             for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, extra=extra, indexed={"tools": m.tools}):
                 search_rows[sql].append(params)
@@ -744,9 +786,9 @@ class MessageStore:
                 row = self._rows(_ROW_FOR_DELETE, message_id).fetchone()
                 if row is None:
                     continue
-                seq, parent = row
+                seq, parent, parent_seq = row
                 moved.extend(child for (child,) in self._rows(_CHILD_IDS, message_id))
-                self._rows(_REPARENT, message_id, parent)
+                self._rows(_REPARENT, message_id, parent, parent_seq)
                 self.storage.connection.execute(_DELETE, (seq,))
                 self._run(fts.unindex_rows(FTS_TABLE, seq))
                 deleted.append(message_id)

@@ -22,7 +22,8 @@ Table names follow the TypeScript original (``assistant_messages``,
   and ``path_tokens`` (their sum from the root), so the token estimate of a
   history is one row read, and ``jump_seq`` (a skew-binary jump pointer to
   an ancestor; ``NULL`` on a root) so "is X on the path to Y" takes
-  O(log depth) row reads;
+  O(log depth) row reads; ``parent_seq`` is the parent's ``seq`` (kept
+  with ``parent_id``), so a path is walked by rowid lookups;
 * ``assistant_fts`` indexes a message's text parts (``content``) and, in a
   second column, the names and string inputs of its tool calls (``tools``);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
@@ -50,6 +51,7 @@ CREATE TABLE assistant_messages (
     session_id TEXT NOT NULL DEFAULT '',
     id         TEXT NOT NULL,
     parent_id  TEXT,
+    parent_seq INTEGER,
     role       TEXT NOT NULL,
     content    TEXT NOT NULL,
     created_at TEXT NOT NULL DEFAULT {NOW_MS},
