@@ -12,7 +12,7 @@ import pytest
 
 from storage.formats import FormatError
 from storage.formats.claude_code import convert_claude_code_entries, read_claude_code_session, read_transcript_entries
-from storage.formats.openai_chat import load_openai_chat
+from storage.formats.openai_chat import convert_openai_chat, load_openai_chat
 from storage.transcripts import LocalTranscriptStore
 
 KEY = {"project_key": "proj", "session_id": "sess"}
@@ -154,3 +154,37 @@ def test_openai_files_that_cannot_be_read_are_format_errors(tmp_path, content, m
     path.write_bytes(content)
     with pytest.raises(FormatError, match=message):
         load_openai_chat(path)
+
+
+# -- malformed-but-JSON entries (found by fuzzing) ---------------------------------------------------
+
+@pytest.mark.parametrize("entry", [
+    {"type": "user", "uuid": "u2", "message": {"role": "user", "content": ["plain string block", ["nested"]]}},
+    {"type": "user", "uuid": "u3", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": ["unhashable"], "content": "r"}]}},
+    {"type": "user", "uuid": "u4", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": {"id": 1}, "content": "r"}]}},
+    {"type": "assistant", "uuid": "a2", "message": {"id": "m2", "role": "assistant", "content": [
+        {"type": {"kind": "image"}, "source": {}}]}},
+    {"type": "summary", "summary": "Title", "leafUuid": ["u1"]},
+    {"type": "progress", "uuid": ["not", "a", "string"], "parentUuid": {"x": 1}},
+])
+def test_claude_code_entries_with_odd_json_types_never_raise(entry):
+    session = convert_claude_code_entries([USER, entry, ASSISTANT], session_id="s")
+    assert [m.message["id"] for m in session.messages][0] == "u1"
+    assert session.warnings == []
+
+
+@pytest.mark.parametrize("conversation, message", [
+    ([{"role": ["user"], "content": "x"}], "message 0: unknown role ['user']"),
+    ([{"role": {"r": 1}, "content": "x"}], "message 0: unknown role {'r': 1}"),
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": ["c1"], "content": "r"}],
+     "message 1: tool message for tool_call_id ['c1'] answers no open call"),
+    ([{"role": "function", "name": {"n": 1}, "content": "r"}],
+     "message 0: function message for function {'n': 1} answers no open call"),
+])
+def test_openai_messages_with_odd_json_types_are_format_errors(conversation, message):
+    with pytest.raises(FormatError) as raised:
+        convert_openai_chat(conversation)
+    assert str(raised.value) == f"conversation 0: {message}"

@@ -93,7 +93,7 @@ class _Converter:
             if self._canonical(entry):
                 for block in _blocks(entry, "user"):
                     call_id = block.get("tool_use_id")
-                    if block.get("type") == "tool_result" and call_id in self.call_ids:
+                    if block.get("type") == "tool_result" and _hashable(call_id) and call_id in self.call_ids:
                         self.first_result.setdefault(call_id, id(block))
 
     def _index_calls(self, uuid: str, entry: Mapping[str, Any]) -> None:
@@ -107,10 +107,15 @@ class _Converter:
 
     def _canonical(self, entry: Any) -> bool:
         """``entry`` has a uuid and is that uuid's first entry in the file."""
-        return isinstance(entry, Mapping) and self.by_uuid.get(entry.get("uuid")) is entry
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("uuid"), str):
+            return False
+        return self.by_uuid.get(entry["uuid"]) is entry
 
-    def _folds(self, block: Mapping[str, Any]) -> bool:
-        return block.get("type") == "tool_result" and self.first_result.get(block.get("tool_use_id")) == id(block)
+    def _folds(self, block: Any) -> bool:
+        if not isinstance(block, Mapping) or block.get("type") != "tool_result":
+            return False
+        call_id = block.get("tool_use_id")
+        return _hashable(call_id) and self.first_result.get(call_id) == id(block)
 
     def _message_id(self, entry: Mapping[str, Any]) -> str | None:
         """Id of the message ``entry`` makes or joins, or ``None``."""
@@ -231,7 +236,7 @@ class _Converter:
             if isinstance(entry.get(field), str) and entry[field]:
                 self.titles[field] = entry[field]
         if entry.get("type") == "summary" and isinstance(entry.get("summary"), str):
-            if entry.get("leafUuid") in self.by_uuid:
+            if isinstance(entry.get("leafUuid"), str) and entry["leafUuid"] in self.by_uuid:
                 self.titles["summary"] = entry["summary"]
 
     # pass 3: results into calls, parents before children
@@ -279,6 +284,15 @@ class _Converter:
 
 
 # -- entries and blocks -----------------------------------------------------
+
+
+def _hashable(value: Any) -> bool:
+    """``True`` when ``value`` can be a dict key (JSON objects and arrays cannot name a call)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_conversation(entry: Any, role: str) -> bool:
@@ -343,7 +357,7 @@ def _block_part(block: Any) -> dict[str, Any] | None:
             "state": "input-available",
             "input": block.get("input", {}),
         }
-    if kind in _DEFAULT_MEDIA_TYPE:
+    if isinstance(kind, str) and kind in _DEFAULT_MEDIA_TYPE:
         return _file_part(block.get("source"), _DEFAULT_MEDIA_TYPE[kind])
     return None
 

@@ -191,7 +191,7 @@ class _Builder:
             self._fold(("tool", message.get("tool_call_id")), message)
         elif role == "function":
             self._fold(("function", message.get("name")), message)
-        elif role in _ROLES:
+        elif isinstance(role, str) and role in _ROLES:
             self._append(index, _ROLES[role], message)
         else:
             raise FormatError(f"unknown role {role!r}")
@@ -232,7 +232,7 @@ class _Builder:
         return part
 
     def _fold(self, key: tuple[str, Any], message: Mapping[str, Any]) -> None:
-        waiting = self.unanswered.get(key)
+        waiting = self.unanswered.get(key) if isinstance(key[1], (str, type(None))) else None
         if not waiting:
             what = "tool_call_id" if key[0] == "tool" else "function"
             raise FormatError(f"{key[0]} message for {what} {key[1]!r} answers no open call")
