@@ -178,7 +178,8 @@ def test_claude_code_entries_with_odd_json_types_never_raise(entry):
 @pytest.mark.parametrize("conversation, message", [
     ([{"role": ["user"], "content": "x"}], "message 0: unknown role ['user']"),
     ([{"role": {"r": 1}, "content": "x"}], "message 0: unknown role {'r': 1}"),
-    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+    ([{"role": "assistant", "content": None,
+       "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
       {"role": "tool", "tool_call_id": ["c1"], "content": "r"}],
      "message 1: tool message for tool_call_id ['c1'] answers no open call"),
     ([{"role": "function", "name": {"n": 1}, "content": "r"}],
