@@ -45,6 +45,9 @@ __all__ = ["DEFAULT_URL", "LATEST_LEAF", "DurableSessionStore", "SessionHandle",
 
 #: Where ``durable-sessions serve`` listens by default.
 DEFAULT_URL = "http://127.0.0.1:8787"
+#: Seconds an idle pooled connection is kept; shorter than the server's keep-alive
+#: timeout (``ServerSettings.keep_alive_timeout_s``), so the client always closes first.
+KEEPALIVE_EXPIRY_S = 5.0
 Message = dict[str, Any]
 
 
@@ -78,7 +81,7 @@ class SessionsClient:
     async def __aenter__(self) -> SessionsClient:
         if self._http is not None or self._closed:
             raise RuntimeError("a SessionsClient can be entered once")
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=self._headers(), timeout=self._timeout, transport=self._transport, limits=limits
         )

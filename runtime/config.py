@@ -14,6 +14,7 @@ Unknown keys are errors, so a typo never passes silently::
     max_active = 4096            # actor files open at once (default: from the fd limit)
     max_pending_calls = 1000     # per actor, then 429
     graceful_timeout_s = 10      # how long shutdown waits for running requests
+    keep_alive_timeout_s = 30    # an idle HTTP connection is closed after this
 
     [session]
     cached_prompt = true
@@ -81,6 +82,9 @@ class ServerSettings:
         max_active: most actor files open at once (``None``: from the fd limit).
         max_pending_calls: calls waiting per actor before 429.
         graceful_timeout_s: seconds shutdown waits for running requests.
+        keep_alive_timeout_s: seconds an idle keep-alive connection stays open;
+            longer than clients keep idle connections (the Python client: 5 s),
+            so a client never sends on a connection the server is closing.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -91,13 +95,14 @@ class ServerSettings:
     max_active: int | None = None
     max_pending_calls: int = 1000
     graceful_timeout_s: float = 10.0
+    keep_alive_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
-        for name in ("idle_timeout_s", "graceful_timeout_s"):
+        for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")

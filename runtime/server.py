@@ -33,14 +33,18 @@ is an RPC call ``{"id", "method", "params"}`` answered with ``{"id",
 "result"}`` or ``{"id", "error"}`` in the same encoding (calls of one
 socket may run concurrently; match replies by ``id``). Any other frame goes
 to the actor's ``on_message``. Broadcasts (``Agent.broadcast``) are pushed
-as they happen; a peer that stops reading while its queue is full is
-closed with code 1008.
+as they happen. Frames for a peer wait in a queue; a peer that stops
+reading is closed with code 1008 when a broadcast finds 1024 frames queued
+or the queued frames exceed four body limits in size (replies to its own
+calls wait for room in the first case). A frame sent to the server over
+the body limit closes the socket with 1009.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import logging
 import time
 import uuid
@@ -50,7 +54,7 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
-from quart import Response, g, request, websocket
+from quart import Response, g, has_request_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import PathConverter
@@ -95,10 +99,15 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "sessions"
 #: Frames queued for one WebSocket peer before it counts as too slow.
 PEER_QUEUE_FRAMES = 1024
-#: RPC calls one WebSocket may have running at once (more frames wait to be read).
+#: RPC calls one WebSocket may have running or waiting to queue their reply (more frames wait to be read).
 PEER_MAX_INFLIGHT = 256
+#: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
+#: before it counts as too slow.
+PEER_QUEUE_BODIES = 4
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
+#: Seconds a WebSocket closed by the server waits for the client's close reply.
+CLOSE_DRAIN_TIMEOUT_S = 5.0
 #: WebSocket close codes.
 CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG = 1001, 1008, 1009
 
@@ -134,22 +143,57 @@ def require_token_for(bind: str, token: str | None) -> None:
 
 
 class _Peer:
-    """A WebSocket peer as the host sees it (:class:`actors.agent.ConnectionLike`)."""
+    """A WebSocket peer as the host sees it (:class:`actors.agent.ConnectionLike`).
 
-    def __init__(self) -> None:
+    Its outgoing queue holds at most :data:`PEER_QUEUE_FRAMES` frames and
+    ``max_queued`` characters or bytes (a single frame may be larger); a peer
+    that lets it overflow is not reading and is closed (``overflowed``).
+    """
+
+    def __init__(self, max_queued: int = PEER_QUEUE_BODIES * DEFAULT_MAX_BODY_BYTES) -> None:
         self.id = uuid.uuid4().hex
         self.outbox, self.inbox = trio.open_memory_channel[str | bytes](PEER_QUEUE_FRAMES)
         self.overflowed = trio.Event()
+        self.max_queued = max_queued
+        self.queued = 0  # length of the frames in the queue
 
     def send(self, message: str | bytes) -> None:
         """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
+        self._account(message)
         try:
             self.outbox.send_nowait(message)
         except trio.WouldBlock:
+            self.queued -= len(message)
             self.overflowed.set()
             raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.queued -= len(message)
             raise RuntimeError(f"WebSocket peer {self.id} is closed") from None
+
+    async def reply(self, message: str | bytes) -> None:
+        """Queue the answer to one of the peer's frames, waiting while the queue holds too many frames.
+
+        A peer whose queue is over its size limit is closed instead (the frame is dropped).
+        """
+        try:
+            self._account(message)
+        except RuntimeError:
+            return
+        try:
+            await self.outbox.send(message)
+        except BaseException:
+            self.queued -= len(message)
+            raise
+
+    def sent(self, message: str | bytes) -> None:
+        """``message`` left the queue."""
+        self.queued -= len(message)
+
+    def _account(self, message: str | bytes) -> None:
+        if self.queued and self.queued + len(message) > self.max_queued:
+            self.overflowed.set()
+            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it")
+        self.queued += len(message)
 
 
 class SessionsServer:
@@ -232,7 +276,8 @@ class SessionsServer:
     # -- responses -----------------------------------------------------------------------------------
 
     def _respond(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-        kind = request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON)
+        # An error of a WebSocket handler also lands here, where there is no request to ask.
+        kind = request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON) if has_request_context() else JSON
         return Response(encode_body(body, kind), status=status, content_type=kind, headers=headers)
 
     def _error(self, error: BaseException) -> Response:
@@ -324,7 +369,7 @@ class SessionsServer:
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
             if segments != ["ws"]:
                 raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
-            peer = _Peer()
+            peer = _Peer(PEER_QUEUE_BODIES * self.max_body_bytes)
             await self.namespace.connect(actor_id, peer)
         except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
             status, body = describe_error(exc)
@@ -346,6 +391,7 @@ class SessionsServer:
             nursery.cancel_scope.cancel()
         if close:
             await websocket.close(*close[0])
+            await _drain_frames()
 
     async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
         async with trio.open_nursery() as nursery:
@@ -359,18 +405,24 @@ class SessionsServer:
 
     async def _pump(self, peer: _Peer) -> None:
         async for frame in peer.inbox:
+            peer.sent(frame)
             await websocket.send(frame)
 
     async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
         limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
         while True:
             frame = await websocket.receive()
+            if frame is None:  # an empty binary frame (quart hands it over as None)
+                frame = b""
             if len(frame) > self.max_body_bytes:
                 too_big = PayloadTooLargeError(f"the frame is larger than {self.max_body_bytes} bytes")
-                await peer.outbox.send(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
+                await peer.reply(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
                 continue
-            parsed = _parse_frame(frame)
-            if isinstance(parsed, dict) and "method" in parsed:
+            parsed, error = _parse_frame(frame)
+            if isinstance(parsed, dict) and "method" in parsed and error is not None:
+                reply = {"id": _echo_id(parsed.get("id"), frame), **describe_error(error)[1]}
+                await peer.reply(_encode_frame(reply, frame))
+            elif isinstance(parsed, dict) and "method" in parsed:
                 await limiter.acquire()
                 nursery.start_soon(self._answer, actor_id, peer, frame, parsed, limiter)
             else:
@@ -378,27 +430,32 @@ class SessionsServer:
 
     async def _answer(self, actor_id: ActorId, peer: _Peer, frame: str | bytes, request_frame: dict[str, Any],
                       limiter: trio.Semaphore) -> None:
-        started = time.perf_counter()
-        method = request_frame.get("method")
-        reply: dict[str, Any] = {"id": request_frame.get("id")}
+        """Run one RPC call and queue its reply; the call holds its ``limiter`` slot until then,
+        so a peer that does not read cannot pile up answers in memory."""
         try:
-            reply["result"] = await call_method(
-                self.namespace.get(actor_id), method, request_frame.get("params"))
-            status = 200
-        except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
-            status, body = describe_error(exc)
-            reply["error"] = body["error"]
+            started = time.perf_counter()
+            method = request_frame.get("method")
+            reply: dict[str, Any] = {"id": _echo_id(request_frame.get("id"), frame)}
+            try:
+                reply["result"] = await call_method(
+                    self.namespace.get(actor_id), method, request_frame.get("params"))
+                status = 200
+            except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
+                status, body = describe_error(exc)
+                reply["error"] = body["error"]
+            known = isinstance(method, str) and callable_method(self.namespace.agent_class, method) is not None
+            self.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
+            encoded = _encode_frame(reply, frame)
+            del reply  # only the encoded frame waits in the queue
+            await peer.reply(encoded)
         finally:
             limiter.release()
-        known = isinstance(method, str) and callable_method(self.namespace.agent_class, method) is not None
-        self.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
-        await peer.outbox.send(_encode_frame(reply, frame))
 
     async def _deliver(self, actor_id: ActorId, peer: _Peer, frame: str | bytes) -> None:
         try:
             await self.namespace.receive(actor_id, peer, frame)
         except Exception as exc:  # noqa: BLE001 - on_message failures are reported, the socket stays
-            await peer.outbox.send(_encode_frame({"id": None, **describe_error(exc)[1]}, frame))
+            await peer.reply(_encode_frame({"id": None, **describe_error(exc)[1]}, frame))
 
     async def _disconnect(self, actor_id: ActorId, peer: _Peer) -> None:
         try:
@@ -461,6 +518,20 @@ class _ShieldedResponseEnd:
         await self.app(scope, receive, send_shielded)
 
 
+async def _drain_frames() -> None:
+    """After the server closed a WebSocket, drop the client's frames until its goodbye arrives.
+
+    Frames the client sent before it saw the close wait in hypercorn's queue
+    for the handler; a handler that returned without reading them would leave
+    hypercorn unable to hand over the disconnect, and the connection (and
+    shutdown) would hang. The goodbye ends the handler; a client that does
+    not send one within :data:`CLOSE_DRAIN_TIMEOUT_S` is left to hypercorn.
+    """
+    with trio.move_on_after(CLOSE_DRAIN_TIMEOUT_S):
+        while True:
+            await websocket.receive()
+
+
 async def _drain_body() -> None:
     """Read what is left of the request body (up to the size limit) before answering.
 
@@ -501,12 +572,34 @@ def _str_list(value: Any) -> list[str]:
     return value
 
 
-def _parse_frame(frame: str | bytes) -> Any:
+def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
+    """``(value, None)`` for a valid frame; ``(loosely parsed value or None, error)`` otherwise.
+
+    A frame the wire rules refuse (``NaN``, a lone surrogate, ...) may still
+    be an RPC call: the loose parse finds its ``id`` so the error can be answered.
+    """
+    data = frame.encode("utf-8") if isinstance(frame, str) else frame
     try:
-        return decode_body(frame.encode("utf-8") if isinstance(frame, str) else frame,
-                           JSON if isinstance(frame, str) else MSGPACK)
-    except InvalidInputError:
+        return decode_body(data, JSON if isinstance(frame, str) else MSGPACK), None
+    except InvalidInputError as error:
+        if isinstance(frame, bytes):
+            return None, error
+        try:
+            return json.loads(data), error
+        except (ValueError, RecursionError):
+            return None, error
+
+
+def _echo_id(value: Any, frame: str | bytes) -> Any:
+    """The call's ``id`` as the reply carries it: ``None`` in place of one a JSON reply
+    cannot hold (``NaN``, a lone surrogate)."""
+    if isinstance(frame, bytes):
+        return value
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
         return None
+    return value
 
 
 def _encode_frame(value: dict[str, Any], like: str | bytes) -> str | bytes:
@@ -557,6 +650,7 @@ async def serve(
     config = HypercornConfig()
     config.bind = [settings.bind]
     config.graceful_timeout = settings.graceful_timeout_s
+    config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")

@@ -175,7 +175,8 @@ def decode_body(data: bytes, content_type: str | None) -> Any:
         UnsupportedMediaTypeError: neither JSON nor msgpack.
         InvalidInputError: (``field="body"``) the bytes do not parse, nest deeper
             than the parser can follow, or (JSON) hold a lone surrogate escape
-            such as ``"\\ud800"``, which no stored text can hold.
+            such as ``"\\ud800"``, which no stored text can hold. (``NaN`` and
+            ``Infinity`` literals parse; the layer that stores a value refuses them.)
     """
     kind = media_type(content_type)
     if kind not in (JSON, MSGPACK):
@@ -237,8 +238,13 @@ def is_finite_number(value: Any) -> bool:
 
 
 def quote_segment(value: str) -> str:
-    """``value`` as one percent-encoded path segment (every reserved character encoded)."""
-    return quote(value, safe="")
+    """``value`` as one percent-encoded path segment (every reserved character encoded).
+
+    The segments ``.`` and ``..`` are sent as ``%2E`` and ``%2E%2E``: as they
+    are, clients and proxies remove them from the path (RFC 3986 dot segments).
+    """
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def unquote_segment(segment: str, name: str) -> str:
