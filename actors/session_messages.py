@@ -21,6 +21,7 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -232,10 +233,17 @@ def parse_path(leaf_first: str, count: int) -> list[Message] | None:
     Returns ``None`` when the text does not parse, or not into ``count``
     values: the caller then parses row by row.
     """
+    # Parsing builds a dict and a list or two per message: with the collector on, every
+    # few hundred of them trigger a collection that walks the objects built so far.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         values = json.loads(leaf_first)
     except (ValueError, RecursionError):
         return None
+    finally:
+        if collecting:
+            gc.enable()
     if not isinstance(values, list) or len(values) != count:
         return None
     values.reverse()
