@@ -43,7 +43,7 @@ from typing import Any, TypedDict
 
 from .errors import CompactionError, InvalidInputError
 from .summary import build_summary_prompt, extractive_summarize
-from .tokens import estimate_message_tokens, estimate_string_tokens, js_stringify
+from .tokens import estimate_message_tokens, estimate_string_tokens, js_stringify, message_parts
 
 __all__ = [
     "COMPACTION_PREFIX",
@@ -115,7 +115,7 @@ def is_compaction_message(message: Message) -> bool:
 
 def _tool_parts(message: Message) -> list[Mapping[str, Any]]:
     return [
-        part for part in message.get("parts") or ()
+        part for part in message_parts(message)
         if isinstance(part, Mapping) and isinstance(part.get("type"), str)
         and (part["type"].startswith("tool-") or part["type"] == "dynamic-tool")
     ]
@@ -242,7 +242,7 @@ def _drop_results(message: Message, orphaned: Sequence[Any]) -> Message:
 
 def _stub(message: Message, call_id: Any, created_at: str) -> Message:
     call = next(
-        (p for p in message.get("parts") or () if isinstance(p, Mapping)
+        (p for p in message_parts(message) if isinstance(p, Mapping)
          and "toolCallId" in p and p["toolCallId"] == call_id),
         {},
     )
@@ -480,7 +480,7 @@ def _previous_summary(messages: Sequence[Message]) -> str | None:
     overlay = next((m for m in messages if is_compaction_message(m)), None)
     if overlay is None:
         return None
-    texts = [p.get("text") for p in overlay.get("parts") or () if isinstance(p, Mapping) and p.get("type") == "text"]
+    texts = [p.get("text") for p in message_parts(overlay) if isinstance(p, Mapping) and p.get("type") == "text"]
     return "\n".join("" if t is None else str(t) for t in texts)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tokens import estimate_string_tokens, js_stringify
+from .tokens import estimate_string_tokens, js_stringify, message_parts
 
 _SECTIONS = (
     "## Topic\n[What the conversation is about]\n\n"
@@ -95,7 +95,7 @@ def build_summary_prompt(
 
 
 def _render_message(message: Mapping[str, Any]) -> str:
-    parts = [part for part in message.get("parts") or () if isinstance(part, Mapping)]
+    parts = [part for part in message_parts(message) if isinstance(part, Mapping)]
     text = "\n".join(
         _js_string(part.get("text")) for part in parts if part.get("type") == "text"
     )

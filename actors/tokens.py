@@ -83,6 +83,12 @@ def _part_tokens(part: Mapping[str, Any]) -> int:
     return 0
 
 
+def message_parts(message: Mapping[str, Any]) -> list[Any]:
+    """``message["parts"]`` when it is a list, else ``[]`` (a malformed message has no parts)."""
+    parts = message.get("parts")
+    return parts if isinstance(parts, list) else []
+
+
 def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     """Estimated tokens of ``messages``: 4 per message plus its parts (§9).
 
@@ -95,7 +101,7 @@ def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     total = 0
     for message in messages:
         total += TOKENS_PER_MESSAGE
-        for part in message.get("parts") or ():
+        for part in message_parts(message):
             if isinstance(part, Mapping):
                 total += _part_tokens(part)
     return total

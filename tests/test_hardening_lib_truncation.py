@@ -122,3 +122,19 @@ async def test_a_message_with_a_non_string_text_part_can_be_stored_and_searched(
     assert await session.get_history() == [odd]
     assert [hit["id"] for hit in await session.search("fine")] == ["m1"]
     storage.close()
+
+
+@pytest.mark.parametrize("parts", [True, 5, "text", {"type": "text", "text": "x"}, None])
+def test_helpers_read_a_message_whose_parts_is_not_a_list_as_having_no_parts(parts):
+    from actors.compaction import (
+        align_boundary_backward, align_boundary_forward, compute_summary_budget, sanitize_tool_pairs,
+    )
+    from actors.summary import build_summary_prompt
+
+    odd = {"id": "odd", "role": "assistant", "parts": parts}
+    history = [{"id": "a", "role": "user", "parts": [{"type": "text", "text": "hi"}]}, odd]
+    assert estimate_message_tokens([odd]) == 4
+    assert compute_summary_budget(history) == 100
+    assert align_boundary_forward(history, 1) == 1 and align_boundary_backward(history, 1) == 1
+    assert sanitize_tool_pairs(history) == [m for m in history if m["parts"]]
+    assert "[assistant]\n" in build_summary_prompt(history, None, 100)
