@@ -288,8 +288,11 @@ class _Config:
 def _check_options(label: Any, description: Any, max_tokens: Any, provider: Any) -> None:
     if not isinstance(label, str) or not label:
         raise InvalidInputError("context block label must be a non-empty string", field="label")
+    _check_text(label, "label")  # it names a row and goes into the prompt: valid Unicode only
     if description is not None and not isinstance(description, str):
         raise InvalidInputError("description must be a string or None", field="description")
+    if description is not None:
+        _check_text(description, "description")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
         raise InvalidInputError("max_tokens must be an integer >= 0 or None", field="max_tokens")
     if provider is not None and not _has(provider, "get"):
@@ -308,6 +311,13 @@ def _check_text(value: Any, name: str) -> str:
                 f"{name} is not valid Unicode text (lone surrogate at index {exc.start})", field=name
             ) from None
     return value
+
+
+def _check_label(label: Any) -> str:
+    """``label`` if it is a ``str`` (any string may name a block), else InvalidInputError."""
+    if not isinstance(label, str):
+        raise InvalidInputError(f"label must be a string, not {type(label).__name__}", field="label")
+    return label
 
 
 def _provider_text(value: Any, label: str, method: str) -> str:
@@ -369,7 +379,7 @@ class ContextBlocks:
         self._check_unresolved("for_session")
         if not isinstance(session_id, str):
             raise InvalidInputError("session_id must be a string", field="session_id")
-        self._session_id = session_id
+        self._session_id = _check_text(session_id, "session_id")
         return self
 
     def with_context(
@@ -501,7 +511,7 @@ class ContextBlocks:
 
     async def get_context_block(self, label: str) -> ContextBlock | None:
         """A copy of block ``label`` (loading blocks if needed), or ``None`` if unknown."""
-        block = (await self._loaded()).get(label)
+        block = (await self._loaded()).get(_check_label(label))
         return ContextBlock(**block) if block is not None else None
 
     async def get_context_blocks(self) -> list[ContextBlock]:
@@ -520,6 +530,7 @@ class ContextBlocks:
             ``Block "<label>" is a keyed provider. Use setSkill() or setSearchEntry() instead.``;
             ``Block "<label>" exceeds maxTokens: <tokens> > <maxTokens>``.
         """
+        _check_label(label)
         _check_text(content, "content")
         blocks = await self._loaded()
         block = blocks.get(label)
@@ -547,6 +558,7 @@ class ContextBlocks:
         Raises:
             ContextBlockError: ``Block "<label>" not found``, or as :meth:`replace_context_block`.
         """
+        _check_label(label)
         _check_text(content, "content")
         block = (await self._loaded()).get(label)
         if block is None:
@@ -555,7 +567,7 @@ class ContextBlocks:
         return await self.replace_context_block(label, block["content"] + sep + content)
 
     async def _keyed(self, label: str, kind: str, check: Any) -> tuple[ContextBlock, Any]:
-        block = (await self._loaded()).get(label)
+        block = (await self._loaded()).get(_check_label(label))
         if block is None or not block[kind]:
             noun = "skill" if kind == "isSkill" else "search"
             raise ContextBlockError(f'Block "{label}" is not a {noun} provider', field="label")
@@ -608,6 +620,7 @@ class ContextBlocks:
         """
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, not {type(query).__name__}", field="query")
+        _check_label(label)
         await self._loaded()
         config = self._config(label)
         if config is None or not is_search_provider(config.provider):
@@ -645,7 +658,7 @@ class ContextBlocks:
     async def remove_context(self, label: str) -> bool:
         """Remove block ``label``; ``False`` if unknown. Its ``label:*`` skills are
         forgotten without rewriting history; the frozen prompt is not refreshed."""
-        config = self._config(label)
+        config = self._config(_check_label(label))
         if config is None:
             return False
         tracker = await self._tracker()
@@ -717,6 +730,7 @@ class ContextBlocks:
             InvalidInputError: ``key`` is not text.
         """
         _check_text(key, "key")
+        _check_label(label)
         await self._loaded()
         config = self._config(label)
         if config is None or not is_skill_provider(config.provider):

@@ -318,3 +318,38 @@ async def test_duplicate_labels_and_reserved_looking_labels(storage):
         await engine.add_context("Memory")
     with pytest.raises(ContextBlockError, match='Block "nope" is readonly'):
         await engine.replace_context_block("nope", "x")
+
+
+@pytest.mark.parametrize("label", [["memory"], {"l": 1}, 5, None, b"memory"])
+async def test_every_block_call_refuses_a_label_that_is_not_a_string(session, skills, label):
+    calls = [
+        lambda: session.get_context_block(label),
+        lambda: session.replace_context_block(label, "x"),
+        lambda: session.append_context_block(label, "x"),
+        lambda: session.remove_context(label),
+        lambda: session.unload_skill(label, "pirate"),
+        lambda: session._context.load_skill(label, "pirate"),
+        lambda: session._context.set_skill(label, "k", "body"),
+        lambda: session._context.set_search_entry(label, "k", "body"),
+        lambda: session._context.search_context(label, "q"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInputError) as raised:
+            await call()
+        assert raised.value.field == "label"
+    assert skills.calls == []
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"label": "mem\ud800"}, "label"), ({"label": "memory", "description": "half \udc00"}, "description"),
+])
+async def test_block_options_must_be_valid_unicode(storage, options, field):
+    with pytest.raises(InvalidInputError) as raised:
+        ContextBlocks(storage).with_context(**options)
+    assert raised.value.field == field
+    engine = ContextBlocks(storage).with_context("soul")
+    with pytest.raises(InvalidInputError):
+        await engine.add_context(**options)
+    with pytest.raises(InvalidInputError) as raised:
+        ContextBlocks(storage).for_session("s\ud800")
+    assert raised.value.field == "session_id"
