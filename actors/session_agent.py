@@ -465,8 +465,11 @@ class SessionAgent(Agent):
         """Run tool ``name`` with ``args``; its result string (tool errors are ``Error: ...`` strings).
 
         Raises:
+            InvalidInputError: ``name`` is not a string (``field="name"``).
             NotFoundError: (``kind="tool"``) no tool of that name for the current blocks.
         """
+        if not isinstance(name, str):
+            raise InvalidInputError(f"name must be a string, not {type(name).__name__}", field="name")
         tool = (await self.session.tools()).get(name)
         if tool is None:
             raise NotFoundError(f"no tool named {name!r}", kind="tool", key=str(name))
