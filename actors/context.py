@@ -21,7 +21,10 @@ is optional and runs before every full load.
 :meth:`~ContextBlocks.for_session`), block reads and writes, the frozen
 prompt, the AI tools and the loaded-skill set. It loads blocks on demand --
 reading a block after a wake works even when the prompt came from the cache
-(DEVIATIONS 3). Its host (the Session) is reached only through
+(DEVIATIONS 3) -- and re-reads them after a write through a provider or file
+it shares with another engine (manager sessions, a search label, a skill
+folder), so a session that stayed awake never shows older content than one
+that woke up. Its host (the Session) is reached only through
 :class:`actors.skills.SkillHost`.
 """
 
