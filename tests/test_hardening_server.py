@@ -16,10 +16,12 @@ import time
 import httpx
 import msgpack
 import pytest
+import trio
 
 from _server_process import server_process
 from runtime.client import SessionsClient
-from runtime.wire import quote_segment
+from runtime.wire import UnauthorizedError, quote_segment
+from runtime.ws_client import ConnectionClosed, WebSocketConnection
 
 TOKEN = "hardening-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -439,8 +441,228 @@ def test_bad_rpc_calls_are_clear_errors(http, body, status, error_type, field):
     assert_error(http.post("/v1/sessions/rpc/rpc", json=body), status, error_type, field)
 
 
-@pytest.mark.xfail(strict=True, reason="actors/session_agent.py SessionAgent.execute_tool: tools().get(name) with an "
-                   "unhashable name (a list) raises TypeError -> 500 instead of a 400/404")
-def test_execute_tool_with_a_list_as_name_is_a_client_error(http):
+def test_execute_tool_with_a_list_as_name_is_a_400(http):
     response = http.post("/v1/sessions/rpc/rpc", json={"method": "execute_tool", "params": [["x"], {}]})
-    assert response.status_code in (400, 404), response.text
+    assert assert_error(response, 400, "InvalidInputError", "name") == "name must be a string, not list"
+
+
+def test_a_huge_search_limit_through_rpc_is_answered(http):
+    response = http.post("/v1/sessions/rpc/rpc",
+                         json={"method": "search", "params": {"query": "a", "limit": 10**20}})
+    assert response.json() == {"result": []}
+
+
+def test_parts_of_any_shape_are_stored_as_sent(http):
+    odd = {"id": "odd", "role": "user", "parts": [{"type": "text", "text": 5}, 1, "x", None, {"type": "text"}]}
+    assert http.post("/v1/sessions/odd-parts/messages", json={"message": odd}).status_code == 201
+    assert http.get("/v1/sessions/odd-parts/messages").json() == {"messages": [odd]}
+    assert http.post("/v1/sessions/odd-parts/compact").json() == {"result": None}
+
+
+def test_a_batch_nested_too_deeply_to_store_is_a_400_for_that_message(http):
+    deep = "[" * 800 + "]" * 800
+    body = '{"method": "append_messages", "params": [[{"id": "z", "role": "user", "parts": [%s]}]]}' % deep
+    response = http.post("/v1/sessions/rpc-deep/rpc", content=body, headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "InvalidMessageError", "messages[0]")
+    assert http.get("/v1/sessions/rpc-deep/messages:count").json() == {"count": 0}
+
+
+# -- WebSocket --------------------------------------------------------------------------------------------
+
+
+async def open_socket(server, session_id):
+    url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{quote_segment(session_id)}/ws"
+    return await WebSocketConnection.connect(url, headers=[("Authorization", f"Bearer {TOKEN}")])
+
+
+async def replies(ws, count, timeout=5):
+    """The next ``count`` frames that answer calls (broadcasts are skipped)."""
+    found = []
+    with trio.fail_after(timeout):
+        while len(found) < count:
+            frame = await ws.receive()
+            value = json.loads(frame) if isinstance(frame, str) else msgpack.unpackb(frame)
+            if "type" not in value:
+                found.append(value)
+    return found
+
+
+async def test_frames_that_are_not_calls_get_no_reply_and_the_socket_keeps_answering(server):
+    ws = await open_socket(server, "ws-noise")
+    for frame in [b"", "", "not json", "[1, 2]", '"text"', '{"no": "method"}', "[" * 100_000 + "]" * 100_000,
+                  b"\xc1", msgpack.packb([1])]:
+        await ws.send(frame)
+    await ws.send(json.dumps({"id": "after", "method": "get_path_length"}))
+    assert await replies(ws, 1) == [{"id": "after", "result": 0}]
+    await ws.aclose()
+
+
+async def test_bad_rpc_frames_are_answered_with_errors_under_their_id(server):
+    ws = await open_socket(server, "ws-bad-calls")
+    frames = [
+        {"id": 1, "method": 5},
+        {"id": 2, "method": "get_history", "params": "x"},
+        {"id": 3, "method": "nope"},
+        {"id": 4, "method": "get_history", "params": [1, 2, 3, 4]},
+        {"id": 5, "method": "append_message", "params": {"message": {"id": "w", "role": "user", "parts": "x"}}},
+    ]
+    for frame in frames:
+        await ws.send(json.dumps(frame))
+    got = {reply["id"]: (reply["error"]["type"], reply["error"].get("field")) for reply in await replies(ws, 5)}
+    assert got == {1: ("InvalidInputError", "method"), 2: ("InvalidInputError", "params"),
+                   3: ("UnknownMethodError", None), 4: ("InvalidArgumentsError", None),
+                   5: ("InvalidMessageError", "message.parts")}
+    await ws.aclose()
+
+
+async def test_an_rpc_frame_with_a_lone_surrogate_is_answered_with_a_400_and_stores_nothing(server, http):
+    ws = await open_socket(server, "ws-surrogate")
+    await ws.send('{"id": 7, "method": "append_message", "params": [{"id": "\\ud800", "role": "user", "parts": []}]}')
+    [reply] = await replies(ws, 1)
+    assert reply["id"] == 7
+    assert reply["error"]["type"] == "InvalidInputError" and reply["error"]["field"] == "body"
+    assert http.get("/v1/sessions/ws-surrogate/messages:count").json() == {"count": 0}
+    await ws.aclose()
+
+
+async def test_a_call_whose_id_json_cannot_carry_is_answered_with_a_null_id(server):
+    ws = await open_socket(server, "ws-nan")
+    await ws.send('{"id": NaN, "method": "get_path_length"}')
+    frame = await ws.receive()
+    assert json.loads(frame, parse_constant=lambda name: pytest.fail(f"{name} in a reply")) == {"id": None,
+                                                                                              "result": 0}
+    await ws.aclose()
+
+
+async def test_a_frame_over_the_limit_closes_the_socket_with_1009(server, http):
+    ws = await open_socket(server, "ws-big")
+    with pytest.raises(ConnectionClosed) as closed:
+        await ws.send(json.dumps({"id": 1, "method": "get_path_length", "pad": "x" * LIMIT}))
+        await replies(ws, 1)
+    assert closed.value.code == 1009
+    assert http.get("/v1/health").json() == {"status": "ok"}
+
+
+async def test_a_websocket_without_the_token_is_refused_with_401(server):
+    url = server.url.replace("http", "ws", 1) + "/v1/sessions/ws-auth/ws"
+    with pytest.raises(UnauthorizedError):
+        await WebSocketConnection.connect(url)
+    with pytest.raises(UnauthorizedError):
+        await WebSocketConnection.connect(url, headers=[("Authorization", "Bearer wrong")])
+
+
+async def test_calls_on_a_socket_wake_its_actor_after_it_hibernated(server, http):
+    ws = await open_socket(server, "ws-sleepy")
+    await ws.send(json.dumps({"id": 1, "method": "append_message", "params": [msg("m1", "before sleep")]}))
+    assert await replies(ws, 1) == [{"id": 1, "result": True}]
+    assert http.post("/v1/actors:hibernate", json={"sessionIds": ["ws-sleepy"]}).json() == {"hibernated": 1}
+    await ws.send(json.dumps({"id": 2, "method": "get_history"}))
+    assert await replies(ws, 1) == [{"id": 2, "result": [msg("m1", "before sleep")]}]
+    await ws.aclose()
+
+
+async def test_a_call_whose_socket_closes_mid_call_still_completes(server, http):
+    ws = await open_socket(server, "ws-gone")
+    await ws.send(json.dumps({"id": 1, "method": "append_messages",
+                              "params": [[msg(f"g{i}", "words " * 50) for i in range(300)]]}))
+    await ws.aclose()
+    with trio.fail_after(5):
+        while http.get("/v1/sessions/ws-gone/messages:count").json() != {"count": 300}:
+            await trio.sleep(0.05)
+    assert http.get("/v1/actors").json()["connections"] == 0
+
+
+# -- tokens ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/metrics"), ("GET", "/v1/actors"), ("POST", "/v1/actors:hibernate"),
+    ("GET", "/v1/sessions/auth/messages"), ("POST", "/v1/sessions/auth/messages"), ("GET", "/v1/nowhere"),
+    ("GET", "/v1/sessions/%FF/messages"), ("GET", "/v1/transcripts/sessions?project_key=p"),
+    ("POST", "/v1/transcripts/entries"),
+])
+def test_every_route_but_health_needs_the_token(server, http, method, path):
+    with httpx.Client(base_url=server.url, timeout=5) as client:
+        response = client.request(method, path, json={"message": msg("no")})
+        assert_error(response, 401, "UnauthorizedError")
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert client.get("/v1/health").json() == {"status": "ok"}
+    assert http.get("/v1/sessions/auth/messages").json() == {"messages": []}
+
+
+@pytest.mark.parametrize("authorization", ["Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}",
+                                           f"Bearer {TOKEN.upper()}", TOKEN, "Bearer", "", f"Bearer {TOKEN} {TOKEN}"])
+def test_only_the_exact_bearer_token_is_accepted(server, authorization):
+    with httpx.Client(base_url=server.url, timeout=5) as client:
+        assert_error(client.get("/v1/actors", headers={"Authorization": authorization}), 401, "UnauthorizedError")
+
+
+def test_the_scheme_is_case_insensitive_and_spaces_around_the_token_do_not_matter(server):
+    with httpx.Client(base_url=server.url, timeout=5) as client:
+        for header in (f"bearer {TOKEN}", f"BEARER {TOKEN}", f"Bearer  {TOKEN}"):
+            assert client.get("/v1/actors", headers={"Authorization": header}).status_code == 200
+
+
+# -- concurrency --------------------------------------------------------------------------------------------
+
+
+async def test_fifty_concurrent_writers_lose_nothing_and_build_one_chain(server):
+    acknowledged = []
+    async with SessionsClient(server.url, token=TOKEN) as client:
+        session = client.session("crowd")
+
+        async def writer(w):
+            for i in range(6):
+                assert await session.append_message(msg(f"w{w}-{i}", f"writer {w} says {i}")) is True
+                acknowledged.append(f"w{w}-{i}")
+
+        async with trio.open_nursery() as nursery:
+            for w in range(50):
+                nursery.start_soon(writer, w)
+        history = await session.get_history()
+        assert len(acknowledged) == 300
+        assert sorted(m["id"] for m in history) == sorted(acknowledged)  # one chain: every message on the path
+        assert await session.get_path_length() == 300
+        for w in range(50):  # each writer's messages in its own order
+            mine = [m["id"] for m in history if m["id"].startswith(f"w{w}-")]
+            assert mine == [f"w{w}-{i}" for i in range(6)]
+
+
+async def test_appends_racing_compactions_keep_every_message_and_valid_ranges(server):
+    async with SessionsClient(server.url, token=TOKEN) as client:
+        session = client.session("crowd-compact")
+        ids = []
+
+        async def writer(w):
+            for i in range(15):
+                await session.append_message(msg(f"c{w}-{i}", f"lorem ipsum dolor sit amet {w} {i} " * 20))
+                ids.append(f"c{w}-{i}")
+
+        async def compactor():
+            for _ in range(15):
+                await session.compact()
+                await trio.sleep(0.01)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(compactor)
+            for w in range(10):
+                nursery.start_soon(writer, w)
+        assert await session.get_path_length() == 150
+        compactions = await session.get_compactions()
+        assert compactions
+        for compaction in compactions:
+            assert compaction["fromMessageId"] in ids and compaction["toMessageId"] in ids
+        visible = [m["id"] for m in await session.get_history()]
+        assert visible[-1] == ids[-1] or visible[-1] in ids
+
+
+async def test_two_hundred_sessions_at_once(server):
+    async with SessionsClient(server.url, token=TOKEN) as client:
+        async def one(n):
+            session = client.session(f"many-{n}")
+            await session.append_message(msg("hello", f"session {n}"))
+            assert [m["parts"][0]["text"] for m in await session.get_history()] == [f"session {n}"]
+
+        async with trio.open_nursery() as nursery:
+            for n in range(200):
+                nursery.start_soon(one, n)
