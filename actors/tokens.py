@@ -30,7 +30,10 @@ _JS_WHITESPACE = re.compile(
 
 def utf16_length(s: str) -> int:
     """Length of ``s`` in UTF-16 code units (JavaScript's ``s.length``)."""
-    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+    if s.isascii():
+        return len(s)
+    # surrogatepass: a lone surrogate is one code unit, as in JavaScript.
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def estimate_string_tokens(s: str | None) -> int:
