@@ -34,6 +34,9 @@ from .wire import error_from_payload
 __all__ = ["ConnectionClosed", "WebSocketConnection"]
 
 _READ_BYTES = 65536
+#: Largest message :meth:`WebSocketConnection.connect` accepts by default. Replies are not bounded
+#: by the server's request limit (a long history can be tens of MB), so this only stops a runaway peer.
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
 
 
 class ConnectionClosed(Exception):
@@ -62,7 +65,7 @@ class WebSocketConnection:
 
     @classmethod
     async def connect(
-        cls, url: str, *, headers: list[tuple[str, str]] = (), max_message_bytes: int = 16 * 1024 * 1024
+        cls, url: str, *, headers: list[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     ) -> WebSocketConnection:
         """Open ``url`` (``ws://``, ``wss://``, or ``http(s)://`` meaning the same).
 

@@ -67,6 +67,20 @@ async def test_a_websocket_peer_that_stops_reading_is_closed_with_1008_and_memor
         assert time.monotonic() - started < 5
 
 
+async def test_a_websocket_call_whose_answer_is_larger_than_a_request_body_is_answered(tmp_path):
+    config = tmp_path / "sessions.toml"
+    config.write_text("[session]\ncompaction = false\n")
+    with server_process(tmp_path / "data", extra=["--config", str(config)]) as server:
+        async with SessionsClient(server.url) as client:
+            session = client.session("long")
+            for i in range(10):  # 17.5 MB of history, each append well under the body limit
+                await session.append_message(msg(f"m{i}", "x" * 1_750_000))
+            async with session.websocket() as ws:
+                history = await ws.call("get_history")
+                assert [m["id"] for m in history] == [f"m{i}" for i in range(10)]
+                assert await ws.call("get_path_length") == 10  # the socket is still open
+
+
 # -- kill -9 and restart ------------------------------------------------------------------------------
 
 
