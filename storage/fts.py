@@ -54,20 +54,32 @@ _CJK_RANGES = (
 #: A trigram index answers MATCH only for terms of at least this many characters.
 TRIGRAM_MIN_CHARS = 3
 
+#: Most terms one FTS5 MATCH gets; longer queries are split (see :func:`matching_rowids_sql`).
+MATCH_CHUNK_TERMS = 256
+#: Most MATCH texts of one index in a query (SQLite's expression depth limit is 1,000).
+MAX_MATCH_CHUNKS = 400
+
 _PHRASE = re.compile(r'"([^"]*)"')
 # FTS5 ends a query string at NUL; SQLite cannot store a lone surrogate.
 _SEPARATOR_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 
+# One character class of all the ranges: the regex engine scans text at C speed.
+_CJK_CHAR = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+
+
 def is_cjk_char(ch: str) -> bool:
     """``True`` for a Han, kana or Hangul character."""
-    cp = ord(ch)
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+    return _CJK_CHAR.match(ch) is not None
 
 
 def has_cjk(text: str) -> bool:
-    """``True`` when ``text`` holds at least one CJK character (see :func:`is_cjk_char`)."""
-    return any(ord(ch) >= 0x1100 and is_cjk_char(ch) for ch in text)
+    """``True`` when ``text`` holds at least one CJK character (see :func:`is_cjk_char`).
+
+    Linear in ``text`` at C speed (ASCII text is answered without a scan):
+    it runs on every indexed message.
+    """
+    return not text.isascii() and _CJK_CHAR.search(text) is not None
 
 
 def _has_token_char(text: str) -> bool:
@@ -145,45 +157,58 @@ def parse_query(text: str) -> ParsedQuery | None:
     return ParsedQuery(tuple(dict.fromkeys(terms))) if terms else None
 
 
+def _match_chunks(terms: tuple[Term, ...] | list[Term]) -> list[str]:
+    """``terms`` as FTS5 MATCH texts of at most ``MATCH_CHUNK_TERMS`` terms each.
+
+    FTS5's cost for one MATCH grows faster than its number of terms (20,000
+    terms take seconds), so long queries are split; past
+    ``MATCH_CHUNK_TERMS * MAX_MATCH_CHUNKS`` terms the chunks grow instead,
+    keeping the statement within SQLite's expression-depth limit.
+    """
+    size = max(MATCH_CHUNK_TERMS, -(-len(terms) // MAX_MATCH_CHUNKS))
+    return [" ".join(t.fts_string for t in terms[i : i + size]) for i in range(0, len(terms), size)]
+
+
 def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]:
     """SQL selecting ``(rowid, rank)`` of the rows of ``table`` matching every term.
 
     ``table`` is the porter FTS5 table; CJK terms are checked against
     ``<table>_cjk``: those of at least :data:`TRIGRAM_MIN_CHARS` characters
-    by one trigram ``MATCH``, shorter ones by substring search. ``rank`` is
-    FTS5's bm25 rank (lower is better) of the porter terms, else of the
-    long CJK terms, else ``0``. ``table`` must be a trusted identifier (a
-    constant of this package), never user text.
+    by trigram ``MATCH``, shorter ones by substring search. ``rank`` is
+    FTS5's bm25 rank (lower is better) of the first :data:`MATCH_CHUNK_TERMS`
+    porter terms, else of the first long CJK terms, else ``0``. ``table``
+    must be a trusted identifier (a constant of this package), never user text.
 
-    The statement has the same shape whatever the number of terms (at most
-    three conditions, each one bound parameter), so no query is too long
-    for SQLite's expression-depth or parameter limits.
+    Any number of terms works: the first chunk of terms drives the query and
+    each further chunk is one ``+rowid IN (... MATCH ?)`` condition, which
+    SQLite only evaluates when the first chunk matched something (a long
+    query matching nothing costs one chunk). Short CJK terms are one
+    condition with one parameter whatever their number. The unary ``+``
+    keeps SQLite from planning a condition as the FTS5 table's rowid
+    lookup, which would leave its ``MATCH`` unusable.
 
     Returns:
         ``(sql, params)`` -- every user string is a bound parameter.
     """
     cjk_table = f"{table}_cjk"
-    long_cjk = [t for t in query.cjk_terms if len(t.text) >= TRIGRAM_MIN_CHARS]
+    porter = _match_chunks(query.porter_terms)
+    trigram = _match_chunks([t for t in query.cjk_terms if len(t.text) >= TRIGRAM_MIN_CHARS])
     short_cjk = [t.text for t in query.cjk_terms if len(t.text) < TRIGRAM_MIN_CHARS]
-    trigram_match = " ".join(t.fts_string for t in long_cjk) if long_cjk else None
     params: list[str] = []
-    conditions: list[str] = []
-    match = query.match_expression
-    if match is not None:
+    if porter:
         head = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ?"
-        params.append(match)
-    elif trigram_match is not None:
+        params.append(porter.pop(0))
+    elif trigram:
         head = f"SELECT rowid, rank FROM {cjk_table} WHERE {cjk_table} MATCH ?"
-        params.append(trigram_match)
-        trigram_match = None
+        params.append(trigram.pop(0))
     else:
         head = f"SELECT rowid, 0 AS rank FROM {cjk_table} WHERE 1"
-    if trigram_match is not None:
-        conditions.append(f"rowid IN (SELECT rowid FROM {cjk_table} WHERE {cjk_table} MATCH ?)")
-        params.append(trigram_match)
+    conditions = [f"+rowid IN (SELECT rowid FROM {table}(?))"] * len(porter)
+    conditions += [f"+rowid IN (SELECT rowid FROM {cjk_table}(?))"] * len(trigram)
+    params += porter + trigram
     if short_cjk:
         conditions.append(
-            f"rowid IN (SELECT c.rowid FROM {cjk_table} AS c WHERE NOT EXISTS "
+            f"+rowid IN (SELECT c.rowid FROM {cjk_table} AS c WHERE NOT EXISTS "
             "(SELECT 1 FROM json_each(?) AS t WHERE instr(c.content, t.value) = 0))"
         )
         params.append(json.dumps(short_cjk, ensure_ascii=False))

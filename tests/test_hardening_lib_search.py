@@ -128,3 +128,26 @@ async def test_every_cjk_block_is_found_inside_a_sentence(tmp_path, text, query)
     await session.append_message(text_message("other", "unrelated words 日本"))
     assert await ids(session, query) == ["hit"]
     storage.close()
+
+
+async def test_twenty_thousand_distinct_words_are_answered_quickly(session):
+    many = [f"w{i}" for i in range(20_000)]
+    start = time.perf_counter()
+    assert await ids(session, " ".join(many)) == []
+    assert time.perf_counter() - start < 0.5
+    await session.append_message(text_message("words", " ".join(many[:700])))
+    assert await ids(session, " ".join(many[:700])) == ["words"]  # three MATCH chunks, all must hold
+    assert await ids(session, " ".join(many[:699] + ["friday"])) == []
+    assert await ids(session, " ".join(many[:300]) + " " + " ".join(HAN[i : i + 3] for i in range(600))) == []
+
+
+def test_cjk_detection_is_exact_and_fast():
+    from storage.fts import _CJK_RANGES, has_cjk, is_cjk_char
+
+    for lo, hi in _CJK_RANGES:
+        for cp in (lo - 1, lo, (lo + hi) // 2, hi, hi + 1):
+            assert is_cjk_char(chr(cp)) == any(a <= cp <= b for a, b in _CJK_RANGES), hex(cp)
+    big = "é" * 1_750_000
+    start = time.perf_counter()
+    assert has_cjk("x" * 1_750_000) is False and has_cjk(big) is False and has_cjk(big + "東") is True
+    assert time.perf_counter() - start < 0.2
