@@ -574,7 +574,8 @@ async def test_a_call_whose_socket_closes_mid_call_still_completes(server, http)
 
 
 @pytest.mark.parametrize("method, path", [
-    ("GET", "/metrics"), ("GET", "/v1/actors"), ("POST", "/v1/actors:hibernate"),
+    ("GET", "/metrics"), ("GET", "/v1/actors"), ("POST", "/v1/actors:hibernate"), ("OPTIONS", "/v1/actors"),
+    ("HEAD", "/v1/actors"), ("OPTIONS", "/v1/sessions/auth/messages"),
     ("GET", "/v1/sessions/auth/messages"), ("POST", "/v1/sessions/auth/messages"), ("GET", "/v1/nowhere"),
     ("GET", "/v1/sessions/%FF/messages"), ("GET", "/v1/transcripts/sessions?project_key=p"),
     ("POST", "/v1/transcripts/entries"),
@@ -582,7 +583,10 @@ async def test_a_call_whose_socket_closes_mid_call_still_completes(server, http)
 def test_every_route_but_health_needs_the_token(server, http, method, path):
     with httpx.Client(base_url=server.url, timeout=5) as client:
         response = client.request(method, path, json={"message": msg("no")})
-        assert_error(response, 401, "UnauthorizedError")
+        if method == "HEAD":
+            assert response.status_code == 401 and response.content == b""
+        else:
+            assert_error(response, 401, "UnauthorizedError")
         assert response.headers["www-authenticate"] == "Bearer"
         assert client.get("/v1/health").json() == {"status": "ok"}
     assert http.get("/v1/sessions/auth/messages").json() == {"messages": []}
