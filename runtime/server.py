@@ -104,6 +104,8 @@ PEER_MAX_INFLIGHT = 256
 #: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
 #: before it counts as too slow.
 PEER_QUEUE_BODIES = 4
+#: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
+_KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
 #: Seconds a WebSocket closed by the server waits for the client's close reply.
@@ -248,7 +250,8 @@ class SessionsServer:
         g.started = time.perf_counter()
         rule = request.url_rule.rule if request.url_rule else "unmatched"
         template = f"{SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else rule
-        g.route = f"{request.method} {template}"
+        method = request.method if request.method in _KNOWN_METHODS else "OTHER"  # a client picks the method
+        g.route = f"{method} {template}"
         if request.path == "/v1/health":
             return None
         if not self.authorized(request.headers.get("Authorization")):
@@ -315,11 +318,17 @@ class SessionsServer:
                 count = await self.host.hibernate_all()
             else:
                 count = 0
-                for session_id in _str_list(ids):
-                    count += await self.host.hibernate(self.namespace, self.actor_id(session_id))
+                for actor_id in [self._listed_actor_id(ids, i) for i in range(len(_str_list(ids)))]:
+                    count += await self.host.hibernate(self.namespace, actor_id)
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
             return self._error(exc)
         return self._respond(200, {"hibernated": count})
+
+    def _listed_actor_id(self, ids: list[str], index: int) -> ActorId:
+        try:
+            return self.actor_id(ids[index])
+        except InvalidInputError as exc:
+            raise InvalidInputError(str(exc), field=f"sessionIds[{index}]") from None
 
     async def _read_body(self) -> Any:
         try:

@@ -668,3 +668,24 @@ async def test_two_hundred_sessions_at_once(server):
         async with trio.open_nursery() as nursery:
             for n in range(200):
                 nursery.start_soon(one, n)
+
+
+# -- metrics ------------------------------------------------------------------------------------------------
+
+
+def test_made_up_http_methods_do_not_grow_the_metrics(server, http):
+    with httpx.Client(base_url=server.url, timeout=5) as anonymous:
+        for n in range(5):
+            assert http.request(f"MADEUP{n}", "/v1/health").status_code == 405
+            assert anonymous.request(f"BOGUS{n}", "/v1/sessions/metrics/messages").status_code == 401
+    text = http.get("/metrics").text
+    assert "MADEUP" not in text and "BOGUS" not in text
+    assert 'durable_sessions_requests_total{route="OTHER unmatched",status="405"} 5.0' in text
+    assert 'durable_sessions_requests_total{route="OTHER unmatched",status="401"} 5.0' in text
+
+
+@pytest.mark.parametrize("ids, field", [([""], "sessionIds[0]"), (["ok", "a" * 513], "sessionIds[1]")])
+def test_a_bad_id_in_a_hibernate_request_names_its_index_and_hibernates_nothing(http, ids, field):
+    assert http.post("/v1/sessions/ok/messages", json={"message": msg("awake")}).status_code in (200, 201)
+    assert_error(http.post("/v1/actors:hibernate", json={"sessionIds": ids}), 400, "InvalidInputError", field)
+    assert http.post("/v1/actors:hibernate", json={"sessionIds": ["ok"]}).json() == {"hibernated": 1}
