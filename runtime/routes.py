@@ -182,7 +182,12 @@ async def append_messages(call: Call) -> tuple[int, Any]:
 
 async def delete_messages(call: Call) -> tuple[int, Any]:
     ids = _required(call.object(), "ids")
-    return 200, {"deleted": await call.stub.call("delete_messages", ids)}
+    try:
+        return 200, {"deleted": await call.stub.call("delete_messages", ids)}
+    except InvalidInputError as error:
+        if error.field != "message_ids":
+            raise
+        raise InvalidInputError(str(error).replace("message_ids", "ids", 1), field="ids") from None
 
 
 async def get_history(call: Call) -> tuple[int, Any]:

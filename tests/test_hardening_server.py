@@ -689,3 +689,8 @@ def test_a_bad_id_in_a_hibernate_request_names_its_index_and_hibernates_nothing(
     assert http.post("/v1/sessions/ok/messages", json={"message": msg("awake")}).status_code in (200, 201)
     assert_error(http.post("/v1/actors:hibernate", json={"sessionIds": ids}), 400, "InvalidInputError", field)
     assert http.post("/v1/actors:hibernate", json={"sessionIds": ["ok"]}).json() == {"hibernated": 1}
+
+
+@pytest.mark.parametrize("ids", ["a", ["a", 5], None, 5])
+def test_a_bad_delete_body_names_the_ids_field_it_has(http, ids):
+    assert_error(http.post("/v1/sessions/deletes/messages:delete", json={"ids": ids}), 400, "InvalidInputError", "ids")
