@@ -123,12 +123,14 @@ def bind_sessions(
 
 
 def require_token_for(bind: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a token.
+    """Refuse to serve a non-loopback address without a token, or with a token no client can send.
 
     Raises:
-        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token`` is empty.
+        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token``
+            is empty; or ``token`` fails :meth:`SessionsServer.check_token`.
     """
     if token:
+        SessionsServer.check_token(token)
         return
     host = bind.rsplit(":", 1)[0].strip("[]") if ":" in bind else bind
     if host == "localhost":
@@ -208,6 +210,8 @@ class SessionsServer:
     """
 
     def __init__(self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int) -> None:
+        if token:
+            self.check_token(token)
         self.host = host
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
@@ -238,6 +242,19 @@ class SessionsServer:
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
         return app
+
+    @staticmethod
+    def check_token(token: str) -> str:
+        """Return ``token`` if clients can send it as ``Authorization: Bearer <token>``.
+
+        Raises:
+            ValueError: not printable ASCII, or with leading or trailing spaces
+                (the header is ASCII, and the server strips what follows ``Bearer``).
+        """
+        if not (token.isascii() and token.isprintable() and token == token.strip()):
+            raise ValueError("the token must be printable ASCII without leading or trailing spaces "
+                             "(it travels in an HTTP header)")
+        return token
 
     def authorized(self, header: str | None) -> bool:
         """``True`` when no token is set or ``header`` is ``Bearer <token>`` (constant-time compare)."""
