@@ -449,30 +449,33 @@ class SessionsServer:
                 reply = {"id": _echo_id(parsed.get("id"), frame), **describe_error(error)[1]}
                 await peer.reply(_encode_frame(reply, frame))
             elif isinstance(parsed, dict) and "method" in parsed:
+                call_id, method, params = _echo_id(parsed.get("id"), frame), parsed["method"], parsed.get("params")
+                del parsed  # a waiting call keeps its arguments only
                 await limiter.acquire()
-                nursery.start_soon(self._answer, actor_id, peer, frame, parsed, limiter)
+                nursery.start_soon(self._answer, actor_id, peer, isinstance(frame, bytes), call_id, method, params,
+                                   limiter)
             else:
                 await self._deliver(actor_id, peer, frame)
 
-    async def _answer(self, actor_id: ActorId, peer: _Peer, frame: str | bytes, request_frame: dict[str, Any],
+    async def _answer(self, actor_id: ActorId, peer: _Peer, binary: bool, call_id: Any, method: Any, params: Any,
                       limiter: trio.Semaphore) -> None:
-        """Run one RPC call and queue its reply; the call holds its ``limiter`` slot until then,
-        so a peer that does not read cannot pile up answers in memory."""
+        """Run one RPC call and queue its reply (msgpack if ``binary``, else JSON). The call holds
+        its ``limiter`` slot until the reply is queued, and only the encoded reply while it waits,
+        so a peer that does not read cannot pile up calls or answers in memory."""
         try:
             started = time.perf_counter()
-            method = request_frame.get("method")
-            reply: dict[str, Any] = {"id": _echo_id(request_frame.get("id"), frame)}
+            reply: dict[str, Any] = {"id": call_id}
             try:
-                reply["result"] = await call_method(
-                    self.namespace.get(actor_id), method, request_frame.get("params"))
+                reply["result"] = await call_method(self.namespace.get(actor_id), method, params)
                 status = 200
             except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
                 status, body = describe_error(exc)
                 reply["error"] = body["error"]
+            del params
             known = isinstance(method, str) and callable_method(self.namespace.agent_class, method) is not None
             self.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
-            encoded = _encode_frame(reply, frame)
-            del reply  # only the encoded frame waits in the queue
+            encoded = _encode_frame(reply, b"" if binary else "")
+            del reply
             await peer.reply(encoded)
         finally:
             limiter.release()
@@ -601,8 +604,8 @@ def _str_list(value: Any) -> list[str]:
 def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
     """``(value, None)`` for a valid frame; ``(loosely parsed value or None, error)`` otherwise.
 
-    A frame the wire rules refuse (``NaN``, a lone surrogate, ...) may still
-    be an RPC call: the loose parse finds its ``id`` so the error can be answered.
+    A JSON frame the wire rules refuse (a lone surrogate escape) may still be
+    an RPC call: the loose parse finds its ``id`` so the error can be answered.
     """
     data = frame.encode("utf-8") if isinstance(frame, str) else frame
     try:
