@@ -73,3 +73,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     else:
         params = [pytest.param(None, marks=pytest.mark.skip(reason=_missing_reason()))]
     metafunc.parametrize("claude_code_log_file", params)
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """A real actor file (``SqlStorage`` on ``tmp_path/actor.sqlite3``), closed after the test."""
+    from storage import SqlStorage
+
+    s = SqlStorage.open(tmp_path / "actor.sqlite3")
+    yield s
+    s.close()

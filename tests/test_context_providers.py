@@ -14,7 +14,6 @@ from actors.context import (
     is_writable_provider,
 )
 from actors.skills import DirectorySkillProvider
-from storage import SqlStorage
 from storage.context import (
     count_search_entries,
     delete_blocks,
@@ -26,13 +25,6 @@ from storage.context import (
     write_block,
     write_config,
 )
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ import pytest
 
 from actors.context import SEPARATOR, AgentSearchProvider, ContextBlock, ContextBlocks, render_header, render_prompt
 from actors.skills import DirectorySkillProvider
-from storage import SqlStorage
 
 SEP = "═" * 46
 
@@ -35,13 +34,6 @@ class Memory:
 def block(label="memory", description=None, content="", tokens=0, max_tokens=None, writable=True, skill=False, search=False):
     return ContextBlock(label=label, description=description, content=content, tokens=tokens, maxTokens=max_tokens,
                         writable=writable, isSkill=skill, isSearchable=search)
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 from actors.compaction import create_compact_function, normalize_token_count
 from actors.errors import CompactionError
 from actors.session import Session
-from storage import SqlStorage
 
 
 class Agent:
@@ -24,13 +23,6 @@ class Agent:
 
     def broadcast(self, text):
         self.sent.append(json.loads(text))
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "compaction.sqlite3")
-    yield s
-    s.close()
 
 
 def msg(i):

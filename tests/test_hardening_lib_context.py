@@ -14,7 +14,6 @@ from actors.context import AgentSearchProvider, ContextBlocks, render_header
 from actors.errors import ConflictError, ContextBlockError, InvalidInputError
 from actors.session import Session
 from actors.tools import context_entry_key, slugify, stable_hash
-from storage import SqlStorage
 from storage.context import read_block
 
 
@@ -48,13 +47,6 @@ class SyncNotes:
 
     def set(self, content):
         self.value = content
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "ctx.sqlite3")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -15,18 +15,10 @@ import pytest
 from actors.errors import InvalidInputError, InvalidMessageError
 from actors.manager import SessionManager
 from actors.session import Session
-from storage import SqlStorage
 
 
 def msg(mid, text="hello flight", **extra):
     return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}], **extra}
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "session.sqlite3")
-    yield s
-    s.close()
 
 
 def counts(storage):

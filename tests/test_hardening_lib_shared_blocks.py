@@ -17,13 +17,6 @@ from actors.skills import DirectorySkillProvider
 from storage import SqlStorage
 
 
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "shared.sqlite3")
-    yield s
-    s.close()
-
-
 def contents(blocks):
     return {b["label"]: b["content"] for b in blocks}
 

@@ -25,13 +25,6 @@ def ids(messages):
 
 
 @pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def manager(storage):
     return SessionManager.create(storage)
 

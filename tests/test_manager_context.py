@@ -10,7 +10,6 @@ import pytest
 
 from actors import ConflictError, InvalidInputError, SessionManager
 from actors.context import SEPARATOR
-from storage import SqlStorage
 
 
 def msg(mid, text=None, role="user"):
@@ -47,13 +46,6 @@ class Host:
 
     def broadcast(self, text):
         self.sent.append(json.loads(text))
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
 
 
 # -- settings propagate ------------------------------------------------------------------------------

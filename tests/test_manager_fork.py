@@ -5,7 +5,6 @@ import uuid
 import pytest
 
 from actors import InvalidInputError, MessageNotFoundError, NotFoundError, SessionManager
-from storage import SqlStorage
 
 
 def msg(mid, text=None, role="user", **extra):
@@ -14,13 +13,6 @@ def msg(mid, text=None, role="user", **extra):
 
 def without_id(message):
     return {k: v for k, v in message.items() if k != "id"}
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
 
 
 @pytest.fixture

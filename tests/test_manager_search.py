@@ -12,7 +12,6 @@ import re
 import pytest
 
 from actors import InvalidInputError, Session, SessionManager
-from storage import SqlStorage
 from storage.formats.openai_chat import convert_openai_chat
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -30,13 +29,6 @@ UNWELL_AGENT = (
 
 def msg(mid, text, role="user"):
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
 
 
 @pytest.fixture

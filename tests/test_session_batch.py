@@ -14,7 +14,6 @@ import pytest
 from actors import ConflictError, InvalidInputError, InvalidMessageError
 from actors.session import MessagesChange, Session
 from actors.skills import DirectorySkillProvider
-from storage import SqlStorage
 
 
 def msg(mid, role="user"):
@@ -57,13 +56,6 @@ def idle(estimate, threshold="null", sid="", before=None):
 def compacting(estimate, threshold="null", sid=""):
     return (f'{{"type":"cf_agent_session","phase":"compacting","tokenEstimate":{estimate},'
             f'"tokenThreshold":{threshold},"sessionId":"{sid}"}}')
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

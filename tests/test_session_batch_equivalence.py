@@ -149,13 +149,6 @@ class Agent:
         self.sent.append(json.loads(payload))
 
 
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "manager.db")
-    yield s
-    s.close()
-
-
 def set_updated_at(storage, session_id, value):
     storage.exec("UPDATE assistant_sessions SET updated_at = ? WHERE id = ?", value, session_id)
 

@@ -9,7 +9,6 @@ import pytest
 import trio
 
 from actors.session import Session
-from storage import SqlStorage
 
 
 def msg(mid):
@@ -42,13 +41,6 @@ def compacting(estimate, threshold="null", sid="s1"):
 
 def error(text, sid="s1"):
     return f'{{"type":"cf_agent_session_error","error":"{text}","sessionId":"{sid}"}}'
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

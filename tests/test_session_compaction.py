@@ -13,7 +13,6 @@ import trio.testing
 from actors import CompactionError
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
-from storage import SqlStorage
 
 
 def msg(mid, text=None, role="user"):
@@ -46,13 +45,6 @@ class Planned:
         if isinstance(result, Exception):
             raise result
         return result
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 async def chain(session, *mids, parent_id=LATEST_LEAF):

@@ -16,7 +16,6 @@ import pytest
 from actors.compaction import create_compact_function, extractive_summarize
 from actors.session import Session
 from actors.tokens import estimate_message_tokens
-from storage import SqlStorage
 from storage.formats.openai_chat import convert_openai_chat
 
 DATA = Path(__file__).parent / "data" / "tau-bench" / "airline-sample.json"
@@ -49,13 +48,6 @@ class Agent:
 
     def broadcast(self, text):
         self.sent.append(json.loads(text))
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 async def test_two_hundred_real_messages_stay_under_the_threshold_and_searchable(storage):

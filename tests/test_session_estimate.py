@@ -11,19 +11,11 @@ import pytest
 
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
-from storage import SqlStorage
 from storage.messages import MessageStore
 
 
 def msg(mid, text, role="user"):
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
 
 
 def seqs(storage, sid):

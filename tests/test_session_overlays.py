@@ -11,7 +11,6 @@ import pytest
 
 from actors import InvalidInputError
 from actors.session import Session
-from storage import SqlStorage
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -22,13 +21,6 @@ def msg(mid, text=None):
 
 def ids(messages):
     return [m["id"] for m in messages]
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
 
 
 @pytest.fixture

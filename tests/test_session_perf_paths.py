@@ -13,7 +13,6 @@ import pytest
 from actors.manager import SessionManager
 from actors.session import Session
 from actors.session_messages import parse_all, parse_path
-from storage import SqlStorage
 from storage import messages as sql
 
 # Every row whose parent_seq is not the seq of the row its parent_id names.
@@ -26,13 +25,6 @@ WHERE m.parent_seq IS NOT p.seq
 
 def msg(mid, text=None):
     return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "paths.sqlite3")
-    yield s
-    s.close()
 
 
 def ids(messages):

@@ -7,14 +7,6 @@ import pytest
 from actors.errors import InvalidInputError, InvalidMessageError
 from actors.manager import SessionManager
 from actors.session import Session
-from storage import SqlStorage
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "session.sqlite3")
-    yield s
-    s.close()
 
 
 def msg(mid, text="hello", **extra):

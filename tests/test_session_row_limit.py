@@ -5,7 +5,6 @@ import pytest
 from actors import InvalidMessageError
 from actors.session import Session
 from actors.truncation import ROW_MAX_BYTES, truncate_tool_output
-from storage import SqlStorage
 
 BIG_STRING = "A" * 3_000_000
 BIG_STRUCTURE = {"rows": [{"v": "B" * 1000}] * 3000}
@@ -21,13 +20,6 @@ def tool_message(mid, call_id, output):
              "input": {"path": "/srv/app/big.json"}, "output": output},
         ],
     }
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 def row_sizes(storage):

@@ -31,13 +31,6 @@ def msg(mid, *texts, role="user", extra_parts=()):
 
 
 @pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 async def session(storage):
     session = Session.create(storage)
     for mid, text in TEXTS.items():

@@ -22,13 +22,6 @@ def ids(messages):
 
 
 @pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.sqlite3")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def session(storage):
     return Session.create(storage)
 

@@ -7,13 +7,6 @@ from storage import SchemaTooNewError, SqlStorage, StorageClosedError
 from storage.schema import SCHEMA_VERSION
 
 
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "a.sqlite3")
-    yield s
-    s.close()
-
-
 def test_open_applies_settings_and_schema(storage):
     assert storage.sql("PRAGMA journal_mode") == [{"journal_mode": "wal"}]
     assert storage.scalar("PRAGMA synchronous") == 1  # NORMAL

@@ -13,7 +13,6 @@ from actors.tools import (
     slugify,
     stable_hash,
 )
-from storage import SqlStorage
 
 SEP = "═" * 46
 
@@ -32,13 +31,6 @@ class BrokenSkills:
 
     async def load(self, key):
         raise OSError("bucket unreachable")
-
-
-@pytest.fixture
-def storage(tmp_path):
-    s = SqlStorage.open(tmp_path / "actor.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture
