@@ -24,10 +24,11 @@ any Session built with :meth:`~actors.session.Session.create` on the actor.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
 
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize
@@ -308,6 +309,14 @@ class SessionAgent(Agent):
     messages or tools, :class:`~actors.errors.CompactionError` when
     compaction is not configured.
     """
+
+    #: What each read returns for a session that was never written. The server answers
+    #: these without waking (so without creating) the actor: reading a mistyped session
+    #: id leaves no file behind. Config-dependent reads (prompt, blocks, tools) still wake it.
+    EMPTY_READS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "get_history": [], "get_message": None, "get_branches": [], "get_latest_leaf": None,
+        "get_path_length": 0, "search": [], "get_compactions": [], "get_loaded_skill_keys": [],
+    })
 
     def __init__(self, ctx: AgentContext, env: SessionConfig | None = None) -> None:
         super().__init__(ctx, env)

@@ -50,6 +50,14 @@ class Namespace:
 
     # -- ids ---------------------------------------------------------------
 
+    def exists(self, actor_id: ActorId) -> bool:
+        """``True`` when the actor has a file or a live instance (it was written, or is awake).
+
+        A read of an actor that does not exist needs no activation: callers
+        answer it as for an empty actor, so no file is created for it.
+        """
+        return self.host.is_active(self, actor_id) or self.host.path_for(actor_id).exists()
+
     def id_from_name(self, name: str) -> ActorId:
         """The id ``name`` maps to here: 64 hex, always the same for the same name.
 

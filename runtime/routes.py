@@ -38,6 +38,8 @@ POST     ``/rpc``                               any actor method: ``{method, par
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +73,19 @@ class Call:
         if not isinstance(self.body, dict):
             raise InvalidInputError("the body must be an object", field="body")
         return self.body
+
+    async def read(self, method: str, *args: Any) -> Any:
+        """``stub.call(method, *args)`` for a read that must not create the session.
+
+        When the actor class lists ``method`` in ``EMPTY_READS`` and the
+        session was never written (no file, not awake), that answer stands
+        in and no file is created: a mistyped session id leaves nothing on disk.
+        """
+        namespace = self.stub.namespace
+        empty = getattr(namespace.agent_class, "EMPTY_READS", None)
+        if empty and method in empty and not namespace.exists(self.stub.id):
+            return copy.deepcopy(empty[method])
+        return await self.stub.call(method, *args)
 
     def text_arg(self, name: str, *, required: bool = False) -> str | None:
         value = self.query.get(name)
@@ -191,7 +206,7 @@ async def delete_messages(call: Call) -> tuple[int, Any]:
 
 
 async def get_history(call: Call) -> tuple[int, Any]:
-    return 200, {"messages": await call.stub.call("get_history", call.text_arg("leaf"))}
+    return 200, {"messages": await call.read("get_history", call.text_arg("leaf"))}
 
 
 async def clear_messages(call: Call) -> tuple[int, Any]:
@@ -200,7 +215,7 @@ async def clear_messages(call: Call) -> tuple[int, Any]:
 
 
 async def get_message(call: Call) -> tuple[int, Any]:
-    message = await call.stub.call("get_message", call.values["message_id"])
+    message = await call.read("get_message", call.values["message_id"])
     if message is None:
         raise MessageNotFoundError(call.values["message_id"])
     return 200, {"message": message}
@@ -225,20 +240,20 @@ async def delete_message(call: Call) -> tuple[int, Any]:
 
 
 async def get_branches(call: Call) -> tuple[int, Any]:
-    return 200, {"messages": await call.stub.call("get_branches", call.values["message_id"])}
+    return 200, {"messages": await call.read("get_branches", call.values["message_id"])}
 
 
 async def get_latest_leaf(call: Call) -> tuple[int, Any]:
-    return 200, {"message": await call.stub.call("get_latest_leaf")}
+    return 200, {"message": await call.read("get_latest_leaf")}
 
 
 async def get_path_length(call: Call) -> tuple[int, Any]:
-    return 200, {"count": await call.stub.call("get_path_length", call.text_arg("leaf"))}
+    return 200, {"count": await call.read("get_path_length", call.text_arg("leaf"))}
 
 
 async def search(call: Call) -> tuple[int, Any]:
     query = call.text_arg("q", required=True)
-    return 200, {"results": await call.stub.call("search", query, call.int_arg("limit", 20))}
+    return 200, {"results": await call.read("search", query, call.int_arg("limit", 20))}
 
 
 async def get_context_blocks(call: Call) -> tuple[int, Any]:
@@ -285,11 +300,11 @@ async def compact(call: Call) -> tuple[int, Any]:
 
 
 async def get_compactions(call: Call) -> tuple[int, Any]:
-    return 200, {"compactions": await call.stub.call("get_compactions")}
+    return 200, {"compactions": await call.read("get_compactions")}
 
 
 async def get_loaded_skills(call: Call) -> tuple[int, Any]:
-    return 200, {"loaded": await call.stub.call("get_loaded_skill_keys")}
+    return 200, {"loaded": await call.read("get_loaded_skill_keys")}
 
 
 async def unload_skill(call: Call) -> tuple[int, Any]:

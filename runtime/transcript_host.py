@@ -156,9 +156,7 @@ class HostTranscriptStore:
 
     def _exists(self, parsed: tuple[str, str, str]) -> bool:
         """Whether the pair's actor has a file (or is waking): reads of others need no actor."""
-        actor_id = self.actor_id(parsed[0], parsed[1])
-        host = self.namespace.host
-        return host.is_active(self.namespace, actor_id) or host.path_for(actor_id).exists()
+        return self.namespace.exists(self.actor_id(parsed[0], parsed[1]))
 
 
 def _parse_key(key: Any) -> tuple[str, str, str]:

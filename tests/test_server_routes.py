@@ -212,6 +212,27 @@ async def test_batch_append_delete_many_and_clear(client):
     assert (await call(client, "GET", f"{S}/messages:leaf"))[1] == {"message": None}
 
 
+async def test_reads_of_a_session_never_written_create_no_file(client, host, tmp_path):
+    """A mistyped session id must not leave an actor file behind; the answers are an empty session's."""
+    t = "/v1/sessions/typo-42"
+    assert (await call(client, "GET", f"{t}/messages"))[:2] == (200, {"messages": []})
+    assert (await call(client, "GET", f"{t}/messages?leaf=m1"))[:2] == (200, {"messages": []})
+    assert (await call(client, "GET", f"{t}/messages/m1"))[0] == 404
+    assert (await call(client, "GET", f"{t}/messages/m1/branches"))[:2] == (200, {"messages": []})
+    assert (await call(client, "GET", f"{t}/search?q=hello"))[:2] == (200, {"results": []})
+    assert (await call(client, "GET", f"{t}/compactions"))[:2] == (200, {"compactions": []})
+    assert (await call(client, "GET", f"{t}/skills"))[:2] == (200, {"loaded": []})
+    assert (await call(client, "GET", f"{t}/search"))[0] == 400  # validation still applies
+    actor = host.namespace("sessions").id_from_name("typo-42")
+    assert not host.path_for(actor).exists()
+    assert host.statistics().activations == 0
+    # The first write creates it, and reads then go to the actor.
+    assert (await call(client, "POST", f"{t}/messages", {"message": msg("m1", "hello there")}))[0] == 201
+    assert host.path_for(actor).exists()
+    assert (await call(client, "GET", f"{t}/search?q=hello"))[1]["results"][0]["id"] == "m1"
+    assert (await call(client, "GET", f"{t}/messages/m1"))[1] == {"message": msg("m1", "hello there")}
+
+
 async def test_search_route(client):
     await call(client, "POST", f"{S}/messages:batch", {"messages": [msg("m1", "Booking ZFA04Y confirmed"),
                                                                    msg("m2", "no code here", "assistant")]})
