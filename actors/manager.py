@@ -54,6 +54,7 @@ from storage.messages import to_iso8601
 from .context import mark_block_source_changed
 from .errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from .session import LATEST_LEAF, MessagesChange, Session
+from .session_messages import search_limit
 from .tools import Tool
 
 __all__ = [
@@ -609,12 +610,10 @@ class SessionManager:
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
         """
         _check_text(query, "query")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInputError(f"limit must be an int >= 0, not {limit!r}", field="limit")
+        limit = search_limit(limit)
         parsed = parse_query(query)
         if parsed is None or limit == 0:
             return []
-        limit = min(limit, _MAX_COUNTER)  # no file holds more hits; SQLite binds no bigger int
         return [
             {
                 "id": hit["id"],

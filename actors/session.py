@@ -82,6 +82,7 @@ from .session_messages import (
     check_message,
     compaction_record,
     in_batch,
+    search_limit,
     parse,
     parse_all,
     parse_path,
@@ -678,12 +679,10 @@ class Session:
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
         """
         _check_str(query, "query")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInputError(f"limit must be an int >= 0, not {limit!r}", field="limit")
+        limit = search_limit(limit)
         parsed = parse_query(query)
         if parsed is None or limit == 0:
             return []
-        limit = min(limit, _MAX_SQL_INT)  # no file holds more hits; SQLite binds no bigger int
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
             for r in self._messages.search(parsed, limit)

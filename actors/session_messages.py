@@ -29,7 +29,7 @@ from typing import Any
 
 from storage.messages import OVERLAY_PREFIX, CompactionRow, to_iso8601
 
-from .errors import InvalidMessageError
+from .errors import InvalidInputError, InvalidMessageError
 from .tokens import js_stringify
 
 Message = dict[str, Any]
@@ -138,6 +138,21 @@ def _surrogate_field(message: Message) -> str:
         elif isinstance(value, (list, tuple)):
             stack.extend(reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)]))
     return "message"
+
+
+#: Largest search limit bound to SQLite: no file holds more hits, and SQLite binds no bigger int.
+MAX_SEARCH_LIMIT = 2**62
+
+
+def search_limit(limit: Any) -> int:
+    """``limit`` of a search, checked and clamped to :data:`MAX_SEARCH_LIMIT`.
+
+    Raises:
+        InvalidInputError: (``field="limit"``) not an ``int >= 0`` (``bool`` is refused).
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidInputError(f"limit must be an int >= 0, not {limit!r}", field="limit")
+    return min(limit, MAX_SEARCH_LIMIT)
 
 
 def utf8_length(text: str) -> int:
