@@ -2,6 +2,17 @@
 tools), the SessionManager and the Agent base class. Uses ``storage`` only.
 """
 
+from storage.errors import (
+    CompactionError,
+    ConflictError,
+    ContextBlockError,
+    InvalidInputError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    NotFoundError,
+    SessionError,
+)
+
 from .agent import Agent, AgentContext, AlarmInfo, ConnectionLike
 from .context import (
     AgentContextProvider,
@@ -12,16 +23,6 @@ from .context import (
     SearchProvider,
     SkillProvider,
     WritableContextProvider,
-)
-from .errors import (
-    CompactionError,
-    ConflictError,
-    ContextBlockError,
-    InvalidInputError,
-    InvalidMessageError,
-    MessageNotFoundError,
-    NotFoundError,
-    SessionError,
 )
 from .manager import SessionManager
 from .session import Session

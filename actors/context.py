@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from storage import context as sql
+from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage.sqlite import SqlStorage
 
-from .errors import ConflictError, ContextBlockError, InvalidInputError
 from .skills import SkillHost, SkillTracker
 from .tokens import estimate_string_tokens
 from .tools import Tool, build_context_tools, percent
@@ -349,7 +349,7 @@ class ContextBlocks:
     Builder calls (:meth:`with_context`, :meth:`with_cached_prompt`,
     :meth:`for_session`) are plain and chainable; everything else is async
     and resolves the configuration on first use, after which the builder
-    raises :class:`~actors.errors.ConflictError`.
+    raises :class:`~storage.errors.ConflictError`.
 
     After each stored message the host calls :meth:`note_appended` (or
     :meth:`note_updated`); after clearing messages :meth:`note_cleared`.
@@ -528,7 +528,7 @@ class ContextBlocks:
 
         The frozen prompt is not touched (call :meth:`refresh_system_prompt`).
 
-        Raises (:class:`~actors.errors.ContextBlockError`, nothing written):
+        Raises (:class:`~storage.errors.ContextBlockError`, nothing written):
             ``Block "<label>" is readonly`` -- unknown or not writable;
             ``Block "<label>" is a keyed provider. Use setSkill() or setSearchEntry() instead.``;
             ``Block "<label>" exceeds maxTokens: <tokens> > <maxTokens>``.

@@ -24,11 +24,11 @@ Differences from the original, on purpose (``DEVIATIONS.md``):
   search rows, compactions, context-block rows, the cached prompt and the
   loaded-skill state (15);
 * a session id with no registry row is an error
-  (:class:`~actors.errors.NotFoundError`, HTTP 404) for every method but
+  (:class:`~storage.errors.NotFoundError`, HTTP 404) for every method but
   :meth:`SessionManager.get`, which returns ``None``; the original quietly
   wrote rows for such ids;
 * :meth:`SessionManager.fork` of a message the session does not hold raises
-  :class:`~actors.errors.MessageNotFoundError` instead of creating an empty
+  :class:`~storage.errors.MessageNotFoundError` instead of creating an empty
   fork; fork and compact-and-split write all their rows in one transaction.
 
 ``updated_at`` follows every write that changes a managed session, whether
@@ -46,13 +46,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from storage import SqlStorage
-from storage import registry
+from storage import SqlStorage, registry
+from storage.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from storage.fts import parse_query
 from storage.messages import to_iso8601
 
 from .context import mark_block_source_changed
-from .errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from .session import LATEST_LEAF, MessagesChange, Session
 from .session_messages import search_limit
 from .tools import Tool
@@ -154,7 +153,7 @@ class SessionManager:
 
     Build with :meth:`create` and the chainable builders; builders touch no
     SQL and must all come before the first session is opened (after that
-    they raise :class:`~actors.errors.ConflictError`, since open sessions
+    they raise :class:`~storage.errors.ConflictError`, since open sessions
     would not see the change). Every method that reads or writes is
     ``async``; :meth:`tools` is plain.
 

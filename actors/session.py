@@ -70,22 +70,22 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage import SqlStorage
+from storage.errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
-from .errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from .session_compaction import CompactionFunction, ErrorHandler, SessionCompaction
 from .session_messages import (
     apply_overlays,
     check_message,
     compaction_record,
     in_batch,
-    search_limit,
     parse,
     parse_all,
     parse_path,
+    search_limit,
     search_text,
     serialise,
     tool_search_text,

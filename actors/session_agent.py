@@ -30,10 +30,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from storage.errors import InvalidInputError, NotFoundError
+
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize
 from .context import AgentSearchProvider
-from .errors import InvalidInputError, NotFoundError
 from .session import LATEST_LEAF, Session
 from .session_metadata import read_metadata, write_metadata
 from .skills import DirectorySkillProvider
@@ -171,7 +172,7 @@ class SessionConfig:
         cached_prompt: keep the frozen system prompt in the actor's file, so
             it survives hibernation unchanged (``with_cached_prompt``).
         compaction: compaction settings, or ``None`` for no compaction
-            (``compact()`` then raises :class:`~actors.errors.CompactionError`).
+            (``compact()`` then raises :class:`~storage.errors.CompactionError`).
 
     Raises:
         InvalidInputError: two blocks share a label.
@@ -303,10 +304,10 @@ class SessionAgent(Agent):
     Raises:
         TypeError: ``env`` is neither ``None`` nor a :class:`SessionConfig`.
 
-    Methods raise the errors of :mod:`actors.errors` (each carries its HTTP
-    ``status``): :class:`~actors.errors.InvalidInputError` for bad arguments
-    (``.field`` names it), :class:`~actors.errors.NotFoundError` for unknown
-    messages or tools, :class:`~actors.errors.CompactionError` when
+    Methods raise the errors of :mod:`storage.errors` (each carries its HTTP
+    ``status``): :class:`~storage.errors.InvalidInputError` for bad arguments
+    (``.field`` names it), :class:`~storage.errors.NotFoundError` for unknown
+    messages or tools, :class:`~storage.errors.CompactionError` when
     compaction is not configured.
     """
 

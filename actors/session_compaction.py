@@ -29,6 +29,8 @@ import numbers
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from storage.errors import CompactionError, InvalidInputError
+
 from .compaction import (
     CompactResult,
     SessionCounter,
@@ -40,7 +42,6 @@ from .compaction import (
     plan_compaction,
     status_broadcast,
 )
-from .errors import CompactionError, InvalidInputError
 from .tokens import TOKENS_PER_MESSAGE, estimate_string_tokens
 
 if TYPE_CHECKING:

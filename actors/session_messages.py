@@ -27,9 +27,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from storage.errors import InvalidInputError, InvalidMessageError
 from storage.messages import OVERLAY_PREFIX, CompactionRow, to_iso8601
 
-from .errors import InvalidInputError, InvalidMessageError
 from .tokens import js_stringify
 
 Message = dict[str, Any]

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage import SqlStorage
-
-from .errors import InvalidInputError
+from storage.errors import InvalidInputError
 
 __all__ = ["MAX_METADATA_BYTES", "METADATA_KEY", "read_metadata", "write_metadata"]
 

@@ -29,9 +29,8 @@ from typing import Any, Protocol
 import trio
 
 from storage.context import read_config, write_config
+from storage.errors import InvalidInputError
 from storage.sqlite import SqlStorage
-
-from .errors import InvalidInputError
 
 LOAD_TOOL = "load_context"
 UNLOAD_TOOL = "unload_context"

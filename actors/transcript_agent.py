@@ -4,7 +4,7 @@
 on its actor file: the main transcript of one ``(project_key,
 session_id)`` and every sub-transcript of it (``subpath`` such as
 ``"subagents/agent-<id>"``), so deleting the session deletes them all at
-once. The runtime routes each pair to its own actor (``runtime.transcript_host``
+once. The runtime routes each pair to its own actor (``runtime.server.transcripts``
 names the actor after a canonical encoding of the pair); this class never
 sees an id, only the keys its callers pass.
 
@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage.errors import ConflictError, InvalidInputError
 from storage.transcripts import MAIN_SUBPATH, TranscriptCatalog, TranscriptFile, parse_session_key
 
 from .agent import Agent, AgentContext
-from .errors import ConflictError, InvalidInputError
 
 __all__ = ["KEY_RECORD", "TranscriptAgent"]
 
@@ -48,8 +48,8 @@ class TranscriptAgent(Agent):
     Raises:
         TypeError: ``env`` is not a ``TranscriptCatalog``.
 
-    Every method raises :class:`~actors.errors.InvalidInputError` (HTTP 400)
-    for a malformed key or entry, and :class:`~actors.errors.ConflictError`
+    Every method raises :class:`~storage.errors.InvalidInputError` (HTTP 400)
+    for a malformed key or entry, and :class:`~storage.errors.ConflictError`
     (409) for a key whose pair differs from the one this actor holds (a
     routing bug, never a client mistake).
     """

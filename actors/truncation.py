@@ -27,7 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from .errors import InvalidInputError, InvalidMessageError
+from storage.errors import InvalidInputError, InvalidMessageError
+
 from .tokens import js_stringify
 
 logger = logging.getLogger(__name__)

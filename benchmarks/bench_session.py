@@ -49,8 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.session import Session  # noqa: E402
 from actors.tokens import estimate_message_tokens, js_stringify  # noqa: E402
-from storage import SqlStorage  # noqa: E402
-from storage import fts  # noqa: E402
+from storage import (
+    SqlStorage,  # noqa: E402
+    fts,  # noqa: E402
+)
 from storage import messages as sql  # noqa: E402
 
 CORPUS = Path("/work/shared/data/chat/tau-bench/gpt-4o-airline.json")

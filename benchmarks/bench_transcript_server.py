@@ -13,7 +13,7 @@ entries) before the timed calls:
   on the server);
 * ``list_sessions``: the project's listing (host catalog; 100 sessions);
 * ``host append 20``: the same batch through the in-process
-  :class:`~runtime.transcript_host.HostTranscriptStore` (no HTTP);
+  :class:`~runtime.server.transcripts.HostTranscriptStore` (no HTTP);
 
 then, when ``../shared/data`` is present, the wall time of
 ``durable-sessions import`` of the 99 Claude Code files as sessions and as
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runtime import DurableSessionStore, open_host  # noqa: E402
-from runtime.transcript_host import open_transcripts  # noqa: E402
+from runtime.server.transcripts import open_transcripts  # noqa: E402
 
 SIZES = (100, 10_000, 100_000)
 BATCH = 20
@@ -62,7 +62,7 @@ def entry(n: int) -> dict:
 
 def cli() -> list[str]:
     script = Path(sys.executable).with_name("durable-sessions")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "runtime.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runtime.cli.main"]
 
 
 def start_server(data: Path) -> tuple[subprocess.Popen, str]:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from runtime.cli.formats.claude_code import iter_claude_code_sessions  # noqa: E402
 from storage import SqlStorage  # noqa: E402
-from storage.formats.claude_code import iter_claude_code_sessions  # noqa: E402
 from storage.transcripts import TranscriptCatalog, TranscriptFile  # noqa: E402
 
 SIZES = (100, 10_000, 100_000)

@@ -45,9 +45,9 @@ from claude_agent_sdk import (
 )
 
 from runtime import DurableSessionStore
-from runtime.claude_import import import_claude_code_sessions
+from runtime.cli.claude_import import import_claude_code_sessions
+from runtime.cli.formats.claude_code import find_claude_code_files, read_claude_code_session
 from runtime.client import SessionsClient
-from storage.formats.claude_code import find_claude_code_files, read_claude_code_session
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "data" / "claude_code" / "projects"

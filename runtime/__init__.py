@@ -1,45 +1,56 @@
-"""Hosting: actor routing, lifecycle, hibernation, alarms, the HTTP/WebSocket
-server, the Python client, the CLI and test helpers. Wires ``actors`` and ``storage``.
+"""Hosting, one sub-package per audience; wires ``actors`` and ``storage``.
+
+* :mod:`runtime.host` -- the actor host (activation, mailbox, gates,
+  hibernation, eviction, alarms);
+* :mod:`runtime.server` -- the HTTP/WebSocket server;
+* :mod:`runtime.client` -- the Python clients (no server imports);
+* :mod:`runtime.cli` -- the ``durable-sessions`` command and importers;
+* :mod:`runtime.wire` -- the bodies, errors and paths server and client share;
+* :mod:`runtime.testing` -- pytest helpers for your own actors.
+
+The names below are imported on first use, so ``import runtime.client``
+loads no server code.
 """
 
-from .alarms import HostClock
-from .client import SessionsClient
-from .errors import (
-    ActorOverloadedError,
-    ActorRuntimeError,
-    HostClosedError,
-    InvalidActorIdError,
-    InvalidArgumentsError,
-    InvalidNamespaceError,
-    TransactionLeftOpenError,
-    UnknownMethodError,
-    UnknownNamespaceError,
-)
-from .host import ActorHost, HostStatistics, open_host
-from .ids import ActorId
-from .namespace import ActorStub, Namespace
-from .server import create_app, serve
-from .transcript_client import DurableSessionStore
+from __future__ import annotations
 
-__all__ = [
-    "ActorHost",
-    "ActorId",
-    "ActorOverloadedError",
-    "ActorRuntimeError",
-    "ActorStub",
-    "DurableSessionStore",
-    "HostClock",
-    "HostClosedError",
-    "HostStatistics",
-    "InvalidActorIdError",
-    "InvalidArgumentsError",
-    "InvalidNamespaceError",
-    "Namespace",
-    "SessionsClient",
-    "TransactionLeftOpenError",
-    "UnknownMethodError",
-    "UnknownNamespaceError",
-    "create_app",
-    "open_host",
-    "serve",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ActorHost": "runtime.host",
+    "ActorId": "runtime.host",
+    "ActorStub": "runtime.host",
+    "HostClock": "runtime.host",
+    "HostStatistics": "runtime.host",
+    "Namespace": "runtime.host",
+    "open_host": "runtime.host",
+    "create_app": "runtime.server",
+    "serve": "runtime.server",
+    "DurableSessionStore": "runtime.client",
+    "SessionsClient": "runtime.client",
+    "ActorOverloadedError": "storage.errors",
+    "ActorRuntimeError": "storage.errors",
+    "HostClosedError": "storage.errors",
+    "InvalidActorIdError": "storage.errors",
+    "InvalidArgumentsError": "storage.errors",
+    "InvalidNamespaceError": "storage.errors",
+    "TransactionLeftOpenError": "storage.errors",
+    "UnknownMethodError": "storage.errors",
+    "UnknownNamespaceError": "storage.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,7 +18,7 @@ The host itself offers the controls: ``await host.hibernate(ns, id)``,
 ``await host.hibernate_all()``, ``host.is_active(ns, id)`` and
 ``host.statistics()``. Reopening ``open_host`` on the same
 ``actor_data_dir`` simulates a process restart (pass the same
-:class:`~runtime.alarms.HostClock` to keep epoch time continuous).
+:class:`~runtime.host.alarms.HostClock` to keep epoch time continuous).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ from typing import Any
 import pytest
 
 from actors.agent import Agent
-
-from .host import ActorHost, open_host
-from .ids import ActorId
-from .namespace import ActorStub, Namespace
+from runtime.host.actor_host import ActorHost, open_host
+from runtime.host.ids import ActorId
+from runtime.host.namespace import ActorStub, Namespace
 
 __all__ = ["actor_data_dir", "actor_host", "list_actor_ids", "run_alarm", "run_in_actor"]
 

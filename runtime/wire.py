@@ -1,26 +1,21 @@
-"""The wire protocol shared by the server and the client: bodies, errors, ids in paths.
+"""The wire protocol shared by the server and the client: bodies, errors, paths.
+
+The bottom module of :mod:`runtime`: the server and the client both import
+it, and it imports neither (nor quart, hypercorn or apsw), so a program that
+only talks to a host loads httpx and msgpack.
 
 Bodies are JSON (``application/json``, the default) or msgpack
 (``application/msgpack``): a request says which with ``Content-Type``, and
 gets msgpack back when its ``Accept`` prefers it.
 
 Errors travel as ``{"error": {"type", "message"}}`` plus ``"field"`` when
-the error names one (400s). ``type`` is the exception's class name, so the
-client raises the same class again (:func:`error_from_payload`); the HTTP
-status is the class's ``status`` attribute. Errors of the HTTP layer itself
-are defined here::
-
-    HttpError                       base class of protocol-level errors
-    ├── UnauthorizedError           missing or wrong bearer token        [401]
-    ├── RouteNotFoundError          no such route                        [404]
-    ├── MethodNotAllowedError       the route exists, not this method    [405]
-    ├── PayloadTooLargeError        body (or frame) over the limit       [413]
-    ├── UnsupportedMediaTypeError   neither JSON nor msgpack             [415]
-    ├── InternalServerError         a bug; details only in the log       [500]
-    └── ServiceUnavailableError     the server is shutting down          [503]
+the error names one (400s). ``type`` is the exception's class name, one of
+the tree of :mod:`storage.errors`, so the client raises the same class again
+(:func:`error_from_payload`); the HTTP status is the class's ``status``.
 
 Session ids are the caller's own strings: 1 to 512 UTF-8 bytes, sent
-percent-encoded as one path segment (:func:`quote_segment`).
+percent-encoded as one path segment (:func:`quote_segment`) under
+:data:`SESSIONS_PREFIX`; transcripts live under :data:`TRANSCRIPTS_PREFIX`.
 """
 
 from __future__ import annotations
@@ -33,10 +28,9 @@ from urllib.parse import quote, unquote
 
 import msgpack
 
-from actors import errors as actor_errors
-from storage import errors as storage_errors
-
-from . import errors as runtime_errors
+from storage import errors
+from storage.errors import InvalidInputError, UnsupportedMediaTypeError
+from storage.shapes import LATEST_LEAF, MAIN_SUBPATH, encode_entry, parse_session_key
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -44,66 +38,24 @@ MSGPACK = "application/msgpack"
 MAX_SESSION_ID_BYTES = 512
 #: Default request body (and WebSocket frame) limit: 8 MiB.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Prefix of every session route (``/v1/sessions/{session_id}/...``).
+SESSIONS_PREFIX = "/v1/sessions/"
+#: Prefix of the Claude Agent SDK transcript routes.
+TRANSCRIPTS_PREFIX = "/v1/transcripts"
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES", "JSON", "LATEST_LEAF", "MAIN_SUBPATH", "MAX_SESSION_ID_BYTES", "MSGPACK",
+    "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id", "decode_body", "encode_body", "encode_entry",
+    "error_from_payload", "error_payload", "media_type", "parse_session_key", "payload_for", "quote_segment",
+    "status_of", "unquote_segment",
+]
 
 
-class HttpError(Exception):
-    """An error of the HTTP layer (not of a session or the host)."""
-
-    status = 500
-
-
-class UnauthorizedError(HttpError):
-    """The bearer token is missing or wrong. Send ``Authorization: Bearer <token>``."""
-
-    status = 401
-
-
-class RouteNotFoundError(HttpError):
-    """No route has this path."""
-
-    status = 404
-
-
-class MethodNotAllowedError(HttpError):
-    """The path exists but does not take this HTTP method."""
-
-    status = 405
-
-
-class PayloadTooLargeError(HttpError):
-    """The request body or WebSocket frame is larger than the server's limit."""
-
-    status = 413
-
-
-class UnsupportedMediaTypeError(HttpError):
-    """The body is neither ``application/json`` nor ``application/msgpack``."""
-
-    status = 415
-
-
-class InternalServerError(HttpError):
-    """The server failed (a bug). The message holds a reference to its log entry, never a traceback."""
-
-    status = 500
-
-
-class ServiceUnavailableError(HttpError):
-    """The server is shutting down; retry against a running one."""
-
-    status = 503
-
-
-def _error_classes() -> dict[str, type[BaseException]]:
-    found: dict[str, type[BaseException]] = {}
-    for module in (actor_errors, runtime_errors, storage_errors):
-        for name in dir(module):
-            value = getattr(module, name)
-            if isinstance(value, type) and issubclass(value, Exception) and value.__module__ == module.__name__:
-                found[name] = value
-    for cls in (HttpError, *HttpError.__subclasses__()):
-        found[cls.__name__] = cls
-    return found
+def _error_classes() -> dict[str, type[errors.DurableSessionsError]]:
+    return {
+        name: value for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.DurableSessionsError)
+    }
 
 
 #: Error classes a client can raise again, by ``type`` name.
@@ -139,13 +91,13 @@ def error_from_payload(status: int, payload: Any) -> Exception:
     """
     body = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(body, dict):
-        error = HttpError(f"HTTP {status}: {str(payload)[:200]}")
+        error = errors.HttpError(f"HTTP {status}: {str(payload)[:200]}")
         error.status = status
         return error
     message = str(body.get("message", ""))
     cls = ERROR_CLASSES.get(str(body.get("type")))
     if cls is None:
-        error = HttpError(f"{body.get('type')}: {message}")
+        error = errors.HttpError(f"{body.get('type')}: {message}")
         error.status = status
         return error
     error = cls.__new__(cls)
@@ -189,13 +141,13 @@ def decode_body(data: bytes, content_type: str | None) -> Any:
             return msgpack.unpackb(data, raw=False, strict_map_key=True)
         value = json.loads(data)
     except (RecursionError, msgpack.StackError):
-        raise actor_errors.InvalidInputError(f"the body is not valid {name}: it is nested too deeply",
+        raise InvalidInputError(f"the body is not valid {name}: it is nested too deeply",
                                              field="body") from None
     except (ValueError, msgpack.UnpackException, TypeError) as exc:
         reason = str(exc) or type(exc).__name__
-        raise actor_errors.InvalidInputError(f"the body is not valid {name}: {reason}", field="body") from None
+        raise InvalidInputError(f"the body is not valid {name}: {reason}", field="body") from None
     if _SURROGATE_ESCAPE.search(data) and _has_lone_surrogate(value):
-        raise actor_errors.InvalidInputError(
+        raise InvalidInputError(
             "the body is not valid JSON: it holds a lone UTF-16 surrogate (\\ud800-\\udfff)", field="body")
     return value
 
@@ -256,7 +208,7 @@ def unquote_segment(segment: str, name: str) -> str:
     try:
         return unquote(segment, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
-        raise actor_errors.InvalidInputError(f"{name} is not valid UTF-8", field=name) from None
+        raise InvalidInputError(f"{name} is not valid UTF-8", field=name) from None
 
 
 def check_session_id(session_id: str) -> str:
@@ -267,9 +219,9 @@ def check_session_id(session_id: str) -> str:
     """
     size = len(session_id.encode("utf-8", "surrogatepass"))
     if size == 0:
-        raise actor_errors.InvalidInputError("session_id must not be empty", field="session_id")
+        raise InvalidInputError("session_id must not be empty", field="session_id")
     if size > MAX_SESSION_ID_BYTES:
-        raise actor_errors.InvalidInputError(
+        raise InvalidInputError(
             f"session_id is {size} UTF-8 bytes; the limit is {MAX_SESSION_ID_BYTES}", field="session_id"
         )
     return session_id

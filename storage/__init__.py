@@ -1,16 +1,31 @@
 """Persistence for durable-sessions: one SQLite file per actor (apsw, FTS5).
 
 Synchronous code with no trio import; knows nothing of actors or the runtime.
-The public surface is what this module re-exports.
+The public surface is what this module re-exports. :mod:`storage.errors`
+(the project's one exception tree) and :mod:`storage.shapes` load without
+SQLite; the rest is imported on first use.
 """
 
-from .errors import SchemaTooNewError, SearchQueryError, StorageClosedError, StorageError
-from .sqlite import SqlStorage
+from __future__ import annotations
 
-__all__ = [
-    "SchemaTooNewError",
-    "SearchQueryError",
-    "SqlStorage",
-    "StorageClosedError",
-    "StorageError",
-]
+import importlib
+from typing import Any
+
+from storage.errors import SchemaTooNewError, SearchQueryError, StorageClosedError, StorageError
+
+_LAZY = {"SqlStorage": "storage.sqlite"}
+
+__all__ = ["SchemaTooNewError", "SearchQueryError", "SqlStorage", "StorageClosedError", "StorageError"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,21 +1,129 @@
-"""Errors raised by the storage layer.
+"""Every error durable-sessions raises on purpose, in one tree.
 
-Hierarchy (the HTTP status a client of the server sees is in brackets)::
+This module sits at the bottom of the layering (it imports nothing of the
+project) so that storage, actors, the runtime and the client all raise and
+catch the same classes. The server answers an error with the ``status`` of
+its class and ``{"error": {"type": <class name>, "message", "field"?}}``;
+the Python client raises the same class again from that body.
 
-    StorageError                    base class; never raised itself      [500]
-    ├── SchemaTooNewError           file written by a newer version      [500]
-    ├── StorageClosedError          use after ``SqlStorage.close()``      [500]
-    └── SearchQueryError            storage failed while searching        [500]
+Each class says when it is raised, the HTTP status a client sees (in
+brackets) and whether repeating the same call can succeed (``retryable``)::
 
-Bad *input* is not a storage error: the actor layer validates before it
-writes, so the storage layer only reports faults of the file or the code.
+    DurableSessionsError                  root; never raised itself              [500]
+    ├── SessionError                      the Session API refused a call          [500]
+    │   ├── InvalidInputError (ValueError)   bad argument; ``.field`` names it     [400]
+    │   │   ├── InvalidMessageError          a message lacks id/role/parts         [400]
+    │   │   └── ContextBlockError            a block write was refused             [400]
+    │   ├── NotFoundError (LookupError)      unknown thing; ``.kind``, ``.key``     [404]
+    │   │   └── MessageNotFoundError         unknown message id                    [404]
+    │   ├── ConflictError                    the state forbids it                  [409]
+    │   └── CompactionError                  compaction cannot run                 [409]
+    ├── StorageError                      a fault of a file or of the code        [500]
+    │   ├── SchemaTooNewError                file written by a newer version       [500]
+    │   ├── StorageClosedError               use after ``close()``                 [500]
+    │   └── SearchQueryError                 SQLite failed while searching         [500]
+    ├── ActorRuntimeError                 the actor host refused or failed a call [500]
+    │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
+    │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
+    │   ├── UnknownNamespaceError (LookupError) no class bound to that name        [404]
+    │   ├── UnknownMethodError (LookupError)  no callable method of that name      [404]
+    │   ├── InvalidArgumentsError (TypeError) arguments do not fit the method      [400]
+    │   ├── ActorOverloadedError              too many calls waiting (retryable)   [429]
+    │   ├── TransactionLeftOpenError          a call ended inside a transaction    [500]
+    │   └── HostClosedError                   the host is shutting down (retryable) [503]
+    └── HttpError                         the HTTP layer refused a request        [500]
+        ├── UnauthorizedError                missing or wrong bearer token         [401]
+        ├── RouteNotFoundError               no such route                         [404]
+        ├── MethodNotAllowedError            the route exists, not this method     [405]
+        ├── PayloadTooLargeError             body (or frame) over the limit        [413]
+        ├── UnsupportedMediaTypeError        neither JSON nor msgpack              [415]
+        ├── InternalServerError              a bug; details only in the log        [500]
+        └── ServiceUnavailableError          the server is shutting down (retryable) [503]
+
+Bad input (400) and unknown things (404) never change with a retry of the
+same call; only fixing the input or the state helps. Messages are part of
+the API where the original fixed them (``Block "soul" is readonly``).
 """
 
 from __future__ import annotations
 
 
-class StorageError(Exception):
-    """Base class of every error the ``storage`` package raises."""
+class DurableSessionsError(Exception):
+    """Root of every error the project raises on purpose.
+
+    Attributes:
+        status: the HTTP status a server answers this error with.
+        retryable: whether the same call, repeated later, can succeed.
+    """
+
+    status = 500
+    retryable = False
+
+
+# -- the Session API -------------------------------------------------------------
+
+
+class SessionError(DurableSessionsError):
+    """Base class of the errors of the Session API and the Agent base class."""
+
+
+class InvalidInputError(SessionError, ValueError):
+    """An argument is malformed. ``field`` names it (e.g. ``"message.parts"``); nothing was written."""
+
+    status = 400
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message is not ``{"id": str, "role": str, "parts": list, ...}``; nothing was written."""
+
+
+class ContextBlockError(InvalidInputError):
+    """A context-block write was refused: readonly, unknown, keyed, or over ``max_tokens``."""
+
+
+class NotFoundError(SessionError, LookupError):
+    """Something named by the caller does not exist. ``kind`` and ``key`` say what."""
+
+    status = 404
+
+    def __init__(self, message: str, *, kind: str = "object", key: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.key = key
+
+
+class MessageNotFoundError(NotFoundError):
+    """No message with that id in this session."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(f"message {message_id!r} not found", kind="message", key=message_id)
+
+
+class ConflictError(SessionError):
+    """The current state forbids the call (e.g. a label that already exists)."""
+
+    status = 409
+
+
+class CompactionError(SessionError):
+    """``compact()`` cannot run, e.g. no compaction function is registered."""
+
+    status = 409
+
+
+# -- storage ---------------------------------------------------------------------------
+
+
+class StorageError(DurableSessionsError):
+    """A fault of a file or of the code below the Session API.
+
+    Bad *input* is not a storage error: the actor layer validates before it
+    writes, so the storage layer only reports faults of the file or the code.
+    """
 
 
 class SchemaTooNewError(StorageError):
@@ -44,5 +152,150 @@ class SearchQueryError(StorageError):
 
     User text never reaches FTS5 syntax (see :mod:`storage.fts`), so this
     signals a fault (a damaged index, a bug), never a malformed query; it is
-    raised rather than turned into an empty result (DEVIATIONS 9).
+    raised rather than turned into an empty result (docs/deviations.md #9).
     """
+
+
+# -- the actor host ------------------------------------------------------------------------
+
+
+class ActorRuntimeError(DurableSessionsError):
+    """Base class of the errors the actor host raises (routing, lifecycle, calls).
+
+    Errors raised by actor code itself (``on_start``, a method, ``alarm``)
+    reach the caller unchanged.
+    """
+
+
+class InvalidActorIdError(ActorRuntimeError, ValueError):
+    """An actor id is not 64 hex digits, or was not made by this namespace.
+
+    Raised by ``Namespace.id_from_string`` and ``Namespace.get``. No file is touched.
+    """
+
+    status = 400
+
+
+class InvalidNamespaceError(ActorRuntimeError, ValueError):
+    """``ActorHost.bind`` was given a bad name, a non-``Agent`` class, or a name already bound."""
+
+    status = 400
+
+
+class UnknownNamespaceError(ActorRuntimeError, LookupError):
+    """``ActorHost.namespace(name)`` names no bound namespace."""
+
+    status = 404
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no actor namespace named {name!r} is bound")
+        self.name = name
+
+
+class UnknownMethodError(ActorRuntimeError, LookupError):
+    """The actor class has no method of that name callable through a stub.
+
+    Raised before the actor is woken (nothing is created). Private names,
+    ``on_*`` hooks, attributes inherited from ``Agent`` and non-methods are
+    never callable (see ``actors.agent.callable_method``).
+    """
+
+    status = 404
+
+    def __init__(self, class_name: str, method: str) -> None:
+        super().__init__(f"actor class {class_name} has no callable method {method!r}")
+        self.method = method
+
+
+class InvalidArgumentsError(ActorRuntimeError, TypeError):
+    """The call's arguments do not bind to the method's signature. Raised before the actor is woken."""
+
+    status = 400
+
+
+class ActorOverloadedError(ActorRuntimeError):
+    """The actor already holds ``max_pending_calls`` unanswered calls.
+
+    Raised at once, without waiting; the call was not admitted. A retry
+    after a short pause can succeed.
+    """
+
+    status = 429
+    retryable = True
+
+    def __init__(self, actor: str, limit: int) -> None:
+        super().__init__(f"actor {actor} is overloaded: {limit} calls are already pending")
+        self.limit = limit
+
+
+class TransactionLeftOpenError(ActorRuntimeError):
+    """A call returned while the actor's storage was inside a transaction.
+
+    Actor code must never ``await`` inside ``storage.transaction()``. The
+    transaction is rolled back and the caller gets this error instead of a
+    reply, so no reply ever reports writes that were not committed.
+    """
+
+
+class HostClosedError(ActorRuntimeError):
+    """The host is closed or closing; the call was not (or not fully) run.
+
+    A retry against a running host can succeed.
+    """
+
+    status = 503
+    retryable = True
+
+
+# -- the HTTP layer ----------------------------------------------------------------------------
+
+
+class HttpError(DurableSessionsError):
+    """An error of the HTTP layer (not of a session or the host).
+
+    The client also raises it, with the answer's ``status``, for an error
+    body it cannot map to a class of this tree.
+    """
+
+
+class UnauthorizedError(HttpError):
+    """The bearer token is missing or wrong. Send ``Authorization: Bearer <token>``."""
+
+    status = 401
+
+
+class RouteNotFoundError(HttpError):
+    """No route has this path."""
+
+    status = 404
+
+
+class MethodNotAllowedError(HttpError):
+    """The path exists but does not take this HTTP method."""
+
+    status = 405
+
+
+class PayloadTooLargeError(HttpError):
+    """The request body or WebSocket frame is larger than the server's limit."""
+
+    status = 413
+
+
+class UnsupportedMediaTypeError(HttpError):
+    """The body is neither ``application/json`` nor ``application/msgpack``."""
+
+    status = 415
+
+
+class InternalServerError(HttpError):
+    """The server failed (a bug). The message holds a reference to its log entry, never a traceback."""
+
+    status = 500
+
+
+class ServiceUnavailableError(HttpError):
+    """The server is shutting down; retry against a running one."""
+
+    status = 503
+    retryable = True

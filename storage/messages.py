@@ -60,32 +60,13 @@ import apsw
 
 from . import fts
 from .errors import SearchQueryError
+from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 
-#: Ids of compaction overlays are this prefix + the compaction's id; never stored.
-OVERLAY_PREFIX = "compaction_"
 #: ``assistant_config.key`` of the persisted active leaf.
 ACTIVE_LEAF_KEY = "active_leaf"
 #: The porter FTS5 table holding message text (its trigram twin is ``<name>_cjk``).
 FTS_TABLE = "assistant_fts"
-
-
-class _LatestLeaf:
-    """Type of :data:`LATEST_LEAF`."""
-
-    _instance: _LatestLeaf | None = None
-
-    def __new__(cls) -> _LatestLeaf:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "LATEST_LEAF"
-
-
-#: "Parent = the session's latest leaf": the default of an append's parent.
-LATEST_LEAF = _LatestLeaf()
 
 
 @dataclass(frozen=True, slots=True)

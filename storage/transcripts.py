@@ -35,11 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .shapes import MAIN_SUBPATH, encode_entry, parse_session_key
 from .sqlite import Durability, SqlStorage
 from .transcript_summary import fold_session_summary
-
-#: The subpath of a session's main transcript.
-MAIN_SUBPATH = ""
 
 #: File name of the catalog inside a data directory.
 CATALOG_FILE_NAME = "transcripts-catalog.sqlite3"
@@ -59,31 +57,6 @@ CREATE TABLE transcript_sessions (
 
 #: The catalog's own ``user_version`` ladder (see :mod:`storage.schema`).
 CATALOG_MIGRATIONS: tuple[str, ...] = (_CATALOG_V1,)
-
-
-def encode_entry(entry: Any, index: int = 0) -> str:
-    """Compact JSON text of one transcript entry (what the table stores).
-
-    Raises:
-        ValueError: ``entry`` is not a JSON object, or holds something JSON
-            cannot carry (NaN, infinities, non-JSON types, nesting too deep
-            to encode, lone surrogates that UTF-8 cannot store). ``index`` is
-            only used in the message.
-    """
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"entries[{index}] must be a JSON object, not {type(entry).__name__}")
-    try:
-        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"entries[{index}] is not JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"entries[{index}] is not JSON: nested too deeply") from None
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"entries[{index}] is not valid Unicode text (lone surrogate at {exc.start})") from None
-    return text
 
 
 class TranscriptFile:
@@ -312,29 +285,6 @@ def session_file_id(project_key: str, session_id: str) -> str:
     The pair is encoded as a JSON array, so no two pairs share a name.
     """
     return hashlib.sha256(_dumps([project_key, session_id]).encode()).hexdigest()
-
-
-def parse_session_key(key: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(project_key, session_id, subpath)`` of an SDK ``SessionKey``.
-
-    A missing or ``None`` subpath gives :data:`MAIN_SUBPATH` (``""``).
-
-    Raises:
-        ValueError: ``key`` is not a mapping, ``project_key`` or
-            ``session_id`` is not a non-empty string, or ``subpath`` is
-            present but not a non-empty string (the SDK forbids ``""``).
-    """
-    if not isinstance(key, Mapping):
-        raise ValueError(f"session key must be a mapping, not {type(key).__name__}")
-    for field in ("project_key", "session_id"):
-        if not isinstance(key.get(field), str) or not key[field]:
-            raise ValueError(f"session key {field} must be a non-empty string, not {key.get(field)!r}")
-    subpath = key.get("subpath")
-    if subpath is None:
-        return key["project_key"], key["session_id"], MAIN_SUBPATH
-    if not isinstance(subpath, str) or not subpath:
-        raise ValueError(f"session key subpath must be omitted or a non-empty string, not {subpath!r}")
-    return key["project_key"], key["session_id"], subpath
 
 
 class LocalTranscriptStore:

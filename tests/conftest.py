@@ -78,7 +78,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def storage(tmp_path):
     """A real actor file (``SqlStorage`` on ``tmp_path/actor.sqlite3``), closed after the test."""
-    from storage import SqlStorage
+    from storage.sqlite import SqlStorage
 
     s = SqlStorage.open(tmp_path / "actor.sqlite3")
     yield s

@@ -5,7 +5,7 @@ import trio
 
 from actors import Agent
 from runtime import HostClock, open_host
-from runtime.alarms import INDEX_FILE, MAX_ALARM_RETRIES, AlarmIndex
+from runtime.host.alarms import INDEX_FILE, MAX_ALARM_RETRIES, AlarmIndex
 from runtime.testing import actor_data_dir, run_alarm, run_in_actor  # noqa: F401 (fixtures)
 
 EPOCH_MS = 1_700_000_000_000

@@ -23,20 +23,19 @@ from pathlib import Path
 import apsw
 import httpx
 import pytest
-from test_formats_claude_code import reference_counts
-
-from actors.errors import InvalidInputError
-from runtime import DurableSessionStore, open_host
-from runtime.claude_import import import_claude_code_sessions, push_claude_code_transcripts, session_metadata
-from runtime.client import SessionsClient
-from runtime.ids import id_from_name
-from runtime.server import DEFAULT_NAMESPACE, bind_sessions
-from runtime.transcript_host import open_transcripts
-from storage.formats import RESULT_STATES, is_tool_part
-from storage.formats.claude_code import ENTRY_PART, find_claude_code_files, read_claude_code_session
-
 from _server_process import cli_command, cli_env, server_process
 from conftest import CLAUDE_CODE_LOG, TEST_DATA, shared_data_dir
+from test_formats_claude_code import reference_counts
+
+from runtime import DurableSessionStore, open_host
+from runtime.cli.claude_import import import_claude_code_sessions, push_claude_code_transcripts, session_metadata
+from runtime.cli.formats import RESULT_STATES, is_tool_part
+from runtime.cli.formats.claude_code import ENTRY_PART, find_claude_code_files, read_claude_code_session
+from runtime.client import SessionsClient
+from runtime.host.ids import id_from_name
+from runtime.server.app import DEFAULT_NAMESPACE, bind_sessions
+from runtime.server.transcripts import open_transcripts
+from storage.errors import InvalidInputError
 
 TOKEN = "import-token"
 FIXTURES = TEST_DATA / "claude_code" / "projects"

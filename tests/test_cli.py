@@ -6,10 +6,10 @@ import pytest
 import trio
 
 from runtime import open_host
-from runtime.cli import build_parser, format_message, load_agent_class, main
-from runtime.importer import detect_format, plan_batches, read_conversations
-from runtime.server import bind_sessions
-from storage.formats import ImportedMessage
+from runtime.cli.formats import ImportedMessage
+from runtime.cli.importer import detect_format, plan_batches, read_conversations
+from runtime.cli.main import build_parser, format_message, load_agent_class, main
+from runtime.server.app import bind_sessions
 
 TAU_3 = "openai_chat/tau-bench-airline-3.json"
 

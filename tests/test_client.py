@@ -7,14 +7,21 @@ import re
 import pytest
 import trio
 
-from actors.errors import ContextBlockError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from actors.session_agent import SessionAgent
 from runtime import ActorOverloadedError, UnknownMethodError, open_host
 from runtime.client import SessionsClient
-from runtime.config import ServerSettings
-from runtime.server import bind_sessions, serve
-from runtime.wire import UnauthorizedError
-from runtime.ws_client import ConnectionClosed
+from runtime.client.websocket import ConnectionClosed
+from runtime.server.app import bind_sessions, serve
+from runtime.server.config import ServerSettings
+from storage.errors import (
+    ActorOverloadedError,
+    ContextBlockError,
+    InvalidInputError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    UnauthorizedError,
+    UnknownMethodError,
+)
 
 TOKEN = "client-token"
 

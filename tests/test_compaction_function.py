@@ -18,8 +18,8 @@ from actors.compaction import (
     plan_compaction,
     status_broadcast,
 )
-from actors.errors import CompactionError, InvalidInputError
 from actors.tokens import estimate_message_tokens
+from storage.errors import CompactionError, InvalidInputError
 
 
 def text(message_id, body, role="user"):

@@ -26,11 +26,10 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from runtime.client import SessionsClient
-from runtime.importer import read_conversations
-
 from conftest import TEST_DATA, shared_data_dir
+
+from runtime.cli.importer import read_conversations
+from runtime.client import SessionsClient
 
 TOKEN = "e2e-token"
 SHARED = Path("chat") / "tau-bench" / "gpt-4o-airline.json"
@@ -51,7 +50,7 @@ def _inputs():
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("durable-sessions")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "runtime.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runtime.cli.main"]
 
 
 def _env() -> dict[str, str]:

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 import trio
+from conftest import REPO_ROOT
 
 from runtime.client import SessionsClient
 from storage import SqlStorage
-
-from conftest import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 TOKEN = "examples-token"
@@ -355,7 +354,7 @@ async def test_custom_agent_example_served_with_app(host):
 async def test_claude_agent_store_example_mirrors_a_transcript_and_imports_claude_code(host):
     from claude_agent_sdk import project_key_for_directory
 
-    from runtime import DurableSessionStore
+    from runtime.client.transcripts import DurableSessionStore
 
     url = host()
     env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)

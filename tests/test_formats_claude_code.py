@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from storage.formats import RESULT_STATES, FormatError, iter_tool_parts
-from storage.formats.claude_code import (
+from runtime.cli.formats import RESULT_STATES, FormatError, iter_tool_parts
+from runtime.cli.formats.claude_code import (
     BLOCK_PART,
     ENTRY_PART,
     LINE_PART,

@@ -4,8 +4,13 @@ import json
 
 import pytest
 
-from storage.formats import FormatError, ImportedMessage, iter_tool_parts
-from storage.formats.openai_chat import DATA_PART, convert_openai_chat, convert_openai_conversation, load_openai_chat
+from runtime.cli.formats import FormatError, ImportedMessage, iter_tool_parts
+from runtime.cli.formats.openai_chat import (
+    DATA_PART,
+    convert_openai_chat,
+    convert_openai_conversation,
+    load_openai_chat,
+)
 
 
 @pytest.fixture

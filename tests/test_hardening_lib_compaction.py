@@ -12,8 +12,8 @@ from fractions import Fraction
 import pytest
 
 from actors.compaction import create_compact_function, normalize_token_count
-from actors.errors import CompactionError
 from actors.session import Session
+from storage.errors import CompactionError
 
 
 class Agent:

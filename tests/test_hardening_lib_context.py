@@ -11,10 +11,10 @@ import struct
 import pytest
 
 from actors.context import AgentSearchProvider, ContextBlocks, render_header
-from actors.errors import ConflictError, ContextBlockError, InvalidInputError
 from actors.session import Session
 from actors.tools import context_entry_key, slugify, stable_hash
 from storage.context import read_block
+from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 
 
 class Skills:

@@ -2,7 +2,7 @@
 
 Oracles: the SessionStore contract (``seeds/002``: ``load`` returns what was
 appended, retried uuids are skipped) and the converters' promises
-(:mod:`storage.formats`: Claude Code conversion never raises on content,
+(:mod:`runtime.cli.formats`: Claude Code conversion never raises on content,
 the raw and OpenAI readers raise :class:`FormatError` naming the place).
 """
 
@@ -10,9 +10,13 @@ import json
 
 import pytest
 
-from storage.formats import FormatError
-from storage.formats.claude_code import convert_claude_code_entries, read_claude_code_session, read_transcript_entries
-from storage.formats.openai_chat import convert_openai_chat, load_openai_chat
+from runtime.cli.formats import FormatError
+from runtime.cli.formats.claude_code import (
+    convert_claude_code_entries,
+    read_claude_code_session,
+    read_transcript_entries,
+)
+from runtime.cli.formats.openai_chat import convert_openai_chat, load_openai_chat
 from storage.transcripts import LocalTranscriptStore
 
 KEY = {"project_key": "proj", "session_id": "sess"}

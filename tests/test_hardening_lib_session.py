@@ -12,9 +12,9 @@ import datetime
 
 import pytest
 
-from actors.errors import InvalidInputError, InvalidMessageError
 from actors.manager import SessionManager
 from actors.session import Session
+from storage.errors import InvalidInputError, InvalidMessageError
 
 
 def msg(mid, text="hello flight", **extra):

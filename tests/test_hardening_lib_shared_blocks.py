@@ -8,7 +8,6 @@ showing the old content: a session woken after the write would show the
 new one, and hibernation must be invisible.
 """
 
-import pytest
 
 from actors.context import AgentSearchProvider
 from actors.manager import SessionManager

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from actors.errors import InvalidInputError
 from actors.skills import DirectorySkillProvider, validate_skill_key
+from storage.errors import InvalidInputError
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from actors.errors import InvalidInputError, InvalidMessageError
 from actors.session import Session
 from actors.tokens import estimate_message_tokens
 from actors.truncation import enforce_row_size_limit, row_bytes, truncate_older_messages, truncate_tool_output
 from storage import SqlStorage
+from storage.errors import InvalidInputError, InvalidMessageError
 
 
 def nested(depth, leaf="x"):
@@ -127,7 +127,10 @@ async def test_a_message_with_a_non_string_text_part_can_be_stored_and_searched(
 @pytest.mark.parametrize("parts", [True, 5, "text", {"type": "text", "text": "x"}, None])
 def test_helpers_read_a_message_whose_parts_is_not_a_list_as_having_no_parts(parts):
     from actors.compaction import (
-        align_boundary_backward, align_boundary_forward, compute_summary_budget, sanitize_tool_pairs,
+        align_boundary_backward,
+        align_boundary_forward,
+        compute_summary_budget,
+        sanitize_tool_pairs,
     )
     from actors.summary import build_summary_prompt
 

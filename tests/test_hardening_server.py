@@ -17,11 +17,12 @@ import httpx
 import msgpack
 import pytest
 import trio
-
 from _server_process import server_process
+
 from runtime.client import SessionsClient
-from runtime.wire import UnauthorizedError, quote_segment
-from runtime.ws_client import ConnectionClosed, WebSocketConnection
+from runtime.client.websocket import ConnectionClosed, WebSocketConnection
+from runtime.wire import quote_segment
+from storage.errors import UnauthorizedError
 
 TOKEN = "hardening-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,12 +17,13 @@ import time
 import httpx
 import pytest
 import trio
-
 from _server_process import cli_command, cli_env, kill_hard, server_process
-from runtime.client import KEEPALIVE_EXPIRY_S, SessionsClient
-from runtime.config import ServerSettings
-from runtime.server import SessionsServer
-from runtime.ws_client import ConnectionClosed, WebSocketConnection
+
+from runtime.client import SessionsClient
+from runtime.client.http import KEEPALIVE_EXPIRY_S
+from runtime.client.websocket import ConnectionClosed, WebSocketConnection
+from runtime.server.app import SessionsServer
+from runtime.server.config import ServerSettings
 
 
 def msg(message_id, text):

@@ -7,7 +7,9 @@ import pytest
 import trio
 
 from actors import Agent
-from runtime import (
+from runtime.host.actor_host import open_host
+from runtime.testing import actor_data_dir, actor_host, run_in_actor  # noqa: F401 (fixtures)
+from storage.errors import (
     ActorOverloadedError,
     HostClosedError,
     InvalidActorIdError,
@@ -16,9 +18,7 @@ from runtime import (
     TransactionLeftOpenError,
     UnknownMethodError,
     UnknownNamespaceError,
-    open_host,
 )
-from runtime.testing import actor_data_dir, actor_host, run_in_actor  # noqa: F401 (fixtures)
 
 
 class Notes(Agent):

@@ -9,7 +9,7 @@ import trio
 
 from actors import Agent
 from runtime import open_host
-from runtime.limits import MAX_ACTIVE_CAP, default_max_active
+from runtime.host.limits import MAX_ACTIVE_CAP, default_max_active
 from runtime.testing import actor_data_dir, actor_host, list_actor_ids, run_in_actor  # noqa: F401 (fixtures)
 
 

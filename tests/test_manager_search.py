@@ -2,7 +2,7 @@
 
 The three sessions are real airline chats: tau-bench tasks 0-2 from
 tests/data/tau-bench/airline-sample.json (MIT, see LICENSE.upstream there),
-converted with storage.formats.openai_chat. Only task 1's customer says
+converted with runtime.cli.formats.openai_chat. Only task 1's customer says
 she is "feeling a bit unwell".
 """
 
@@ -12,7 +12,7 @@ import re
 import pytest
 
 from actors import InvalidInputError, Session, SessionManager
-from storage.formats.openai_chat import convert_openai_chat
+from runtime.cli.formats.openai_chat import convert_openai_chat
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

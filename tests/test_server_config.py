@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig
-from runtime.config import ConfigError, HostConfig, ServerSettings, load_config
-from runtime.server import require_token_for
+from runtime.server.app import require_token_for
+from runtime.server.config import ConfigError, HostConfig, ServerSettings, load_config
 
 FULL = """
 [server]

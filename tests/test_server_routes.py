@@ -9,7 +9,7 @@ import trio
 
 from actors.session_agent import SessionAgent
 from runtime import open_host
-from runtime.server import bind_sessions, create_app
+from runtime.server.app import bind_sessions, create_app
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -339,7 +339,7 @@ async def test_an_overloaded_actor_answers_429_at_once(client):
 
 
 async def test_a_bug_is_a_500_with_a_reference_and_no_traceback(client, caplog):
-    with caplog.at_level(logging.ERROR, logger="runtime.server"):
+    with caplog.at_level(logging.ERROR, logger="runtime.server.app"):
         status, body, _ = await call(client, "POST", f"{S}/rpc", {"method": "boom"})
     assert status == 500 and body["error"]["type"] == "InternalServerError"
     reference = body["error"]["message"].removeprefix("internal server error (reference ").removesuffix(")")

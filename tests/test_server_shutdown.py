@@ -7,8 +7,8 @@ import trio
 from actors.session_agent import SessionAgent
 from runtime import open_host
 from runtime.client import SessionsClient
-from runtime.config import ServerSettings
-from runtime.server import bind_sessions, serve
+from runtime.server.app import bind_sessions, serve
+from runtime.server.config import ServerSettings
 
 
 class Slow(SessionAgent):

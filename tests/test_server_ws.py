@@ -7,10 +7,11 @@ import pytest
 import trio
 from quart.testing.connections import WebsocketDisconnectError, WebsocketResponseError
 
-from actors.errors import ConflictError
 from actors.session_agent import SessionAgent
 from runtime import open_host
-from runtime.server import PEER_QUEUE_FRAMES, _Peer, bind_sessions, create_app
+from runtime.server.app import bind_sessions, create_app
+from runtime.server.websocket import PEER_QUEUE_FRAMES, _Peer
+from storage.errors import ConflictError
 
 TOKEN = "tok"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

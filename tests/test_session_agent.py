@@ -4,7 +4,10 @@ import random
 
 import pytest
 
-from actors.errors import (
+from actors.session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig, resolve_summarizer
+from actors.summary import extractive_summarize
+from runtime import open_host
+from storage.errors import (
     CompactionError,
     ContextBlockError,
     InvalidInputError,
@@ -12,9 +15,6 @@ from actors.errors import (
     MessageNotFoundError,
     NotFoundError,
 )
-from actors.session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig, resolve_summarizer
-from actors.summary import extractive_summarize
-from runtime import open_host
 
 SEP = "═" * 46
 DEFAULT_PROMPT = (

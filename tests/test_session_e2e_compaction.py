@@ -1,7 +1,7 @@
 """End to end: 200 real airline-support messages through a Session that compacts itself.
 
 The tau-bench sample (tests/data/tau-bench, MIT, see its README) converted by
-:mod:`storage.formats.openai_chat`; ``compact_after(2000)`` with
+:mod:`runtime.cli.formats.openai_chat`; ``compact_after(2000)`` with
 :func:`actors.compaction.extractive_summarize` (deterministic, no model).
 After every append the estimate stays within the threshold plus the message
 just appended, and every original message is still found by search
@@ -11,12 +11,10 @@ just appended, and every original message is still found by search
 import json
 from pathlib import Path
 
-import pytest
-
 from actors.compaction import create_compact_function, extractive_summarize
 from actors.session import Session
 from actors.tokens import estimate_message_tokens
-from storage.formats.openai_chat import convert_openai_chat
+from runtime.cli.formats.openai_chat import convert_openai_chat
 
 DATA = Path(__file__).parent / "data" / "tau-bench" / "airline-sample.json"
 THRESHOLD = 2000

@@ -7,8 +7,6 @@ row, jump pointers to test which overlays lie on the path (DEVIATIONS 13).
 
 import random
 
-import pytest
-
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
 from storage.messages import MessageStore

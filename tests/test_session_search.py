@@ -9,7 +9,7 @@ import pytest
 
 from actors import InvalidInputError
 from actors.session import Session
-from storage import SearchQueryError, SqlStorage
+from storage import SearchQueryError
 
 TEXTS = {
     "apostrophe": "The user's guide explains the refund flow",

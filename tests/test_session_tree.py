@@ -10,7 +10,6 @@ import trio
 
 from actors import InvalidInputError, InvalidMessageError, MessageNotFoundError
 from actors.session import LATEST_LEAF, MessagesChange, Session
-from storage import SqlStorage
 
 
 def msg(mid, text=None, role="user", **extra):

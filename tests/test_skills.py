@@ -7,10 +7,10 @@ import os
 import pytest
 
 from actors.context import ContextBlocks
-from actors.errors import InvalidInputError
 from actors.skills import DirectorySkillProvider, rewrite_unloaded, skill_events, validate_skill_key
 from storage import SqlStorage
 from storage.context import read_config
+from storage.errors import InvalidInputError
 
 
 class ListHost:

@@ -12,6 +12,7 @@ import json
 
 import httpx
 import pytest
+from _server_process import kill_hard, server_process
 from claude_agent_sdk import (
     SessionStore,
     delete_session_via_store,
@@ -24,15 +25,17 @@ from claude_agent_sdk import (
 from claude_agent_sdk import fold_session_summary as sdk_fold
 from claude_agent_sdk.testing import run_session_store_conformance
 
-from actors.errors import InvalidInputError
 from runtime import DurableSessionStore, open_host
+from runtime.cli.formats.claude_code import find_claude_code_files, read_transcript_entries
 from runtime.client import SessionsClient
-from runtime.ids import id_from_name
-from runtime.transcript_host import TRANSCRIPTS_NAMESPACE, HostTranscriptStore, open_transcripts, transcript_actor_name
-from runtime.wire import UnauthorizedError
-from storage.formats.claude_code import find_claude_code_files, read_transcript_entries
-
-from _server_process import kill_hard, server_process
+from runtime.host.ids import id_from_name
+from runtime.server.transcripts import (
+    TRANSCRIPTS_NAMESPACE,
+    HostTranscriptStore,
+    open_transcripts,
+    transcript_actor_name,
+)
+from storage.errors import InvalidInputError, UnauthorizedError
 
 TOKEN = "transcripts-token"
 OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
@@ -115,9 +118,9 @@ async def _conformance_over_http(url):
 
 def test_the_store_is_exported_from_runtime_and_runtime_client():
     import runtime.client
-    import runtime.transcript_client
+    import runtime.client.transcripts
 
-    assert runtime.client.DurableSessionStore is DurableSessionStore is runtime.transcript_client.DurableSessionStore
+    assert runtime.client.DurableSessionStore is DurableSessionStore is runtime.client.transcripts.DurableSessionStore
     assert "DurableSessionStore" in runtime.client.__all__
 
 

@@ -6,16 +6,16 @@ import json
 import random
 
 import pytest
+from claude_agent_sdk import fold_session_summary as sdk_fold
 from claude_agent_sdk import (
     get_subagent_messages_from_store,
     list_sessions_from_store,
     list_subagents_from_store,
     project_key_for_directory,
 )
-from claude_agent_sdk import fold_session_summary as sdk_fold
 from claude_agent_sdk.testing import run_session_store_conformance
 
-from storage.formats.claude_code import find_claude_code_files, read_transcript_entries
+from runtime.cli.formats.claude_code import find_claude_code_files, read_transcript_entries
 from storage.transcript_summary import fold_session_summary
 from storage.transcripts import CATALOG_FILE_NAME, TRANSCRIPTS_DIR_NAME, LocalTranscriptStore, session_file_id
 

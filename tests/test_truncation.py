@@ -4,7 +4,6 @@ import copy
 
 import pytest
 
-from actors.errors import InvalidInputError
 from actors.truncation import (
     js_length,
     js_prefix,
@@ -12,6 +11,7 @@ from actors.truncation import (
     truncate_tool_output,
     truncated_suffix,
 )
+from storage.errors import InvalidInputError
 
 OBJECT_NOTE = "Tool output omitted because it was too large to preserve structurally."
 

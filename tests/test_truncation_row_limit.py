@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from actors.errors import InvalidInputError, InvalidMessageError
 from actors.truncation import ROW_MAX_BYTES, enforce_row_size_limit, row_bytes
+from storage.errors import InvalidInputError, InvalidMessageError
 
 OBJECT_NOTE = "Tool output omitted because it was too large to preserve structurally."
 

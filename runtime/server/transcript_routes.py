@@ -3,7 +3,7 @@
 The Claude Agent SDK ``SessionStore`` operations, one request each. Keys
 are free-form strings carried in the JSON body (``append``) or the query
 string (everything else), never in the path, and never used as paths on
-disk (see :mod:`runtime.transcript_host`).
+disk (see :mod:`runtime.server.transcripts`).
 
 ======  ===================================================  ==========================================
 method  path and parameters                                  answer
@@ -29,7 +29,6 @@ entry, 401 without the token, 413 for a body over the limit).
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,17 +36,16 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from actors.errors import InvalidInputError
-
-from .transcript_host import HostTranscriptStore
-from .wire import JSON, MSGPACK, InternalServerError, PayloadTooLargeError, decode_body, encode_body, payload_for, status_of
+from runtime.server.routes import describe_error
+from runtime.server.transcripts import HostTranscriptStore
+from runtime.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX, decode_body, encode_body
+from storage.errors import InvalidInputError, PayloadTooLargeError
 
 __all__ = ["TRANSCRIPTS_PREFIX", "TranscriptRoutes", "add_transcript_routes"]
 
 logger = logging.getLogger(__name__)
 
 #: Prefix of every transcript route.
-TRANSCRIPTS_PREFIX = "/v1/transcripts"
 
 View = Callable[[], Awaitable[tuple[int, Any]]]
 
@@ -125,7 +123,7 @@ def _answering(view: View) -> Callable[[], Awaitable[Response]]:
         try:
             status, body = await view()
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            status, body = _describe_error(exc)
+            status, body = describe_error(exc)
         if isinstance(body, _RawJson):
             return Response(body.data, status=status, content_type=JSON)
         kind = _response_type()
@@ -157,13 +155,3 @@ def _query_key() -> dict[str, Any]:
     if "subpath" in request.args:
         key["subpath"] = request.args["subpath"]
     return key
-
-
-def _describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
-    """``(status, body)``; an unexpected error is logged and answered with a reference only."""
-    status = status_of(error)
-    if status < 500 or status == 503:
-        return status, payload_for(error)
-    reference = uuid.uuid4().hex[:12]
-    logger.error("internal error %s", reference, exc_info=error)
-    return 500, payload_for(InternalServerError(f"internal server error (reference {reference})"))

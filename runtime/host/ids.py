@@ -21,7 +21,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from .errors import InvalidActorIdError, InvalidNamespaceError
+from storage.errors import InvalidActorIdError, InvalidNamespaceError
 
 BODY_BYTES = 24
 TAG_BYTES = 8

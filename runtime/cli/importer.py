@@ -1,8 +1,8 @@
 """Loading converted conversations into sessions (``durable-sessions import``).
 
 :func:`read_conversations` turns a file or folder into
-:class:`storage.formats.ImportedSession` values with the converters of
-:mod:`storage.formats` (OpenAI chat / tau-bench JSON, Claude Code
+:class:`runtime.cli.formats.ImportedSession` values with the converters of
+:mod:`runtime.cli.formats` (OpenAI chat / tau-bench JSON, Claude Code
 transcripts). :func:`import_sessions` appends them to sessions through
 anything with the Session's ``append_messages(messages, parent_id)`` -- a
 client :class:`~runtime.client.SessionHandle` or an in-process actor stub.
@@ -26,9 +26,9 @@ from typing import Any, Protocol
 import anyio
 
 from actors.tokens import js_stringify
-from storage.formats import ImportedMessage, ImportedSession
-from storage.formats.claude_code import iter_claude_code_sessions
-from storage.formats.openai_chat import load_openai_chat
+from runtime.cli.formats import ImportedMessage, ImportedSession
+from runtime.cli.formats.claude_code import iter_claude_code_sessions
+from runtime.cli.formats.openai_chat import load_openai_chat
 
 __all__ = ["FORMATS", "ImportReport", "detect_format", "import_sessions", "plan_batches", "read_conversations"]
 

@@ -1,22 +1,22 @@
-"""The HTTP + WebSocket server: a quart-trio app over an :class:`~runtime.host.ActorHost`.
+"""The HTTP + WebSocket server: a quart-trio app over an :class:`~runtime.host.actor_host.ActorHost`.
 
 ``create_app(host)`` builds the app for a host whose ``"sessions"``
 namespace is bound (see :func:`bind_sessions`); ``serve(host, settings)``
 runs it on hypercorn until its shutdown trigger fires and reports the bound
 addresses through ``task_status`` (bind port 0 and ask).
 
-Routes: the session routes of :mod:`runtime.routes` under
+Routes: the session routes of :mod:`runtime.server.routes` under
 ``/v1/sessions/{session_id}/``, plus
 
 * ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
-* ``GET /metrics`` -- Prometheus text (:mod:`runtime.metrics`);
+* ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
 * ``GET /v1/actors`` -- ``host.statistics()`` as an object;
 * ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
   sessions' actors, or every active actor; answers ``{"hibernated": n}``;
 * ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below);
 * ``/v1/transcripts/...`` -- the Claude Agent SDK transcript store
-  (:mod:`runtime.transcript_routes`), when the host has the ``"transcripts"``
-  namespace bound (:func:`runtime.transcript_host.open_transcripts`).
+  (:mod:`runtime.server.transcript_routes`), when the host has the ``"transcripts"``
+  namespace bound (:func:`runtime.server.transcripts.open_transcripts`).
 
 Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
@@ -44,51 +44,48 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
-from quart import Response, g, has_request_context, request, websocket
+from quart import Response, g, has_request_context, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
-from actors.agent import Agent, callable_method
-from actors.errors import InvalidInputError
+from actors.agent import Agent
 from actors.session_agent import SessionAgent, SessionConfig
-
-from .config import ServerSettings
-from .host import ActorHost
-from .ids import ActorId
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .metrics import ServerMetrics
-from .namespace import Namespace
-from .routes import SESSIONS_PREFIX, Call, call_method, match, not_found
-from .transcript_host import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
-from .transcript_routes import add_transcript_routes
-from .wire import (
+from runtime.host.actor_host import ActorHost
+from runtime.host.ids import ActorId
+from runtime.host.namespace import Namespace
+from runtime.server.config import ServerSettings
+from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from runtime.server.metrics import ServerMetrics
+from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found
+from runtime.server.transcript_routes import add_transcript_routes
+from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
+from runtime.server.websocket import WebSocketEndpoint
+from runtime.wire import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
     MSGPACK,
-    InternalServerError,
+    check_session_id,
+    decode_body,
+    encode_body,
+    error_payload,
+    unquote_segment,
+)
+from storage.errors import (
+    InvalidInputError,
     MethodNotAllowedError,
     PayloadTooLargeError,
     RouteNotFoundError,
     ServiceUnavailableError,
     UnauthorizedError,
-    check_session_id,
-    decode_body,
-    encode_body,
-    error_payload,
-    payload_for,
-    status_of,
-    unquote_segment,
 )
 
 __all__ = ["DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "create_app", "require_token_for", "serve"]
@@ -97,21 +94,10 @@ logger = logging.getLogger(__name__)
 
 #: Namespace the server routes ``/v1/sessions`` to.
 DEFAULT_NAMESPACE = "sessions"
-#: Frames queued for one WebSocket peer before it counts as too slow.
-PEER_QUEUE_FRAMES = 1024
-#: RPC calls one WebSocket may have running or waiting to queue their reply (more frames wait to be read).
-PEER_MAX_INFLIGHT = 256
-#: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
-#: before it counts as too slow.
-PEER_QUEUE_BODIES = 4
 #: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
-#: Seconds a WebSocket closed by the server waits for the client's close reply.
-CLOSE_DRAIN_TIMEOUT_S = 5.0
-#: WebSocket close codes.
-CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG = 1001, 1008, 1009
 
 
 def bind_sessions(
@@ -146,66 +132,12 @@ def require_token_for(bind: str, token: str | None) -> None:
     )
 
 
-class _Peer:
-    """A WebSocket peer as the host sees it (:class:`actors.agent.ConnectionLike`).
-
-    Its outgoing queue holds at most :data:`PEER_QUEUE_FRAMES` frames and
-    ``max_queued`` characters or bytes (a single frame may be larger); a peer
-    that lets it overflow is not reading and is closed (``overflowed``).
-    """
-
-    def __init__(self, max_queued: int = PEER_QUEUE_BODIES * DEFAULT_MAX_BODY_BYTES) -> None:
-        self.id = uuid.uuid4().hex
-        self.outbox, self.inbox = trio.open_memory_channel[str | bytes](PEER_QUEUE_FRAMES)
-        self.overflowed = trio.Event()
-        self.max_queued = max_queued
-        self.queued = 0  # length of the frames in the queue
-
-    def send(self, message: str | bytes) -> None:
-        """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
-        self._account(message)
-        try:
-            self.outbox.send_nowait(message)
-        except trio.WouldBlock:
-            self.queued -= len(message)
-            self.overflowed.set()
-            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self.queued -= len(message)
-            raise RuntimeError(f"WebSocket peer {self.id} is closed") from None
-
-    async def reply(self, message: str | bytes) -> None:
-        """Queue the answer to one of the peer's frames, waiting while the queue holds too many frames.
-
-        A peer whose queue is over its size limit is closed instead (the frame is dropped).
-        """
-        try:
-            self._account(message)
-        except RuntimeError:
-            return
-        try:
-            await self.outbox.send(message)
-        except BaseException:
-            self.queued -= len(message)
-            raise
-
-    def sent(self, message: str | bytes) -> None:
-        """``message`` left the queue."""
-        self.queued -= len(message)
-
-    def _account(self, message: str | bytes) -> None:
-        if self.queued and self.queued + len(message) > self.max_queued:
-            self.overflowed.set()
-            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it")
-        self.queued += len(message)
-
-
 class SessionsServer:
     """The server state behind one app: host, namespace, token, limits, metrics.
 
     Attributes:
         app: the quart-trio app.
-        metrics: the app's :class:`~runtime.metrics.ServerMetrics`.
+        metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
         closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
     """
 
@@ -238,7 +170,7 @@ class SessionsServer:
         app.add_url_rule("/v1/actors:hibernate", "hibernate", self._hibernate, methods=["POST"])
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
-        app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", self._websocket)
+        app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
         return app
@@ -383,117 +315,6 @@ class SessionsServer:
             return self._error(exc)
         return self._respond(status, payload)
 
-    # -- WebSocket ---------------------------------------------------------------------------------------------
-
-    async def _websocket(self, rest: str) -> Response | None:
-        try:
-            if not self.authorized(websocket.headers.get("Authorization")):
-                raise UnauthorizedError("missing or wrong bearer token")
-            if self.closing.is_set():
-                raise ServiceUnavailableError("the server is shutting down")
-            session_id, *segments = rest.split("/")
-            actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
-            if segments != ["ws"]:
-                raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
-            peer = _Peer(PEER_QUEUE_BODIES * self.max_body_bytes)
-            await self.namespace.connect(actor_id, peer)
-        except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
-            status, body = describe_error(exc)
-            return Response(encode_body(body, JSON), status=status, content_type=JSON)
-        try:
-            await websocket.accept()
-            await self._run_peer(actor_id, peer)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._disconnect(actor_id, peer)
-        return None
-
-    async def _run_peer(self, actor_id: ActorId, peer: _Peer) -> None:
-        close: list[tuple[int, str]] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, peer)
-            nursery.start_soon(self._watch, peer, nursery.cancel_scope, close)
-            await self._read_frames(actor_id, peer, nursery)
-            nursery.cancel_scope.cancel()
-        if close:
-            await websocket.close(*close[0])
-            await _drain_frames()
-
-    async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
-        async with trio.open_nursery() as nursery:
-            async def wait(event: trio.Event, code: int, reason: str) -> None:
-                await event.wait()
-                close.append((code, reason))
-                nursery.cancel_scope.cancel()
-                scope.cancel()
-            nursery.start_soon(wait, self.closing, CLOSE_GOING_AWAY, "server shutting down")
-            nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
-
-    async def _pump(self, peer: _Peer) -> None:
-        async for frame in peer.inbox:
-            peer.sent(frame)
-            await websocket.send(frame)
-
-    async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
-        limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
-        while True:
-            frame = await websocket.receive()
-            if frame is None:  # an empty binary frame (quart hands it over as None)
-                frame = b""
-            if len(frame) > self.max_body_bytes:
-                too_big = PayloadTooLargeError(f"the frame is larger than {self.max_body_bytes} bytes")
-                await peer.reply(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
-                continue
-            parsed, error = _parse_frame(frame)
-            if isinstance(parsed, dict) and "method" in parsed and error is not None:
-                reply = {"id": _echo_id(parsed.get("id"), frame), **describe_error(error)[1]}
-                await peer.reply(_encode_frame(reply, frame))
-            elif isinstance(parsed, dict) and "method" in parsed:
-                call_id, method, params = _echo_id(parsed.get("id"), frame), parsed["method"], parsed.get("params")
-                del parsed  # a waiting call keeps its arguments only
-                await limiter.acquire()
-                nursery.start_soon(self._answer, actor_id, peer, isinstance(frame, bytes), call_id, method, params,
-                                   limiter)
-            else:
-                await self._deliver(actor_id, peer, frame)
-
-    async def _answer(self, actor_id: ActorId, peer: _Peer, binary: bool, call_id: Any, method: Any, params: Any,
-                      limiter: trio.Semaphore) -> None:
-        """Run one RPC call and queue its reply (msgpack if ``binary``, else JSON). The call holds
-        its ``limiter`` slot until the reply is queued, and only the encoded reply while it waits,
-        so a peer that does not read cannot pile up calls or answers in memory."""
-        try:
-            started = time.perf_counter()
-            reply: dict[str, Any] = {"id": call_id}
-            try:
-                reply["result"] = await call_method(self.namespace.get(actor_id), method, params)
-                status = 200
-            except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
-                status, body = describe_error(exc)
-                reply["error"] = body["error"]
-            del params
-            known = isinstance(method, str) and callable_method(self.namespace.agent_class, method) is not None
-            self.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
-            encoded = _encode_frame(reply, b"" if binary else "")
-            del reply
-            await peer.reply(encoded)
-        finally:
-            limiter.release()
-
-    async def _deliver(self, actor_id: ActorId, peer: _Peer, frame: str | bytes) -> None:
-        try:
-            await self.namespace.receive(actor_id, peer, frame)
-        except Exception as exc:  # noqa: BLE001 - on_message failures are reported, the socket stays
-            await peer.reply(_encode_frame({"id": None, **describe_error(exc)[1]}, frame))
-
-    async def _disconnect(self, actor_id: ActorId, peer: _Peer) -> None:
-        try:
-            await self.namespace.disconnect(actor_id, peer, 1000, "")
-        except Exception:  # noqa: BLE001 - the host may be closing; the peer is gone either way
-            logger.debug("on_close of peer %s failed", peer.id, exc_info=True)
-        peer.outbox.close()
-
-
 class _RestConverter(PathConverter):
     """The rest of the path, which may start with ``/`` (an empty session id gets a 400, not a 404)."""
 
@@ -547,20 +368,6 @@ class _ShieldedResponseEnd:
         await self.app(scope, receive, send_shielded)
 
 
-async def _drain_frames() -> None:
-    """After the server closed a WebSocket, drop the client's frames until its goodbye arrives.
-
-    Frames the client sent before it saw the close wait in hypercorn's queue
-    for the handler; a handler that returned without reading them would leave
-    hypercorn unable to hand over the disconnect, and the connection (and
-    shutdown) would hang. The goodbye ends the handler; a client that does
-    not send one within :data:`CLOSE_DRAIN_TIMEOUT_S` is left to hypercorn.
-    """
-    with trio.move_on_after(CLOSE_DRAIN_TIMEOUT_S):
-        while True:
-            await websocket.receive()
-
-
 async def _drain_body() -> None:
     """Read what is left of the request body (up to the size limit) before answering.
 
@@ -577,16 +384,6 @@ async def _drain_body() -> None:
             pass
 
 
-def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
-    """``(status, body)`` for an error; unexpected ones are logged and answered with a reference only."""
-    status = status_of(error)
-    if status < 500 or status == 503:
-        return status, payload_for(error)
-    reference = uuid.uuid4().hex[:12]
-    logger.error("internal error %s", reference, exc_info=error)
-    return 500, payload_for(InternalServerError(f"internal server error (reference {reference})"))
-
-
 def _no_route(path: str, allowed: list[str]) -> Exception:
     if not allowed:
         return not_found(path)
@@ -599,43 +396,6 @@ def _str_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise InvalidInputError("sessionIds must be a list of strings", field="sessionIds")
     return value
-
-
-def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
-    """``(value, None)`` for a valid frame; ``(loosely parsed value or None, error)`` otherwise.
-
-    A JSON frame the wire rules refuse (a lone surrogate escape) may still be
-    an RPC call: the loose parse finds its ``id`` so the error can be answered.
-    """
-    data = frame.encode("utf-8") if isinstance(frame, str) else frame
-    try:
-        return decode_body(data, JSON if isinstance(frame, str) else MSGPACK), None
-    except InvalidInputError as error:
-        if isinstance(frame, bytes):
-            return None, error
-        try:
-            return json.loads(data), error
-        except (ValueError, RecursionError):
-            return None, error
-
-
-def _echo_id(value: Any, frame: str | bytes) -> Any:
-    """The call's ``id`` as the reply carries it: ``None`` in place of one a JSON reply
-    cannot hold (``NaN``, a lone surrogate)."""
-    if isinstance(frame, bytes):
-        return value
-    try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
-        return None
-    return value
-
-
-def _encode_frame(value: dict[str, Any], like: str | bytes) -> str | bytes:
-    """``value`` in the encoding of the frame it answers (text: JSON, binary: msgpack)."""
-    if isinstance(like, bytes):
-        return encode_body(value, MSGPACK)
-    return encode_body(value, JSON).decode("utf-8")
 
 
 def create_app(

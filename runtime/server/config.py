@@ -55,10 +55,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from actors.errors import InvalidInputError
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
-
-from .wire import DEFAULT_MAX_BODY_BYTES
+from runtime.wire import DEFAULT_MAX_BODY_BYTES
+from storage.errors import InvalidInputError
 
 __all__ = ["ConfigError", "HostConfig", "ServerSettings", "load_config"]
 

@@ -9,7 +9,7 @@ Input shapes accepted by :func:`convert_openai_chat`:
 * tau-bench trajectories: a list of ``{"task_id", "trial", "reward",
   "info", "traj"}``.
 
-How messages map (see :mod:`storage.formats` for the part shapes):
+How messages map (see :mod:`runtime.cli.formats` for the part shapes):
 
 * ``system`` (and ``developer``), ``user`` and ``assistant`` messages become
   Session messages with the same role, in order, each the child of the one

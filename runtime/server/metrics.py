@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .host import ActorHost
+    from runtime.host.actor_host import ActorHost
 
 PREFIX = "durable_sessions"
 #: ``Content-Type`` of :meth:`ServerMetrics.render`.

@@ -6,7 +6,7 @@ namespace, opens the host-level catalog
 (``<data_dir>/transcripts-catalog.sqlite3``, see
 :class:`storage.transcripts.TranscriptCatalog`) and yields a
 :class:`HostTranscriptStore`: the SDK's ``SessionStore`` protocol in
-process. The HTTP routes (:mod:`runtime.transcript_routes`) call the same
+process. The HTTP routes (:mod:`runtime.server.transcript_routes`) call the same
 object; ``ClaudeAgentOptions(session_store=store)`` works too when the
 agent runs inside the host's trio process.
 
@@ -24,13 +24,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from actors.errors import InvalidInputError
 from actors.transcript_agent import TranscriptAgent
+from runtime.host.actor_host import ActorHost
+from runtime.host.ids import ActorId
+from runtime.host.namespace import ActorStub, Namespace
+from storage.errors import InvalidInputError
 from storage.transcripts import CATALOG_FILE_NAME, MAIN_SUBPATH, TranscriptCatalog, parse_session_key
-
-from .host import ActorHost
-from .ids import ActorId
-from .namespace import ActorStub, Namespace
 
 __all__ = ["TRANSCRIPTS_NAMESPACE", "HostTranscriptStore", "open_transcripts", "transcript_actor_name"]
 
@@ -80,7 +79,7 @@ class HostTranscriptStore:
     Raises:
         TypeError: ``namespace`` is not such a namespace.
 
-    Every method raises :class:`~actors.errors.InvalidInputError`
+    Every method raises :class:`~storage.errors.InvalidInputError`
     (``field="key"``, ``"entries"`` or ``"project_key"``) for malformed
     input, before anything is stored.
     """

@@ -16,7 +16,7 @@ to the server (``../shared/seeds/002_*``)::
 It implements the whole protocol: ``append`` and ``load``, and the optional
 ``list_sessions``, ``list_session_summaries``, ``delete`` and
 ``list_subkeys``, each one HTTP request to the routes of
-:mod:`runtime.transcript_routes` (``append`` may be several, see below).
+:mod:`runtime.server.transcript_routes` (``append`` may be several, see below).
 It works under asyncio and trio: the HTTP connection pool is made on first
 use in the running event loop, and made again when a call comes from
 another loop (e.g. a second ``asyncio.run``). ``aclose()`` (or ``async
@@ -25,7 +25,7 @@ close when the process ends.
 
 Errors: a bad key or entry raises :class:`ValueError` before anything is
 sent; the server's errors are raised again as their own classes
-(:class:`~actors.errors.InvalidInputError` is a ``ValueError``,
+(:class:`~storage.errors.InvalidInputError` is a ``ValueError``,
 :class:`~runtime.wire.UnauthorizedError`, ...); an unreachable server
 raises ``httpx.TransportError``. The SDK retries a failed ``append`` and
 the server skips entries whose ``uuid`` it already stored, so a retried
@@ -41,10 +41,9 @@ from typing import Any
 import httpx
 import sniffio
 
-from storage.transcripts import MAIN_SUBPATH, encode_entry, parse_session_key
-
-from .client import SessionsClient
-from .transcript_routes import TRANSCRIPTS_PREFIX
+from runtime.client.http import SessionsClient
+from runtime.wire import TRANSCRIPTS_PREFIX
+from storage.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
 
 __all__ = ["DEFAULT_MAX_BATCH_BYTES", "DurableSessionStore"]
 

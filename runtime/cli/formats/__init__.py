@@ -20,8 +20,8 @@ Part shapes produced (the AI SDK's):
   has no part of its own, kept verbatim so nothing is lost (model
   converters skip data parts).
 
-Modules: :mod:`storage.formats.claude_code` (Claude Code ``.jsonl``
-transcripts) and :mod:`storage.formats.openai_chat` (OpenAI chat messages,
+Modules: :mod:`runtime.cli.formats.claude_code` (Claude Code ``.jsonl``
+transcripts) and :mod:`runtime.cli.formats.openai_chat` (OpenAI chat messages,
 tau-bench trajectories).
 """
 

@@ -1,7 +1,7 @@
 """Namespaces and stubs: how callers address actors.
 
 A :class:`Namespace` is an actor class bound under a name (``host.bind``).
-It makes ids (:mod:`runtime.ids`) and hands out :class:`ActorStub` objects.
+It makes ids (:mod:`runtime.host.ids`) and hands out :class:`ActorStub` objects.
 A stub is two references: it creates nothing until a call is made. A call
 is checked against the class first (:func:`actors.agent.callable_method`
 and the method's signature), so a bad call never wakes the actor.
@@ -19,20 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.agent import Agent, ConnectionLike, callable_method
-
-from . import ids
-from .errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
-from .ids import ActorId
+from runtime.host import ids
+from runtime.host.ids import ActorId
+from storage.errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
 
 if TYPE_CHECKING:
-    from .host import ActorHost
+    from runtime.host.actor_host import ActorHost
 
 
 class Namespace:
     """An actor class bound under a name.
 
     Attributes:
-        host: the :class:`~runtime.host.ActorHost`.
+        host: the :class:`~runtime.host.actor_host.ActorHost`.
         name: the namespace name.
         agent_class: the bound :class:`actors.Agent` subclass.
         env: passed to each instance's constructor.

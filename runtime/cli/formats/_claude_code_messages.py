@@ -1,6 +1,6 @@
 """Claude Code transcript entries to Session messages: the conversion itself.
 
-The rules are stated once, in :mod:`storage.formats.claude_code` (the public
+The rules are stated once, in :mod:`runtime.cli.formats.claude_code` (the public
 module); this module implements them in three passes over one file's
 entries: index (uuids, API response groups, tool calls and their first
 result), build (messages in file order, bookkeeping entries as data parts),

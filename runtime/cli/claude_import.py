@@ -1,14 +1,14 @@
 """Claude Code transcripts into a durable-sessions host (``durable-sessions import``).
 
 A Claude Code ``projects`` folder, one project folder, or single ``.jsonl``
-files (:func:`storage.formats.claude_code.find_claude_code_files`) go to
+files (:func:`runtime.cli.formats.claude_code.find_claude_code_files`) go to
 one of two places:
 
 * **sessions** (the default): each file becomes one session, converted by
-  :mod:`storage.formats.claude_code` (message tree from
+  :mod:`runtime.cli.formats.claude_code` (message tree from
   ``uuid``/``parentUuid`` with its branches, tool results folded into their
   calls, unknown entries kept as data parts). Messages are appended in
-  chains (:func:`runtime.importer.plan_batches`), then the session's
+  chains (:func:`runtime.cli.importer.plan_batches`), then the session's
   metadata is set (``set_metadata``: ``source``, ``name``,
   ``parentSessionId`` for a sub-agent, ``projectKey``, ``transcriptKey``,
   ...; see :mod:`actors.session_metadata`). Metadata is written last, so a
@@ -17,9 +17,9 @@ one of two places:
   ``"<parent>:agent-<id>"`` and name their parent in ``parentSessionId``.
 * **transcripts** (``--as transcripts``): each file's lines are appended
   unchanged to a transcript store (the Claude Agent SDK ``SessionStore``
-  protocol: :class:`~runtime.transcript_client.DurableSessionStore` or an
+  protocol: :class:`~runtime.client.transcripts.DurableSessionStore` or an
   in-process store) under the key the SDK itself would use
-  (:attr:`~storage.formats.claude_code.ClaudeCodeFile.transcript_key`), so
+  (:attr:`~runtime.cli.formats.claude_code.ClaudeCodeFile.transcript_key`), so
   ``load`` gives back the file's lines, and the SDK can resume the session
   from the store. An empty file stores nothing (``load`` gives ``None``).
 
@@ -41,16 +41,20 @@ from typing import Any, Protocol
 import anyio
 from tqdm import tqdm
 
-from actors.errors import ConflictError
-from storage.formats import ImportedSession
-from storage.formats.claude_code import ClaudeCodeFile, find_claude_code_files, read_claude_code_session, read_transcript_entries
-
-from .client import SessionsClient
-from .host import open_host
-from .importer import DEFAULT_MAX_BATCH_BYTES, plan_batches
-from .server import bind_sessions
-from .transcript_client import DurableSessionStore
-from .transcript_host import open_transcripts
+from runtime.cli.formats import ImportedSession
+from runtime.cli.formats.claude_code import (
+    ClaudeCodeFile,
+    find_claude_code_files,
+    read_claude_code_session,
+    read_transcript_entries,
+)
+from runtime.cli.importer import DEFAULT_MAX_BATCH_BYTES, plan_batches
+from runtime.client import SessionsClient
+from runtime.client.transcripts import DurableSessionStore
+from runtime.host.actor_host import open_host
+from runtime.server.app import bind_sessions
+from runtime.server.transcripts import open_transcripts
+from storage.errors import ConflictError
 
 __all__ = [
     "TARGETS",
@@ -166,7 +170,7 @@ async def push_claude_code_transcripts(
 
     A file fails as a whole, with nothing of it sent, when a line is not a
     JSON object, or when the stored transcript is not a prefix of the file
-    (:class:`~actors.errors.ConflictError`; delete the key to push it again).
+    (:class:`~storage.errors.ConflictError`; delete the key to push it again).
     """
 
     async def one(file: ClaudeCodeFile, report: ClaudeImportReport) -> None:

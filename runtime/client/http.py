@@ -14,12 +14,12 @@ A :class:`SessionHandle` has the Session's method names and returns what
 the in-process :class:`actors.session_agent.SessionAgent` returns (lists,
 dicts, strings, booleans; ``None`` where the Session gives ``None``).
 Server errors are raised again as the same exception classes
-(:class:`actors.errors.MessageNotFoundError`,
-:class:`runtime.errors.ActorOverloadedError`, ...; HTTP-level ones from
+(:class:`storage.errors.MessageNotFoundError`,
+:class:`storage.errors.ActorOverloadedError`, ...; HTTP-level ones from
 :mod:`runtime.wire`).
 
 The Claude Agent SDK ``SessionStore`` adapter, ``DurableSessionStore``, lives
-in :mod:`runtime.transcript_client` (importable from here too) and uses this
+in :mod:`runtime.client.transcripts` (importable from here too) and uses this
 client's HTTP layer (:meth:`SessionsClient.request`).
 """
 
@@ -35,13 +35,12 @@ import anyio
 import httpx
 import msgpack
 
-from actors.errors import MessageNotFoundError, NotFoundError
-from actors.session import LATEST_LEAF
+from runtime.client.websocket import ConnectionClosed, WebSocketConnection
+from runtime.wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
+from storage.errors import MessageNotFoundError, NotFoundError
+from storage.shapes import LATEST_LEAF
 
-from .wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
-from .ws_client import ConnectionClosed, WebSocketConnection
-
-__all__ = ["DEFAULT_URL", "LATEST_LEAF", "DurableSessionStore", "SessionHandle", "SessionSocket", "SessionsClient"]
+__all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
 
 #: Where ``durable-sessions serve`` listens by default.
 DEFAULT_URL = "http://127.0.0.1:8787"
@@ -425,12 +424,3 @@ def _parse(frame: str | bytes) -> Any:
         return json.loads(frame)
     except (ValueError, msgpack.UnpackException):
         return frame
-
-
-def __getattr__(name: str) -> Any:
-    """``DurableSessionStore`` from :mod:`runtime.transcript_client` (imported on use: it imports this module)."""
-    if name == "DurableSessionStore":
-        from .transcript_client import DurableSessionStore
-
-        return DurableSessionStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,15 +42,14 @@ from tqdm import tqdm
 
 from actors.agent import Agent
 from actors.session_agent import SessionAgent
-from storage.formats import FormatError
-
-from .claude_import import TARGETS, ImportUsageError, run_import_command
-from .client import SessionsClient
-from .config import ConfigError, HostConfig, load_config
-from .host import open_host
-from .importer import FORMATS, detect_format, import_sessions, read_conversations
-from .server import bind_sessions, require_token_for, serve
-from .transcript_host import open_transcripts
+from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
+from runtime.cli.formats import FormatError
+from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
+from runtime.client import SessionsClient
+from runtime.host.actor_host import open_host
+from runtime.server.app import bind_sessions, require_token_for, serve
+from runtime.server.config import ConfigError, HostConfig, load_config
+from runtime.server.transcripts import open_transcripts
 
 logger = logging.getLogger("durable_sessions")
 
@@ -236,7 +235,7 @@ async def _import(args: argparse.Namespace) -> int:
 
 
 def _is_claude_code(args: argparse.Namespace) -> bool:
-    """Claude Code files go to :mod:`runtime.claude_import` (sessions, or ``--as transcripts``)."""
+    """Claude Code files go to :mod:`runtime.cli.claude_import` (sessions, or ``--as transcripts``)."""
     try:
         kind = detect_format(args.file) if args.format == "auto" else args.format
     except OSError as exc:
@@ -307,7 +306,3 @@ def format_message(message: dict[str, Any]) -> str:
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -39,18 +39,24 @@ POST     ``/rpc``                               any actor method: ``{method, par
 from __future__ import annotations
 
 import copy
-
+import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.errors import InvalidInputError, InvalidMessageError, MessageNotFoundError, NotFoundError
+from runtime.host.namespace import ActorStub
+from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
+from storage.errors import (
+    InternalServerError,
+    InvalidInputError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    NotFoundError,
+    RouteNotFoundError,
+)
 
-from .namespace import ActorStub
-from .wire import RouteNotFoundError, unquote_segment
-
-#: Prefix of every session route.
-SESSIONS_PREFIX = "/v1/sessions/"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -372,3 +378,18 @@ ROUTES: tuple[Route, ...] = (
 
 def not_found(path: str) -> RouteNotFoundError:
     return RouteNotFoundError(f"no route for {path}")
+
+
+def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
+    """``(status, body)`` for an error raised while answering a request or frame.
+
+    Errors of :mod:`storage.errors` below 500 (and 503) are answered as they
+    are; anything else is a bug: logged with its traceback under a short
+    reference, and answered ``500 InternalServerError`` naming only that reference.
+    """
+    status = status_of(error)
+    if status < 500 or status == 503:
+        return status, payload_for(error)
+    reference = uuid.uuid4().hex[:12]
+    logger.error("internal error %s", reference, exc_info=error)
+    return 500, payload_for(InternalServerError(f"internal server error (reference {reference})"))

@@ -1,7 +1,7 @@
 """The actor host: Durable Objects in one trio process.
 
 ``async with open_host(data_dir) as host:`` gives an :class:`ActorHost`.
-``host.bind(name, AgentClass)`` makes a :class:`~runtime.namespace.Namespace`;
+``host.bind(name, AgentClass)`` makes a :class:`~runtime.host.namespace.Namespace`;
 its stubs route calls to actors by id. The host guarantees:
 
 * **One live instance per id.** The first call for a sleeping actor
@@ -14,17 +14,17 @@ its stubs route calls to actors by id. The host guarantees:
   synchronous, so calls interleave only where actor code awaits; the gate of
   ``ctx.block_concurrency_while`` holds new calls back. A call that ends
   with a transaction still open is rolled back and answered with
-  :class:`~runtime.errors.TransactionLeftOpenError`; any other reply leaves
+  :class:`~storage.errors.TransactionLeftOpenError`; any other reply leaves
   only after its writes committed.
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
-  actor; the next one gets :class:`~runtime.errors.ActorOverloadedError` at once.
+  actor; the next one gets :class:`~storage.errors.ActorOverloadedError` at once.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
   an actor takes it out, so its timer restarts on every turn. When
   ``max_active`` files are open, waking another actor first evicts the
   least recently idle one (or waits until one is idle).
-* **Alarms** (:mod:`runtime.alarms`) run as turns and wake sleeping actors.
+* **Alarms** (:mod:`runtime.host.alarms`) run as turns and wake sleeping actors.
 
 Files: ``<data_dir>/<namespace>/<hex[:2]>/<hex>.sqlite3``; new ones are copied
 from ``<data_dir>/_template/v<schema version>.sqlite3``.
@@ -45,21 +45,20 @@ from typing import Any, TypeVar
 import trio
 
 from actors.agent import Agent, ConnectionLike
-from storage.kv import ActorStorage
-from storage.schema import SCHEMA_VERSION
-
-from .alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm_handler
-from .errors import (
+from runtime.host.alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm_handler
+from runtime.host.ids import ActorId, check_namespace_name
+from runtime.host.limits import default_max_active, raise_open_file_limit
+from runtime.host.namespace import Namespace
+from runtime.host.slots import ActorContext, ActorSlot, SlotState, describe
+from storage.errors import (
     ActorOverloadedError,
     HostClosedError,
     InvalidNamespaceError,
     TransactionLeftOpenError,
     UnknownNamespaceError,
 )
-from .ids import ActorId, check_namespace_name
-from .limits import default_max_active, raise_open_file_limit
-from .namespace import Namespace
-from .slots import ActorContext, ActorSlot, SlotState, describe
+from storage.kv import ActorStorage
+from storage.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class ActorHost:
         max_active: most actor files open at once.
         max_pending_calls: most unanswered calls per actor.
         durability: ``"normal"`` or ``"full"`` (see ``SqlStorage.open``).
-        clock: the :class:`~runtime.alarms.HostClock` alarms follow.
+        clock: the :class:`~runtime.host.alarms.HostClock` alarms follow.
     """
 
     def __init__(
@@ -549,7 +548,7 @@ async def open_host(
             call before it hibernates; ``None`` never hibernates on idleness.
         max_active: most actor files open at once; default derived from the
             open-files limit (raised to its hard limit here; see
-            :func:`runtime.limits.default_max_active`).
+            :func:`runtime.host.limits.default_max_active`).
         durability: ``"normal"`` (survives a killed process) or ``"full"``
             (also power loss) for every actor file.
         max_pending_calls: unanswered calls one actor may hold before

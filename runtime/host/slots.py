@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from actors.agent import Agent, ConnectionLike
+from runtime.host.ids import ActorId
+from storage.errors import HostClosedError
 from storage.kv import ActorStorage
 
-from .errors import HostClosedError
-from .ids import ActorId
-
 if TYPE_CHECKING:
-    from .host import ActorHost
+    from runtime.host.actor_host import ActorHost
 
 T = TypeVar("T")
 
@@ -150,7 +149,7 @@ class ActorContext:
     """The ``ctx`` of an actor instance (see :class:`actors.agent.AgentContext`).
 
     Attributes:
-        id: the actor's :class:`~runtime.ids.ActorId`.
+        id: the actor's :class:`~runtime.host.ids.ActorId`.
         storage: its :class:`storage.kv.ActorStorage`.
     """
 

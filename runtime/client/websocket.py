@@ -29,7 +29,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError
 
-from .wire import error_from_payload
+from runtime.wire import error_from_payload
 
 __all__ = ["ConnectionClosed", "WebSocketConnection"]
 

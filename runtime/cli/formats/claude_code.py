@@ -7,7 +7,7 @@ are branches). Other entry types (``system``, ``attachment``, ``progress``,
 ``summary``, ``file-history-snapshot``, ``queue-operation``, ...) are Claude
 Code's own bookkeeping.
 
-How a file becomes Session messages (see :mod:`storage.formats` for the
+How a file becomes Session messages (see :mod:`runtime.cli.formats` for the
 part shapes):
 
 * All ``assistant`` entries of one API response (same ``message.id``;

@@ -1,0 +1,277 @@
+"""WebSocket sessions: RPC frames, ``on_message`` delivery and broadcasts for one peer.
+
+``WS /v1/sessions/{session_id}/ws`` follows the Durable Object hibernation
+model: the host holds the socket while its actor hibernates, and the next
+frame wakes the actor. A text (JSON) or binary (msgpack) frame that is an
+object with ``"method"`` is an RPC call ``{"id", "method", "params"}``
+answered with ``{"id", "result"}`` or ``{"id", "error"}`` in the same
+encoding (calls of one socket may run concurrently; match replies by
+``id``). Any other frame goes to the actor's ``on_message``. Broadcasts
+(``Agent.broadcast``) are pushed as they happen.
+
+Frames for a peer wait in a queue; a peer that stops reading is closed with
+code 1008 when a broadcast finds :data:`PEER_QUEUE_FRAMES` frames queued or
+the queued frames exceed :data:`PEER_QUEUE_BODIES` body limits in size
+(replies to its own calls wait for room in the first case). A frame over the
+body limit is answered with a ``PayloadTooLargeError`` frame.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import trio
+from quart import Response, websocket
+
+from actors.agent import callable_method
+from runtime.host.ids import ActorId
+from runtime.server.routes import call_method, describe_error
+from runtime.wire import DEFAULT_MAX_BODY_BYTES, JSON, MSGPACK, decode_body, encode_body, unquote_segment
+from storage.errors import (
+    InvalidInputError,
+    PayloadTooLargeError,
+    RouteNotFoundError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+)
+
+if TYPE_CHECKING:
+    from runtime.server.app import SessionsServer
+
+logger = logging.getLogger(__name__)
+
+#: Frames queued for one WebSocket peer before it counts as too slow.
+PEER_QUEUE_FRAMES = 1024
+#: RPC calls one WebSocket may have running or waiting to queue their reply (more frames wait to be read).
+PEER_MAX_INFLIGHT = 256
+#: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
+#: before it counts as too slow.
+PEER_QUEUE_BODIES = 4
+#: Seconds a WebSocket closed by the server waits for the client's close reply.
+CLOSE_DRAIN_TIMEOUT_S = 5.0
+#: WebSocket close codes.
+CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_TOO_BIG = 1001, 1008, 1009
+
+
+class _Peer:
+    """A WebSocket peer as the host sees it (:class:`actors.agent.ConnectionLike`).
+
+    Its outgoing queue holds at most :data:`PEER_QUEUE_FRAMES` frames and
+    ``max_queued`` characters or bytes (a single frame may be larger); a peer
+    that lets it overflow is not reading and is closed (``overflowed``).
+    """
+
+    def __init__(self, max_queued: int = PEER_QUEUE_BODIES * DEFAULT_MAX_BODY_BYTES) -> None:
+        self.id = uuid.uuid4().hex
+        self.outbox, self.inbox = trio.open_memory_channel[str | bytes](PEER_QUEUE_FRAMES)
+        self.overflowed = trio.Event()
+        self.max_queued = max_queued
+        self.queued = 0  # length of the frames in the queue
+
+    def send(self, message: str | bytes) -> None:
+        """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
+        self._account(message)
+        try:
+            self.outbox.send_nowait(message)
+        except trio.WouldBlock:
+            self.queued -= len(message)
+            self.overflowed.set()
+            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.queued -= len(message)
+            raise RuntimeError(f"WebSocket peer {self.id} is closed") from None
+
+    async def reply(self, message: str | bytes) -> None:
+        """Queue the answer to one of the peer's frames, waiting while the queue holds too many frames.
+
+        A peer whose queue is over its size limit is closed instead (the frame is dropped).
+        """
+        try:
+            self._account(message)
+        except RuntimeError:
+            return
+        try:
+            await self.outbox.send(message)
+        except BaseException:
+            self.queued -= len(message)
+            raise
+
+    def sent(self, message: str | bytes) -> None:
+        """``message`` left the queue."""
+        self.queued -= len(message)
+
+    def _account(self, message: str | bytes) -> None:
+        if self.queued and self.queued + len(message) > self.max_queued:
+            self.overflowed.set()
+            raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it")
+        self.queued += len(message)
+
+
+class WebSocketEndpoint:
+    """The WebSocket route of one :class:`~runtime.server.app.SessionsServer`: one :meth:`handle` per socket."""
+
+    def __init__(self, server: SessionsServer) -> None:
+        self.server = server
+
+    async def handle(self, rest: str) -> Response | None:
+        try:
+            if not self.server.authorized(websocket.headers.get("Authorization")):
+                raise UnauthorizedError("missing or wrong bearer token")
+            if self.server.closing.is_set():
+                raise ServiceUnavailableError("the server is shutting down")
+            session_id, *segments = rest.split("/")
+            actor_id = self.server.actor_id(unquote_segment(session_id, "session_id"))
+            if segments != ["ws"]:
+                raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
+            peer = _Peer(PEER_QUEUE_BODIES * self.server.max_body_bytes)
+            await self.server.namespace.connect(actor_id, peer)
+        except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
+            status, body = describe_error(exc)
+            return Response(encode_body(body, JSON), status=status, content_type=JSON)
+        try:
+            await websocket.accept()
+            await self._run_peer(actor_id, peer)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._disconnect(actor_id, peer)
+        return None
+
+    async def _run_peer(self, actor_id: ActorId, peer: _Peer) -> None:
+        close: list[tuple[int, str]] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, peer)
+            nursery.start_soon(self._watch, peer, nursery.cancel_scope, close)
+            await self._read_frames(actor_id, peer, nursery)
+            nursery.cancel_scope.cancel()
+        if close:
+            await websocket.close(*close[0])
+            await _drain_frames()
+
+    async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
+        async with trio.open_nursery() as nursery:
+            async def wait(event: trio.Event, code: int, reason: str) -> None:
+                await event.wait()
+                close.append((code, reason))
+                nursery.cancel_scope.cancel()
+                scope.cancel()
+            nursery.start_soon(wait, self.server.closing, CLOSE_GOING_AWAY, "server shutting down")
+            nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
+
+    async def _pump(self, peer: _Peer) -> None:
+        async for frame in peer.inbox:
+            peer.sent(frame)
+            await websocket.send(frame)
+
+    async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
+        limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
+        while True:
+            frame = await websocket.receive()
+            if frame is None:  # an empty binary frame (quart hands it over as None)
+                frame = b""
+            if len(frame) > self.server.max_body_bytes:
+                too_big = PayloadTooLargeError(f"the frame is larger than {self.server.max_body_bytes} bytes")
+                await peer.reply(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
+                continue
+            parsed, error = _parse_frame(frame)
+            if isinstance(parsed, dict) and "method" in parsed and error is not None:
+                reply = {"id": _echo_id(parsed.get("id"), frame), **describe_error(error)[1]}
+                await peer.reply(_encode_frame(reply, frame))
+            elif isinstance(parsed, dict) and "method" in parsed:
+                call_id, method, params = _echo_id(parsed.get("id"), frame), parsed["method"], parsed.get("params")
+                del parsed  # a waiting call keeps its arguments only
+                await limiter.acquire()
+                nursery.start_soon(self._answer, actor_id, peer, isinstance(frame, bytes), call_id, method, params,
+                                   limiter)
+            else:
+                await self._deliver(actor_id, peer, frame)
+
+    async def _answer(self, actor_id: ActorId, peer: _Peer, binary: bool, call_id: Any, method: Any, params: Any,
+                      limiter: trio.Semaphore) -> None:
+        """Run one RPC call and queue its reply (msgpack if ``binary``, else JSON). The call holds
+        its ``limiter`` slot until the reply is queued, and only the encoded reply while it waits,
+        so a peer that does not read cannot pile up calls or answers in memory."""
+        try:
+            started = time.perf_counter()
+            reply: dict[str, Any] = {"id": call_id}
+            try:
+                reply["result"] = await call_method(self.server.namespace.get(actor_id), method, params)
+                status = 200
+            except Exception as exc:  # noqa: BLE001 - every error becomes an error frame
+                status, body = describe_error(exc)
+                reply["error"] = body["error"]
+            del params
+            known = isinstance(method, str) and callable_method(self.server.namespace.agent_class, method) is not None
+            self.server.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
+            encoded = _encode_frame(reply, b"" if binary else "")
+            del reply
+            await peer.reply(encoded)
+        finally:
+            limiter.release()
+
+    async def _deliver(self, actor_id: ActorId, peer: _Peer, frame: str | bytes) -> None:
+        try:
+            await self.server.namespace.receive(actor_id, peer, frame)
+        except Exception as exc:  # noqa: BLE001 - on_message failures are reported, the socket stays
+            await peer.reply(_encode_frame({"id": None, **describe_error(exc)[1]}, frame))
+
+    async def _disconnect(self, actor_id: ActorId, peer: _Peer) -> None:
+        try:
+            await self.server.namespace.disconnect(actor_id, peer, 1000, "")
+        except Exception:  # noqa: BLE001 - the host may be closing; the peer is gone either way
+            logger.debug("on_close of peer %s failed", peer.id, exc_info=True)
+        peer.outbox.close()
+
+
+async def _drain_frames() -> None:
+    """After the server closed a WebSocket, drop the client's frames until its goodbye arrives.
+
+    Frames the client sent before it saw the close wait in hypercorn's queue
+    for the handler; a handler that returned without reading them would leave
+    hypercorn unable to hand over the disconnect, and the connection (and
+    shutdown) would hang. The goodbye ends the handler; a client that does
+    not send one within :data:`CLOSE_DRAIN_TIMEOUT_S` is left to hypercorn.
+    """
+    with trio.move_on_after(CLOSE_DRAIN_TIMEOUT_S):
+        while True:
+            await websocket.receive()
+
+
+def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
+    """``(value, None)`` for a valid frame; ``(loosely parsed value or None, error)`` otherwise.
+
+    A JSON frame the wire rules refuse (a lone surrogate escape) may still be
+    an RPC call: the loose parse finds its ``id`` so the error can be answered.
+    """
+    data = frame.encode("utf-8") if isinstance(frame, str) else frame
+    try:
+        return decode_body(data, JSON if isinstance(frame, str) else MSGPACK), None
+    except InvalidInputError as error:
+        if isinstance(frame, bytes):
+            return None, error
+        try:
+            return json.loads(data), error
+        except (ValueError, RecursionError):
+            return None, error
+
+
+def _echo_id(value: Any, frame: str | bytes) -> Any:
+    """The call's ``id`` as the reply carries it: ``None`` in place of one a JSON reply
+    cannot hold (``NaN``, a lone surrogate)."""
+    if isinstance(frame, bytes):
+        return value
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return None
+    return value
+
+
+def _encode_frame(value: dict[str, Any], like: str | bytes) -> str | bytes:
+    """``value`` in the encoding of the frame it answers (text: JSON, binary: msgpack)."""
+    if isinstance(like, bytes):
+        return encode_body(value, MSGPACK)
+    return encode_body(value, JSON).decode("utf-8")
