@@ -1,7 +1,7 @@
 """Compaction: choosing what to summarize, and the pieces a Session needs to store it.
 
 Macro-compaction replaces a range of old messages by a summary overlay at read
-time (session-behaviours §8). This module holds:
+time (docs/behaviours.md §8). This module holds:
 
 * the helpers of the original, same names in snake_case:
   :data:`COMPACTION_PREFIX`, :func:`is_compaction_message`,
@@ -12,10 +12,10 @@ time (session-behaviours §8). This module holds:
   :func:`extractive_summarize`, a summarizer that needs no model;
 * what ``Session.compact()`` and auto-compaction use to stay short:
   :func:`call_compaction_function`, :func:`plan_compaction` (validation and
-  the iterative, branch-local row to store: DEVIATIONS 13, 14),
+  the iterative, branch-local row to store: docs/deviations.md #13, #14),
   :func:`count_session_tokens` / :func:`normalize_token_count`, and the
   broadcast payloads :func:`status_broadcast` / :func:`error_broadcast`
-  (§12, DEVIATIONS 16).
+  (docs/behaviours.md §12, docs/deviations.md #16).
 
 Token counters come in two shapes, both sync or async:
 
@@ -357,7 +357,7 @@ async def count_session_tokens(
     """The Session estimate: ``token_counter`` if given, else the heuristic.
 
     Without a counter: ``estimate_message_tokens(messages) +
-    estimate_string_tokens(system_prompt)`` (§9). With one, it is called
+    estimate_string_tokens(system_prompt)`` (docs/behaviours.md §9). With one, it is called
     with a :class:`TokenCountRequest` (awaited when it returns an awaitable)
     and its answer goes through :func:`normalize_token_count`. Exceptions of
     the counter propagate (a Session sends them to ``on_compaction_error``).
@@ -516,7 +516,7 @@ def _accepts_token_counter(fn: Callable[..., Any]) -> bool:
 
 
 def compactions_on_path(compactions: Sequence[Mapping[str, Any]], path_ids: Sequence[str]) -> list:
-    """The compaction rows whose whole range lies on this path (branch-local, DEVIATIONS 13).
+    """The compaction rows whose whole range lies on this path (branch-local, docs/deviations.md #13).
 
     ``compactions`` are stored rows ``{"id", "summary", "fromMessageId",
     "toMessageId", ...}`` in creation order; ``path_ids`` the raw message ids
@@ -547,13 +547,13 @@ def plan_compaction(
     Returns ``None`` when there is nothing to store: ``result`` is ``None``
     or its summary is blank. Otherwise ``{"fromMessageId", "toMessageId",
     "summary"}`` (that key order, what ``compact()`` returns): iterative and
-    single-overlay (§8), ``from`` is the oldest compaction on this path's
+    single-overlay (docs/behaviours.md §8), ``from`` is the oldest compaction on this path's
     ``from`` (:func:`compactions_on_path`) when it starts no later than the
     result's end, else the result's own ``from``. An end naming an overlay
     message (``compaction_<row id>``) stands for that overlay's range.
 
     Raises:
-        CompactionError: (for ``on_compaction_error``, DEVIATIONS 14) the
+        CompactionError: (for ``on_compaction_error``, docs/deviations.md #14) the
             result is not a mapping, its summary is not a string, or its
             range is not visible on the current path (unknown id, a message
             hidden inside an overlay, another branch) or ends before it starts.
@@ -599,7 +599,7 @@ def _resolve_end(message_id: Any, history, compactions, key: str) -> str:
     return row[key]
 
 
-# ── Broadcasts (§12, DEVIATIONS 16) ─────────────────────────────────────
+# ── Broadcasts (docs/behaviours.md §12, docs/deviations.md #16) ─────────
 
 
 def status_broadcast(

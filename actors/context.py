@@ -1,4 +1,4 @@
-"""Context blocks, their providers, and the frozen system prompt (session-behaviours §3, §4).
+"""Context blocks, their providers, and the frozen system prompt (docs/behaviours.md §3, §4).
 
 A *context block* is a labelled section of the system prompt whose content
 comes from a *provider*. What a provider can do decides what the block is
@@ -21,7 +21,7 @@ is optional and runs before every full load.
 :meth:`~ContextBlocks.for_session`), block reads and writes, the frozen
 prompt, the AI tools and the loaded-skill set. It loads blocks on demand --
 reading a block after a wake works even when the prompt came from the cache
-(DEVIATIONS 3) -- and re-reads them after a write through a provider or file
+(docs/deviations.md #3) -- and re-reads them after a write through a provider or file
 it shares with another engine (manager sessions, a search label, a skill
 folder), so a session that stayed awake never shows older content than one
 that woke up. Its host (the Session) is reached only through
@@ -133,7 +133,7 @@ class ContextBlock(TypedDict):
 
 
 def render_header(block: ContextBlock) -> str:
-    """``LABEL (description) [pct% — tokens/max tokens] [tag]`` (§4).
+    """``LABEL (description) [pct% — tokens/max tokens] [tag]`` (docs/behaviours.md §4).
 
     The label is upper-cased with full Unicode rules (``straße`` ->
     ``STRASSE``); description and usage appear only when truthy; the tag is
@@ -238,7 +238,7 @@ class _WriteCounts:
     every session, several sessions on one file share search entries by
     label, two actors may share a skill folder -- so a block another engine
     loaded earlier can be stale. Engines compare these counts with the ones
-    they loaded at and re-read their blocks when they moved (DEVIATIONS 3:
+    they loaded at and re-read their blocks when they moved (docs/deviations.md #3:
     a session that did not hibernate must not show older content than one
     that did). Weak keys: nothing is kept alive; an object that cannot be
     weakly referenced or hashed is not tracked.

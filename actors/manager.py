@@ -1,4 +1,4 @@
-"""SessionManager: many named sessions in one actor file (spec: SessionManager; session-behaviours §13).
+"""SessionManager: many named sessions in one actor file (spec: SessionManager; docs/behaviours.md §13).
 
 A manager keeps a registry row per session (``assistant_sessions``, see
 :mod:`storage.registry`) and hands out one cached :class:`~actors.session.Session`
@@ -7,22 +7,22 @@ cached prompt, compaction) is given to every session it opens: blocks
 without a provider are stored per session (``<label>_<session id>``), an
 explicit provider object is shared by all sessions, as in the original.
 
-Differences from the original, on purpose (``DEVIATIONS.md``):
+Differences from the original, on purpose (docs/deviations.md):
 
 * message ids are unique per session, so two sessions may both hold ``m1``
-  (1);
+  (#1);
 * :meth:`SessionManager.list` breaks ``updated_at`` ties by the order of the
-  writes, the later first, so the same calls always list the same way (2);
+  writes, the later first, so the same calls always list the same way (#2);
 * :meth:`SessionManager.append_all` without a parent continues from the
-  latest leaf (7), and stores its batch in one transaction, all or nothing,
+  latest leaf (#7), and stores its batch in one transaction, all or nothing,
   with one status broadcast (:meth:`Session.append_messages`);
 * :meth:`SessionManager.search` uses the one query syntax of
   :mod:`storage.fts`, looks only at stored messages of registered
   sessions and returns each hit's ``sessionId`` and real ``createdAt``
-  (9, 10, 11);
+  (#9, #10, #11);
 * :meth:`SessionManager.delete` removes every row of the session: messages,
   search rows, compactions, context-block rows, the cached prompt and the
-  loaded-skill state (15);
+  loaded-skill state (#15);
 * a session id with no registry row is an error
   (:class:`~storage.errors.NotFoundError`, HTTP 404) for every method but
   :meth:`SessionManager.get`, which returns ``None``; the original quietly
@@ -70,7 +70,7 @@ Row = dict[str, Any]
 
 #: Description of the block added by :meth:`SessionManager.with_searchable_history`.
 HISTORY_DESCRIPTION = "Cross-session conversation history"
-#: What the model is told about the ``session_search`` tool (§6).
+#: What the model is told about the ``session_search`` tool (docs/behaviours.md §6).
 SESSION_SEARCH_DESCRIPTION = "Search past conversations for relevant context. Searches across all sessions."
 #: Most hits ``session_search`` and the history block return.
 SESSION_SEARCH_LIMIT = 10
@@ -448,7 +448,7 @@ class SessionManager:
         transaction (:meth:`Session.append_messages`).
 
         The first one's parent is ``parent_id``: by default the latest leaf,
-        so a batch continues the conversation (DEVIATIONS 7); ``None`` starts
+        so a batch continues the conversation (docs/deviations.md #7); ``None`` starts
         a new root. A message already stored is skipped and the chain goes
         on from it. All or nothing: a bad message stores none of them.
         ``updated_at`` is touched once, when something was stored.

@@ -2,8 +2,8 @@
 
 Spec sections followed (``seeds/004``): Session (builder), Messages, Reading
 History, Branching, Search, WebSocket Broadcasts, Context Blocks, System
-Prompt, Skills, AI Tools, Compaction, Storage; ``session-behaviours.md`` §2-§12,
-with the improvements of ``DEVIATIONS.md`` 1-10, 12-14, 16-18.
+Prompt, Skills, AI Tools, Compaction, Storage; docs/behaviours.md §2-§12,
+with the improvements of docs/deviations.md #1-#10, #12-#14, #16-#18.
 
 Parts. The Session owns the message tree (:mod:`storage.messages`) and
 delegates context blocks, the frozen prompt, tools and skills to a
@@ -17,12 +17,12 @@ Messages are stored as compact JSON written the way JavaScript's
 ``JSON.stringify`` writes it (:func:`actors.tokens.js_stringify`), and every
 read parses them again, so a returned dict is always a fresh object.
 
-Tree rules (§5). Each message has at most one parent; the *latest leaf* is
+Tree rules (docs/behaviours.md §5). Each message has at most one parent; the *latest leaf* is
 the last message appended (persisted, so it survives hibernation) or, when
 that was deleted, the newest message without children. ``get_history()``
 walks from the latest leaf up to its root.
 
-Overlays (§8, DEVIATIONS 13). A compaction row ``(summary, from, to)``
+Overlays (docs/behaviours.md §8, docs/deviations.md #13). A compaction row ``(summary, from, to)``
 replaces the stretch ``from..to`` of a path, on read only, by the message
 ``{"id": "compaction_<compaction id>", "role": "assistant", "parts":
 [{"type": "text", "text": summary}], "createdAt": <the compaction's
@@ -41,10 +41,10 @@ the :meth:`~Session._before_store` hook, then the row-size limit: a message
 whose JSON exceeds the limit -- 1,800,000 UTF-8 bytes unless
 :meth:`~Session.with_row_limit` says otherwise -- is shrunk by
 :func:`actors.truncation.enforce_row_size_limit` before it is stored,
-DEVIATIONS 8) and, once committed, through :meth:`Session._after_write` with
+docs/deviations.md #8) and, once committed, through :meth:`Session._after_write` with
 a :class:`MessagesChange`: skill state follows the new message, a
 ``cf_agent_session`` status is broadcast and, after a new message,
-auto-compaction runs when the estimate exceeds the threshold (§12).
+auto-compaction runs when the estimate exceeds the threshold (docs/behaviours.md §12).
 
 Batches. :meth:`Session.append_messages` validates a whole batch, then
 stores it as one chain in one transaction (all or nothing) and runs the
@@ -152,7 +152,7 @@ class Session:
     Attributes:
         broadcaster: ``target.broadcast`` when the target passed to
             :meth:`create` has a callable ``broadcast`` (sync or async), else
-            ``None``. Status payloads go through it (§12, DEVIATIONS 16).
+            ``None``. Status payloads go through it (docs/behaviours.md §12, docs/deviations.md #16).
     """
 
     #: Default parent of :meth:`append_message`: the latest leaf.
@@ -202,7 +202,7 @@ class Session:
 
         Messages, compactions, the auto-wired block rows (``<label>_<id>``),
         the cached prompt (``_system_prompt_<id>``) and the loaded-skill row
-        are all namespaced by it (§3).
+        are all namespaced by it (docs/behaviours.md §3).
 
         Raises:
             InvalidInputError: ``session_id`` is not a string.
@@ -280,7 +280,7 @@ class Session:
     def on_compaction_error(self, handler: ErrorHandler) -> Session:
         """Call ``handler(exception)`` (sync or async) when automatic compaction
         fails: the function raises or returns a range off the current path,
-        or the counter raises (DEVIATIONS 14). Errors of the handler are
+        or the counter raises (docs/deviations.md #14). Errors of the handler are
         logged and swallowed, so writes stay successful. Returns ``self``.
 
         Raises:
@@ -291,7 +291,7 @@ class Session:
 
     def with_row_limit(self, max_bytes: int) -> Session:
         """Store no message row larger than ``max_bytes`` UTF-8 bytes of JSON
-        (default 1,800,000); larger messages are shrunk first (DEVIATIONS 8).
+        (default 1,800,000); larger messages are shrunk first (docs/deviations.md #8).
         Returns ``self``.
 
         Raises:
@@ -303,7 +303,7 @@ class Session:
         return self
 
     def with_broadcast_id(self, name: str) -> Session:
-        """Name this session in its broadcasts' ``sessionId`` (DEVIATIONS 16); returns ``self``.
+        """Name this session in its broadcasts' ``sessionId`` (docs/deviations.md #16); returns ``self``.
 
         By default broadcasts carry :attr:`session_id`. A session that owns a
         whole file (one actor per session, as the server runs them) stores its
@@ -351,7 +351,7 @@ class Session:
                 a root. An overlay id (``compaction_<id>``) stands for the last
                 message that compaction covers.
 
-        A message over the row limit is stored shrunk (DEVIATIONS 8). After
+        A message over the row limit is stored shrunk (docs/deviations.md #8). After
         a new message: skill state follows its ``load_context`` /
         ``unload_context`` parts, ``idle`` is broadcast, and auto-compaction
         runs when the estimate exceeds the threshold -- its failures go to
@@ -361,7 +361,7 @@ class Session:
             ``True`` if stored. ``False`` when nothing was written: the id is
             already stored in this session (the first content stays, the
             latest leaf does not move), or it is an overlay id (echoed back
-            by a client; DEVIATIONS 6).
+            by a client; docs/deviations.md #6).
 
         Raises:
             InvalidMessageError: ``message`` lacks a string ``id``/``role``
@@ -393,7 +393,7 @@ class Session:
         message whose id is already stored (or came earlier in the batch)
         is skipped as :meth:`append_message` skips it, and the next one
         goes under that stored message. An overlay id (``compaction_<id>``,
-        echoed back by a client) is skipped too (DEVIATIONS 6); the next
+        echoed back by a client) is skipped too (docs/deviations.md #6); the next
         message goes under the last message that compaction covers, or,
         without such a compaction, under the message it would have gone
         under itself.
@@ -463,7 +463,7 @@ class Session:
         Raises:
             InvalidMessageError: as :meth:`append_message`.
             MessageNotFoundError: no message with that id in this session
-                (nothing is written; DEVIATIONS 4).
+                (nothing is written; docs/deviations.md #4).
         """
         prepared = self._prepare_message(message)
         m = prepared.message
@@ -475,7 +475,7 @@ class Session:
         await self._after_write(MessagesChange("update", m))
 
     async def delete_messages(self, message_ids: Iterable[str]) -> int:
-        """Delete these messages; each one's children move up to its parent (DEVIATIONS 5).
+        """Delete these messages; each one's children move up to its parent (docs/deviations.md #5).
 
         Unknown ids are skipped. Returns how many messages were deleted.
 
@@ -492,7 +492,7 @@ class Session:
     async def clear_messages(self) -> None:
         """Delete every message, compaction and search row of this session.
 
-        The loaded-skill set is emptied and the system prompt refreshed (§2);
+        The loaded-skill set is emptied and the system prompt refreshed (docs/behaviours.md §2);
         block contents are kept.
         """
         self._messages.clear()
@@ -536,7 +536,7 @@ class Session:
 
     async def _after_write(self, change: MessagesChange) -> None:
         """Run after every committed write (append, also when nothing was inserted;
-        update; delete; clear): skill state, status broadcast, auto-compaction (§12)."""
+        update; delete; clear): skill state, status broadcast, auto-compaction (docs/behaviours.md §12)."""
         if change.kind == "append" and change.inserted:
             await self._context.note_appended(change.message)
             await self._compaction.after_append()
@@ -567,7 +567,7 @@ class Session:
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
         """The path root -> ``leaf_id`` (default: the latest leaf), overlays applied.
 
-        The whole path, however long (DEVIATIONS 18). An unknown ``leaf_id``
+        The whole path, however long (docs/deviations.md #18). An unknown ``leaf_id``
         gives ``[]``; a ``leaf_id`` with children gives the path to it.
         """
         leaf = self._leaf(leaf_id)
@@ -580,13 +580,13 @@ class Session:
         """The stored messages root -> latest leaf, *without* compaction overlays.
 
         What the one-time skill restore scans, so loads inside compacted
-        ranges are still seen (§7).
+        ranges are still seen (docs/behaviours.md §7).
         """
         leaf = self._messages.latest_leaf()
         return [] if leaf is None else self._path_messages(leaf)
 
     def _path_messages(self, leaf: str) -> list[Message]:
-        """The stored messages root -> ``leaf``, parsed (rows that are not messages skipped, §2).
+        """The stored messages root -> ``leaf``, parsed (rows that are not messages skipped, docs/behaviours.md §2).
 
         The path comes as one JSON array parsed once; only when that fails
         (too big for one SQLite string, or text SQLite and Python read
@@ -663,7 +663,7 @@ class Session:
         (our addition: e.g. the path a ``read_file`` call read). Every word
         must match, in any order, in either; a ``"quoted part"`` must match
         as a phrase; nothing typed is read as FTS5 syntax; porter stemming;
-        Chinese and Japanese text is found inside sentences (DEVIATIONS 9, 10).
+        Chinese and Japanese text is found inside sentences (docs/deviations.md #9, #10).
         Compacted messages stay searchable (overlays apply on read only).
 
         Returns:
@@ -714,12 +714,12 @@ class Session:
         return [compaction_record(row) for row in self._messages.compactions()]
 
     async def compact(self) -> CompactResult | None:
-        """Compact now with the :meth:`on_compaction` function (§8).
+        """Compact now with the :meth:`on_compaction` function (docs/behaviours.md §8).
 
         Broadcasts ``compacting``; the function gets :meth:`get_history`
         (overlays applied). A result is stored as one overlay that extends
         the oldest compaction on this branch (iterative, single overlay,
-        branch-local: DEVIATIONS 13), the system prompt is refreshed and
+        branch-local: docs/deviations.md #13), the system prompt is refreshed and
         ``idle`` with ``compacted: {tokensBefore}`` is broadcast.
 
         Returns:
@@ -736,7 +736,7 @@ class Session:
         return await self._compaction.compact()
 
     async def estimate_tokens(self) -> int:
-        """The token estimate that broadcasts and auto-compaction use (§9).
+        """The token estimate that broadcasts and auto-compaction use (docs/behaviours.md §9).
 
         Without a :meth:`compact_after` counter: the heuristic estimate of
         :meth:`get_history` (overlays applied) plus the prompt used for
@@ -755,7 +755,7 @@ class Session:
         self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
     ) -> ContextBlock:
         """Add a block at runtime (last in prompt order) and return it; the frozen
-        prompt is not refreshed (§4).
+        prompt is not refreshed (docs/behaviours.md §4).
 
         Raises:
             ConflictError: ``Block "<label>" already exists``.
@@ -771,7 +771,7 @@ class Session:
     async def get_context_block(self, label: str) -> ContextBlock | None:
         """Block ``label`` ``{label, description, content, tokens, maxTokens,
         writable, isSkill, isSearchable}``, or ``None``; blocks load on demand
-        (DEVIATIONS 3)."""
+        (docs/deviations.md #3)."""
         return await self._context.get_context_block(label)
 
     async def get_context_blocks(self) -> list[ContextBlock]:
@@ -800,7 +800,7 @@ class Session:
 
     async def freeze_system_prompt(self) -> str:
         """The frozen system prompt: the stored one with :meth:`with_cached_prompt`,
-        else the snapshot, rendered on first use (§4)."""
+        else the snapshot, rendered on first use (docs/behaviours.md §4)."""
         return await self._context.freeze_system_prompt()
 
     async def refresh_system_prompt(self) -> str:
@@ -809,14 +809,14 @@ class Session:
 
     async def tools(self) -> dict[str, Tool]:
         """The AI tools for the current blocks, in order ``set_context``,
-        ``load_context``, ``unload_context``, ``search_context`` (§6); each
+        ``load_context``, ``unload_context``, ``search_context`` (docs/behaviours.md §6); each
         :class:`~actors.tools.Tool` validates its arguments and returns a string."""
         return await self._context.tools()
 
     async def unload_skill(self, label: str, key: str) -> bool:
         """Unload skill ``label:key``: ``False`` if it was not loaded; otherwise the
         newest stored load output becomes ``[skill unloaded: <key>]`` (an
-        update, so it broadcasts) and ``True`` is returned (§7)."""
+        update, so it broadcasts) and ``True`` is returned (docs/behaviours.md §7)."""
         return await self._context.unload_skill(label, key)
 
     async def get_loaded_skill_keys(self) -> KeysView[str]:

@@ -274,7 +274,7 @@ def _remember_actor_name(agent: Agent) -> str | None:
 
     A call routed by name carries it; an activation without one (an alarm
     after a restart) reads the stored copy, so broadcasts always name the
-    session (DEVIATIONS 16). ``None`` for an actor only ever reached by hex id.
+    session (docs/deviations.md #16). ``None`` for an actor only ever reached by hex id.
     """
     storage = agent.storage
     stored = storage.scalar(

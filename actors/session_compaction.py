@@ -3,9 +3,9 @@
 :class:`SessionCompaction` is the part of :class:`actors.session.Session`
 behind ``on_compaction``, ``compact_after``, ``on_compaction_error``,
 ``compact()`` and ``estimate_tokens()``, and the ``cf_agent_session``
-broadcasts (session-behaviours §8, §9, §12; DEVIATIONS 13, 14, 16).
+broadcasts (docs/behaviours.md §8, §9, §12; docs/deviations.md #13, #14, #16).
 
-The token estimate. Without a ``token_counter`` it is the heuristic of §9
+The token estimate. Without a ``token_counter`` it is the heuristic of docs/behaviours.md §9
 over the history as ``get_history()`` returns it plus the prompt used for
 estimates -- computed without reading the history: every stored row keeps
 the running token total of its path (``path_tokens``), so the estimate is
@@ -15,7 +15,7 @@ Its cost follows the number of compactions, not the history length. A
 custom session counter gets what its contract promises -- the whole
 history, the prompt and the blocks -- on every estimate.
 
-When an estimate is made (§9, §12): only when the session has a
+When an estimate is made (docs/behaviours.md §9, §12): only when the session has a
 broadcaster, or both a threshold and a compaction function; otherwise the
 payload's ``tokenEstimate`` would be 0 and nothing is broadcast anyway.
 """
@@ -191,7 +191,7 @@ class SessionCompaction:
     # -- compacting ------------------------------------------------------------------
 
     async def compact(self, *, auto: bool = False) -> CompactResult | None:
-        """Run the compaction function once (§8; DEVIATIONS 13, 14).
+        """Run the compaction function once (docs/behaviours.md §8; docs/deviations.md #13, #14).
 
         Broadcasts ``compacting``, asks the function for a range of the
         current path (overlays applied), stores the row (iterative and
@@ -248,7 +248,7 @@ class SessionCompaction:
         )
 
     async def after_append(self) -> None:
-        """What follows a new message (§12): ``idle`` with the estimate, then
+        """What follows a new message (docs/behaviours.md §12): ``idle`` with the estimate, then
         auto-compaction when it exceeds the threshold. Never raises for a
         compaction problem: the message is already stored."""
         estimate = await self.emit_status("idle")

@@ -7,15 +7,15 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
   ISO text. :func:`in_batch` re-addresses an error to ``messages[<i>]``.
 * :func:`serialise` -- compact JSON written as JavaScript's ``JSON.stringify``
   writes it; :func:`parse` / :func:`parse_all` read stored rows back,
-  skipping rows that are not valid messages (session-behaviours §2);
+  skipping rows that are not valid messages (docs/behaviours.md §2);
   :func:`parse_path` reads a whole path fetched as one JSON array.
 * :func:`search_text` -- what ``assistant_fts.content`` indexes: the ``text``
-  parts joined by one space (§2). :func:`tool_search_text` -- what the
+  parts joined by one space (docs/behaviours.md §2). :func:`tool_search_text` -- what the
   ``tools`` column indexes: each tool part's name and every string inside
   its ``input`` (our addition, so a search for a file a tool read finds the
   message; search results still show only :func:`search_text`).
-* :func:`apply_overlays` -- compaction overlays on read (§8, branch-local:
-  DEVIATIONS 13).
+* :func:`apply_overlays` -- compaction overlays on read (docs/behaviours.md §8, branch-local:
+  docs/deviations.md #13).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def utf8_length(text: str) -> int:
 
 
 def search_text(parts: list[Any]) -> str:
-    """The text parts joined by one space (what search indexes, §2)."""
+    """The text parts joined by one space (what search indexes, docs/behaviours.md §2)."""
     texts = [p.get("text") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
     return " ".join(t if isinstance(t, str) else "" for t in texts)
 
@@ -214,7 +214,7 @@ _decode = json.JSONDecoder().raw_decode
 
 
 def parse(content: str) -> Message | None:
-    """A stored row as a fresh message, or ``None`` when it is not a valid message (skipped, §2)."""
+    """A stored row as a fresh message, or ``None`` when it is not a valid message (skipped, docs/behaviours.md §2)."""
     try:
         # raw_decode skips json.loads' whitespace handling: stored JSON is compact.
         message, end = _decode(content)
@@ -244,7 +244,7 @@ def parse_path(leaf_first: str, count: int) -> list[Message] | None:
 
     ``leaf_first`` holds ``count`` stored rows, leaf first, each already a
     JSON value; one ``json.loads`` replaces one per row. Values that are not
-    messages are left out, as :func:`parse_all` leaves them out (§2).
+    messages are left out, as :func:`parse_all` leaves them out (docs/behaviours.md §2).
     Returns ``None`` when the text does not parse, or not into ``count``
     values: the caller then parses row by row.
     """
@@ -266,7 +266,7 @@ def parse_path(leaf_first: str, count: int) -> list[Message] | None:
 
 
 def overlay_message(row: CompactionRow) -> Message:
-    """The message standing for a compacted range on read (§8); ``createdAt`` is when it was stored."""
+    """The message standing for a compacted range on read (docs/behaviours.md §8); ``createdAt`` is when it was stored."""
     return {
         "id": OVERLAY_PREFIX + row.id,
         "role": "assistant",
@@ -276,7 +276,7 @@ def overlay_message(row: CompactionRow) -> Message:
 
 
 def apply_overlays(messages: list[Message], compactions: list[CompactionRow]) -> list[Message]:
-    """Replace compacted stretches of a path by overlay messages (§8, branch-local: DEVIATIONS 13).
+    """Replace compacted stretches of a path by overlay messages (docs/behaviours.md §8, branch-local: docs/deviations.md #13).
 
     At each position, among the compactions starting there whose end is on
     this path at or after it, the newest applies and the walk jumps past

@@ -1,10 +1,10 @@
 """Skills: which are loaded, how loads look in history, and a folder of skill files.
 
 * :func:`skill_events` / :func:`rewrite_unloaded` read and rewrite the tool
-  parts that record skill loads in assistant messages (session-behaviours
+  parts that record skill loads in assistant messages (docs/behaviours.md
   §7). A part counts by its ``toolName``, or by an AI SDK ``type`` of
   ``tool-load_context`` / ``tool-unload_context`` when it has no
-  ``toolName``; ``dynamic-tool`` parts carry ``toolName`` (DEVIATIONS 12).
+  ``toolName``; ``dynamic-tool`` parts carry ``toolName`` (docs/deviations.md #12).
 * :class:`SkillTracker` keeps the ordered set of loaded skills
   (``"label:key"``) and persists it in one ``assistant_config`` row per
   session, updated on every change, so waking a session costs one row

@@ -1,8 +1,8 @@
 """The summary prompt of compaction: how it is written and how it is read back.
 
 :func:`build_summary_prompt` writes the prompt a summarizer gets, with the
-exact text of the original (session-behaviours §8), except that object and
-list tool outputs are shown as compact JSON (DEVIATIONS 17).
+exact text of the original (docs/behaviours.md §8), except that object and
+list tool outputs are shown as compact JSON (docs/deviations.md #17).
 
 :func:`extractive_summarize` is a summarizer for people with no model at
 hand: deterministic, offline, and fast. It parses a prompt written by
@@ -66,7 +66,7 @@ MESSAGE_SEPARATOR = "\n\n---\n\n"
 TOOL_PREVIEW_CHARS = 500
 
 
-# ── Writing the prompt (§8) ──────────────────────────────────────────────
+# ── Writing the prompt (docs/behaviours.md §8) ───────────────────────────
 
 
 def build_summary_prompt(
@@ -78,11 +78,11 @@ def build_summary_prompt(
     ``"\\n"``, then one block per tool part: ``"[Tool: name]"``, plus
     ``"Input: <JSON, first 500 chars>"`` and ``"Output: <first 500 chars>"``
     when those are truthy (in the JavaScript sense: ``{}`` and ``[]`` count).
-    Object and list outputs are compact JSON (DEVIATIONS 17); other outputs
+    Object and list outputs are compact JSON (docs/deviations.md #17); other outputs
     their string form. Messages are joined by ``"\\n\\n---\\n\\n"``.
 
     A non-empty ``previous_summary`` selects the iterative form (update that
-    summary); otherwise the first form. Text exactly as session-behaviours §8.
+    summary); otherwise the first form. Text exactly as docs/behaviours.md §8.
     """
     content = MESSAGE_SEPARATOR.join(_render_message(message) for message in messages)
     tail = _SECTIONS + _TAIL.format(budget=budget)

@@ -1,4 +1,4 @@
-"""Token estimation, exactly as the original (session-behaviours §9).
+"""Token estimation, exactly as the original (docs/behaviours.md §9).
 
 No tokenizer is loaded: the estimate is a heuristic that must match the
 TypeScript original number for number, because thresholds, broadcasts and
@@ -93,7 +93,7 @@ def message_parts(message: Mapping[str, Any]) -> list[Any]:
 
 
 def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
-    """Estimated tokens of ``messages``: 4 per message plus its parts (§9).
+    """Estimated tokens of ``messages``: 4 per message plus its parts (docs/behaviours.md §9).
 
     ``text``/``reasoning`` parts count their text; tool parts (``tool-*``,
     ``dynamic-tool``) count ``input`` plus ``output`` (or ``result``); other

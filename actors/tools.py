@@ -1,5 +1,5 @@
 """AI tools over context blocks: ``set_context``, ``load_context``,
-``unload_context``, ``search_context`` (session-behaviours §6).
+``unload_context``, ``search_context`` (docs/behaviours.md §6).
 
 :func:`build_context_tools` turns the current blocks into an ordered
 ``{name: Tool}`` mapping. Each :class:`Tool` carries the exact description
@@ -239,7 +239,7 @@ class Tool:
 
     Attributes:
         name: tool name (``"set_context"``, ...).
-        description: text shown to the model (exact, §6).
+        description: text shown to the model (exact, docs/behaviours.md §6).
         input_schema: raw JSON Schema of the arguments (a fresh ``dict``).
         handler: ``async (args: dict) -> str``, called by :meth:`execute`
             with validated arguments.
@@ -295,7 +295,7 @@ def anthropic_tools(tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
 
 
 def ai_sdk_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` as the AI SDK sends it (§6): draft-07 ``$schema`` first, every
+    """``schema`` as the AI SDK sends it (docs/behaviours.md §6): draft-07 ``$schema`` first, every
     object with ``additionalProperties: {}``, a one-value ``enum`` as ``const``,
     keys ordered type, enum/const, properties, required, additionalProperties,
     description."""

@@ -5,11 +5,11 @@ identity):
 
 * :func:`truncate_tool_output` shortens any JSON value to a character budget
   while keeping its shape: a string stays a string, a list a list, an object
-  an object with its keys (session-behaviours §9).
+  an object with its keys (docs/behaviours.md §9).
 * :func:`truncate_older_messages` applies it, plus a text cap, to every
-  message but the most recent ones, for what is sent to a model (§9).
+  message but the most recent ones, for what is sent to a model (docs/behaviours.md §9).
 * :func:`enforce_row_size_limit` shrinks one message before it is stored so
-  its JSON row stays under the SQLite row limit (§10, DEVIATIONS 8).
+  its JSON row stays under the SQLite row limit (docs/behaviours.md §10, docs/deviations.md #8).
 
 Lengths are measured the way the TypeScript original measures them: JavaScript
 string lengths (UTF-16 code units) of the value itself for strings and of its
@@ -39,7 +39,7 @@ MAX_DEPTH = 8
 TRUNCATED_FLAG = "__truncated"
 #: Key holding the object's length (chars) before its string fields were shrunk.
 TRUNCATED_CHARS = "__truncatedChars"
-#: Default row-size limit: UTF-8 bytes of a stored message's JSON (§10).
+#: Default row-size limit: UTF-8 bytes of a stored message's JSON (docs/behaviours.md §10).
 ROW_MAX_BYTES = 1_800_000
 #: Budget (chars) for one tool output, or one other part field, of an oversized row.
 ROW_TOOL_OUTPUT_CHARS = 1000
@@ -144,7 +144,7 @@ def _json_length(value: Any) -> int:
     return _measured_length(value)
 
 
-# ── truncate_tool_output (§9) ───────────────────────────────────────────
+# ── truncate_tool_output (docs/behaviours.md §9) ────────────────────────
 
 
 def truncate_tool_output(value: Any, max_chars: int) -> TruncatedOutput:
@@ -153,7 +153,7 @@ def truncate_tool_output(value: Any, max_chars: int) -> TruncatedOutput:
     Returns ``{"output", "truncated", "originalLength"}``. A value whose
     measure (the string itself, else its compact JSON) is within
     ``max_chars`` comes back unchanged (same object) with ``truncated``
-    false. Otherwise (session-behaviours §9):
+    false. Otherwise (docs/behaviours.md §9):
 
     * strings keep their head and end in ``"... [truncated N chars]"``;
     * lists and objects split the budget among their children (at least 80
@@ -284,7 +284,7 @@ def _array_marker(max_chars: int, original_length: int) -> list:
     return [truncated_suffix(original_length)[:max_chars]]
 
 
-# ── truncate_older_messages (§9) ────────────────────────────────────────
+# ── truncate_older_messages (docs/behaviours.md §9) ─────────────────────
 
 
 def _is_tool_part(part: Mapping[str, Any]) -> bool:
@@ -301,7 +301,7 @@ def truncate_older_messages(
 ) -> Sequence[Mapping[str, Any]]:
     """Shorten tool outputs and long texts in all but the last ``keep_recent`` messages.
 
-    For the context sent to a model, not for storage (§9). In each older
+    For the context sent to a model, not for storage (docs/behaviours.md §9). In each older
     message, tool parts (``tool-*``, ``dynamic-tool``) holding an ``output``
     get :func:`truncate_tool_output` with ``max_tool_output_chars``, and text
     parts longer than ``max_text_chars`` keep their head plus
@@ -354,7 +354,7 @@ def _truncate_part(part: Any, max_tool: int, max_text: int) -> Any:
     return part
 
 
-# ── enforce_row_size_limit (§10, DEVIATIONS 8) ──────────────────────────
+# ── enforce_row_size_limit (docs/behaviours.md §10, docs/deviations.md #8) ───
 
 
 def row_bytes(message: Any) -> int:
@@ -380,7 +380,7 @@ def enforce_row_size_limit(message: Mapping[str, Any], *, max_bytes: int = ROW_M
 
     A message within the limit is returned as the same object. Otherwise a
     shrunk copy is returned (the input is not mutated), in passes that stop
-    as soon as the row fits (session-behaviours §10):
+    as soon as the row fits (docs/behaviours.md §10):
 
     1. assistant messages only: every part with ``toolCallId``, ``output``
        and ``state == "output-available"`` gets

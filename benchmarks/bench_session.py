@@ -20,7 +20,7 @@ For each session size it times, as medians in milliseconds:
   two context blocks, a cached prompt and a compaction overlay on the path,
   and ``estimate_tokens()`` alone -- against the original's 1.2 ms (100
   messages) and 588 ms (10k), which re-read and re-estimate the history on
-  every append (PERFORMANCE.md);
+  every append (docs/performance.md);
 * a batch of 1,000 messages stored with ``append_messages`` (one
   transaction, one broadcast) against 1,000 ``append_message`` calls, both
   with a broadcaster, as a real agent has.
@@ -169,7 +169,7 @@ def raw_append_same_sql(con, m: dict) -> None:
 
 
 def raw_append_minimal(con, m: dict, parent: str) -> None:
-    """PERFORMANCE.md's floor: one transaction with the message row and its FTS row."""
+    """The floor of docs/performance.md: one transaction with the message row and its FTS row."""
     content = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
     with con:
         [(seq,)] = con.execute(

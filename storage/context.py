@@ -11,7 +11,7 @@ Synchronous helpers (no trio) behind the async providers of
   twin) -- keyed entries of a searchable block, shared by every session
   that uses the same block label: :func:`count_search_entries`,
   :func:`upsert_search_entry`, :func:`search_entries`. Queries go through
-  :mod:`storage.fts` (one search syntax everywhere, DEVIATIONS 9, 10); the
+  :mod:`storage.fts` (one search syntax everywhere, docs/deviations.md #9, #10); the
   FTS rowid is the entry's ``seq``.
 * ``assistant_config`` -- small per-session values (``(session_id, key)``
   -> text): :func:`read_config`, :func:`write_config`, :func:`delete_config`.

@@ -1,4 +1,4 @@
-"""User text -> safe FTS5 queries: one search syntax everywhere (DEVIATIONS 9, 10).
+"""User text -> safe FTS5 queries: one search syntax everywhere (docs/deviations.md #9, #10).
 
 Every search in the project (``Session.search``, ``SessionManager.search``,
 the ``search_context`` tool through :class:`AgentSearchProvider`,

@@ -18,7 +18,7 @@ Invariants the queries rely on:
   parent must exist when a child is inserted, and deleting a message hands
   its children to its own parent, an older row still. So a path walk can
   require ``seq`` to fall at every step, which bounds it by the path length
-  even in a damaged file (no depth cap, DEVIATIONS 18), and rows sorted by
+  even in a damaged file (no depth cap, docs/deviations.md #18), and rows sorted by
   ``seq`` list every parent before its children.
 * **Each row knows its place**: ``depth`` (rows from the root to it),
   ``path_bytes`` (UTF-8 bytes of ``content`` from the root to it),
@@ -35,7 +35,7 @@ Invariants the queries rely on:
   and the key children are listed by) and ``parent_seq``, the parent's
   rowid, written and re-attached together; walking up a path is then a
   rowid lookup per step.
-* **The active leaf is persisted** (DEVIATIONS 3): every insert makes the new
+* **The active leaf is persisted** (docs/deviations.md #3): every insert makes the new
   message the active leaf (a chain written by :meth:`MessageStore.append_chain`
   sets it once, to its last new message); deleting it drops the row; reads fall back to the
   newest childless message (``created_at DESC, seq DESC``), found by walking
@@ -43,7 +43,7 @@ Invariants the queries rely on:
   children -- normally the first row it looks at.
 
 Every lookup is an index seek; nothing here scans a session to append,
-find the leaf or list children (PERFORMANCE.md). Recursive steps and joins
+find the leaf or list children (docs/performance.md). Recursive steps and joins
 use ``CROSS JOIN`` to pin the loop order: with ``ANALYZE`` statistics the
 planner would otherwise sometimes put the whole table in the outer loop.
 """
@@ -646,7 +646,7 @@ class MessageStore:
           chain -- is a duplicate: it is not stored (the first content
           stays) and the next message goes under it, since it exists;
         * an overlay id (``compaction_<id>``) is never stored (an echoed
-          overlay, DEVIATIONS 6): the next message goes under the last
+          overlay, docs/deviations.md #6): the next message goes under the last
           message that compaction covers; when the session has no such
           compaction (or its end is gone) the overlay is passed over and the
           chain goes on from where it was.

@@ -12,11 +12,11 @@ Ordering. :func:`list_sessions` gives the most recently updated session
 first. Every write that sets ``updated_at`` (creation included) also takes
 the next ``updated_seq``, so two sessions updated within the same
 millisecond are listed in the order of those writes, the later first
-(DEVIATIONS 2: the same calls always give the same order).
+(docs/deviations.md #2: the same calls always give the same order).
 
 Search. :func:`search_messages` looks only at stored messages of sessions
-that have a registry row (DEVIATIONS 11), using the query rules of
-:mod:`storage.fts` (DEVIATIONS 9, 10).
+that have a registry row (docs/deviations.md #11), using the query rules of
+:mod:`storage.fts` (docs/deviations.md #9, #10).
 """
 
 from __future__ import annotations

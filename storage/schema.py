@@ -9,11 +9,11 @@ Table names follow the TypeScript original (``assistant_messages``,
 ``assistant_compactions``, ``assistant_fts``, ``assistant_config``,
 ``assistant_sessions``, ``cf_agents_context_blocks``,
 ``cf_agents_search_entries``, ``cf_agents_search_fts``) with the columns of
-``session-behaviours.md`` §1, except where DEVIATIONS.md says better:
+docs/behaviours.md §1, except where docs/deviations.md says better:
 
-* messages are keyed by ``(session_id, id)`` (DEVIATIONS 1) and carry an
+* messages are keyed by ``(session_id, id)`` (docs/deviations.md #1) and carry an
   explicit ``seq`` (the rowid: insertion order, the tie-breaker of every
-  ordering, DEVIATIONS 2);
+  ordering, docs/deviations.md #2);
 * each message row also keeps its place on its path: ``depth`` (messages
   from the root to it, the root being 1) and ``path_bytes`` (UTF-8 bytes of
   ``content`` summed from the root to it), so a path's length and size are
@@ -34,7 +34,7 @@ Table names follow the TypeScript original (``assistant_messages``,
 * full-text rows use the message's ``seq`` as their rowid, so indexing and
   de-indexing a message are rowid lookups, never scans;
 * ``assistant_fts_cjk`` / ``cf_agents_search_fts_cjk`` are trigram indexes
-  holding only text that contains CJK characters (DEVIATIONS 10);
+  holding only text that contains CJK characters (docs/deviations.md #10);
 * ``transcript_entries`` holds Claude Agent SDK transcript entries (opaque
   JSON, append order, de-duplicated by ``uuid`` per ``subpath``);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and

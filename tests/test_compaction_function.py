@@ -1,4 +1,4 @@
-"""create_compact_function and the pieces Session.compact() is wired from (§8, §12)."""
+"""create_compact_function and the pieces Session.compact() is wired from (docs/behaviours.md §8, §12)."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Compaction helpers with the original's semantics (session-behaviours §8)."""
+"""Compaction helpers with the original's semantics (docs/behaviours.md §8)."""
 
 from actors.compaction import (
     COMPACTION_PREFIX,
@@ -132,7 +132,7 @@ def test_summary_budget_is_a_fifth_of_the_content_with_a_floor_of_100():
     assert compute_summary_budget([hundred_token_message(f"m{i}") for i in range(13)]) == 260
 
 
-# ── build_summary_prompt (text exactly as §8) ───────────────────────────
+# ── build_summary_prompt (text exactly as docs/behaviours.md §8) ────────
 
 SECTIONS_AND_TAIL = (
     "## Topic\n[What the conversation is about]\n\n"

@@ -1,4 +1,4 @@
-"""The context-block engine: builder, block API, frozen prompt, cached prompt (§3, §4; DEVIATIONS 3)."""
+"""The context-block engine: builder, block API, frozen prompt, cached prompt (docs/behaviours.md §3, §4; docs/deviations.md #3)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""System prompt rendering, byte for byte (session-behaviours §4)."""
+"""System prompt rendering, byte for byte (docs/behaviours.md §4)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""One search syntax everywhere: parse_query and the SQL it builds (DEVIATIONS 9, 10)."""
+"""One search syntax everywhere: parse_query and the SQL it builds (docs/deviations.md #9, #10)."""
 
 import pytest
 

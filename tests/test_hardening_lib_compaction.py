@@ -1,4 +1,4 @@
-"""Adversarial summarizers and token counters (session-behaviours §8, §9; DEVIATIONS 14).
+"""Adversarial summarizers and token counters (docs/behaviours.md §8, §9; docs/deviations.md #14).
 
 A summarizer or counter that misbehaves never half-writes: the SQLite file
 holds either a whole compaction row or none, and the failure reaches the

@@ -1,6 +1,6 @@
 """Adversarial use of context blocks, skills and tools: wrong types, hostile providers, odd Unicode.
 
-Oracle: session-behaviours §4, §6, §7. A bad argument is an
+Oracle: docs/behaviours.md §4, §6, §7. A bad argument is an
 :class:`InvalidInputError` raised before any provider or row is touched; a
 provider that answers with the wrong type is named in the error; nothing
 is half-written.

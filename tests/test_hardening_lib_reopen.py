@@ -1,4 +1,4 @@
-"""Hibernation is invisible to context, skill and compaction operations (DEVIATIONS 3), randomized.
+"""Hibernation is invisible to context, skill and compaction operations (docs/deviations.md #3), randomized.
 
 Two worlds run the same seeded sequence of calls on the same configuration
 (every block kind, a folder of skills, a cached prompt, a compaction
@@ -125,7 +125,7 @@ def skill_part(rng, call_id):
     part = {"type": f"tool-{tool}", "toolCallId": call_id, "state": state,
             "input": {"label": "skills", "key": key}, "output": output}
     if rng.random() < 0.5:
-        part["toolName"] = tool  # both AI SDK shapes (DEVIATIONS 12)
+        part["toolName"] = tool  # both AI SDK shapes (docs/deviations.md #12)
     return part
 
 

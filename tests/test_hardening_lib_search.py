@@ -1,4 +1,4 @@
-"""Adversarial search queries: no user text is an error, huge queries work (DEVIATIONS 9, 10).
+"""Adversarial search queries: no user text is an error, huge queries work (docs/deviations.md #9, #10).
 
 Every search surface (``Session.search``, the ``search_context`` tool over
 :class:`AgentSearchProvider`) goes through :mod:`storage.fts`; these tests

@@ -1,7 +1,7 @@
-"""Blocks whose provider is shared read the same whether or not the reader woke up (DEVIATIONS 3).
+"""Blocks whose provider is shared read the same whether or not the reader woke up (docs/deviations.md #3).
 
 A SessionManager gives every session the same provider object for an
-explicit block (session-behaviours §13), and sessions on one file share
+explicit block (docs/behaviours.md §13), and sessions on one file share
 search entries by block label (§3). When one session writes through such a
 provider, another session that loaded its blocks earlier must not keep
 showing the old content: a session woken after the write would show the

@@ -1,6 +1,6 @@
 """Adversarial use of DirectorySkillProvider: what set() stores, load() gives back exactly.
 
-The folder stands in for the original's R2 bucket (session-behaviours §7);
+The folder stands in for the original's R2 bucket (docs/behaviours.md §7);
 its promise is that a skill body round-trips byte for byte and that no key
 reaches outside the folder or fails with an OS error.
 """

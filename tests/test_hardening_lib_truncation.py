@@ -1,4 +1,4 @@
-"""Adversarial inputs to micro-compaction and token estimates (session-behaviours §9, §10).
+"""Adversarial inputs to micro-compaction and token estimates (docs/behaviours.md §9, §10).
 
 Oracle: ``truncate_tool_output`` keeps JSON structure within a character
 budget; what is not JSON is a clear :class:`InvalidInputError`, never a

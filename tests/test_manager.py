@@ -1,6 +1,6 @@
-"""SessionManager: registry rows, list order, messages, usage, unknown ids (session-behaviours §13).
+"""SessionManager: registry rows, list order, messages, usage, unknown ids (docs/behaviours.md §13).
 
-With DEVIATIONS 1 (ids per session), 2 (ties by write order), 7 (append_all
+With docs/deviations.md #1 (ids per session), #2 (ties by write order), #7 (append_all
 continues the conversation).
 """
 

@@ -1,7 +1,7 @@
 """SessionManager settings reach every managed session; delete leaves nothing behind.
 
-session-behaviours §3, §13; DEVIATIONS 15 (delete removes every row of the
-session), 16 (broadcasts carry sessionId).
+docs/behaviours.md §3, §13; docs/deviations.md #15 (delete removes every row of the
+session), #16 (broadcasts carry sessionId).
 """
 
 import json

@@ -1,4 +1,4 @@
-"""SessionManager.fork and compact_and_split (session-behaviours §13, spec: Forking, Compaction)."""
+"""SessionManager.fork and compact_and_split (docs/behaviours.md §13, spec: Forking, Compaction)."""
 
 import uuid
 

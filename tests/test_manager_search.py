@@ -1,4 +1,4 @@
-"""SessionManager.search and the session_search tool (§6, §11, §13; DEVIATIONS 9, 10, 11).
+"""SessionManager.search and the session_search tool (docs/behaviours.md §6, §11, §13; docs/deviations.md #9, #10, #11).
 
 The three sessions are real airline chats: tau-bench tasks 0-2 from
 tests/data/tau-bench/airline-sample.json (MIT, see LICENSE.upstream there),

@@ -102,7 +102,7 @@ async def test_every_write_pushes_a_session_status_before_its_reply(app):
 
 
 async def test_broadcasts_name_the_session_even_when_woken_by_hex_id(app, host):
-    """DEVIATIONS 16: the client's session id is in every status, also after an activation
+    """docs/deviations.md #16: the client's session id is in every status, also after an activation
     that did not come through the name (an alarm after a restart reaches the actor by hex id)."""
     client = app.test_client()
     async with client.websocket("/v1/sessions/caf%C3%A9-1/ws", headers=AUTH) as watcher:

@@ -277,7 +277,7 @@ async def test_compact_without_compaction_configured_raises(host):
         await stub.compact()
 
 
-# -- hibernation is invisible (DEVIATIONS 3) ----------------------------------------------------------------
+# -- hibernation is invisible (docs/deviations.md #3) -------------------------------------------------------
 
 
 def _without_times(value):

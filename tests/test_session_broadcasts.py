@@ -1,4 +1,4 @@
-"""Status broadcasts: payloads, key order and when they are sent (session-behaviours §12, DEVIATIONS 16).
+"""Status broadcasts: payloads, key order and when they are sent (docs/behaviours.md §12, docs/deviations.md #16).
 
 Every message here is 8 estimated tokens (4 per message + 4 for "text of mN").
 """

@@ -1,6 +1,6 @@
 """Session.compact() and auto-compaction: iterative single overlay, branch-local, faults.
 
-session-behaviours §8 and §9 through the Session, with DEVIATIONS 6, 13 and 14.
+docs/behaviours.md §8 and §9 through the Session, with docs/deviations.md #6, #13 and #14.
 """
 
 import json

@@ -1,7 +1,7 @@
 """Context blocks, the frozen prompt, tools and skills through the Session, with reopens.
 
-session-behaviours §3, §4, §6, §7 through ``Session`` itself (the engine
-alone is tested in test_context_* and test_skills); DEVIATIONS 3 and 12.
+docs/behaviours.md §3, §4, §6, §7 through ``Session`` itself (the engine
+alone is tested in test_context_* and test_skills); docs/deviations.md #3 and #12.
 """
 
 import json

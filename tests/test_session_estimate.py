@@ -1,8 +1,8 @@
 """The token estimate from stored running totals equals the heuristic over get_history().
 
-session-behaviours §9 (the Session estimate: history with overlays applied
+docs/behaviours.md §9 (the Session estimate: history with overlays applied
 plus the prompt) computed without reading the history: ``path_tokens`` per
-row, jump pointers to test which overlays lie on the path (DEVIATIONS 13).
+row, jump pointers to test which overlays lie on the path (docs/deviations.md #13).
 """
 
 import random

@@ -1,7 +1,7 @@
 """Compaction overlays on read, byte-budgeted recent history and row stats.
 
-session-behaviours §5 (getRecentHistory, getHistoryRowStats) and §8 (how
-overlays are applied), with DEVIATIONS 13 (branch-local overlays).
+docs/behaviours.md §5 (getRecentHistory, getHistoryRowStats) and §8 (how
+overlays are applied), with docs/deviations.md #13 (branch-local overlays).
 """
 
 import re

@@ -3,7 +3,7 @@
 The path is walked by rowid (``parent_seq``, kept beside ``parent_id``) and
 fetched as one JSON text parsed once. These tests pin that the pointer stays
 in step with ``parent_id`` through every write, that the one-parse read gives
-exactly what parsing row by row gives -- damaged rows included (behaviours
+exactly what parsing row by row gives -- damaged rows included (docs/behaviours.md
 §2) -- and that each walk step is a rowid lookup.
 """
 

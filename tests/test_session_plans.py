@@ -1,6 +1,6 @@
 """No Session call walks a whole session's rows to append, read a path or list children.
 
-PERFORMANCE.md: the original's latest-leaf self-join and its appends scan
+docs/performance.md: the original's latest-leaf self-join and its appends scan
 the session. Here every statement the Session runs is captured with apsw's
 exec tracer and explained: each touch of ``assistant_messages`` must be a
 seek on more than ``session_id`` (or a rowid lookup).

@@ -1,4 +1,4 @@
-"""Hibernation is invisible: closing and reopening the file changes no read (DEVIATIONS 3).
+"""Hibernation is invisible: closing and reopening the file changes no read (docs/deviations.md #3).
 
 Closing the :class:`SqlStorage` and opening the same file again stands in
 for an actor that hibernated (or whose process restarted) between calls.

@@ -1,4 +1,4 @@
-"""The row-size limit on every Session write (session-behaviours §10, DEVIATIONS 8)."""
+"""The row-size limit on every Session write (docs/behaviours.md §10, docs/deviations.md #8)."""
 
 import pytest
 

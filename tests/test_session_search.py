@@ -1,6 +1,6 @@
 """Session.search: one safe syntax, session scope, index upkeep, real errors.
 
-session-behaviours §11 with DEVIATIONS 9 and 10.
+docs/behaviours.md §11 with docs/deviations.md #9 and #10.
 """
 
 import re

@@ -1,6 +1,6 @@
 """Session message tree: appends, branches, updates, deletes, validation, concurrency.
 
-session-behaviours §2 and §5 with DEVIATIONS 1-6 and 18.
+docs/behaviours.md §2 and §5 with docs/deviations.md #1-#6 and #18.
 """
 
 import datetime as dt
@@ -320,7 +320,7 @@ async def test_clear_removes_messages_compactions_search_rows_and_leaf(storage):
     assert await session.get_compactions() == []
     assert storage.sql("SELECT session_id, id FROM assistant_messages") == [{"session_id": "keep", "id": "k1"}]
     assert storage.sql("SELECT id FROM assistant_fts") == [{"id": "k1"}]
-    # the active leaf row is gone; clearing records an empty loaded-skill set (§2)
+    # the active leaf row is gone; clearing records an empty loaded-skill set (docs/behaviours.md §2)
     assert storage.sql("SELECT session_id, key, value FROM assistant_config ORDER BY session_id") == [
         {"session_id": "keep", "key": "active_leaf", "value": "k1"},
         {"session_id": "s", "key": "loaded_skills", "value": '{"v":1,"loaded":[]}'},
@@ -329,7 +329,7 @@ async def test_clear_removes_messages_compactions_search_rows_and_leaf(storage):
     assert ids(await session.get_history()) == ["n1"]
 
 
-# -- overlay ids (DEVIATIONS 6) -------------------------------------------------
+# -- overlay ids (docs/deviations.md #6) ----------------------------------------
 
 
 async def test_echoed_overlay_message_is_not_stored(session):

@@ -1,5 +1,5 @@
 """Skills: history parts, the persisted loaded set, restore on wake, unload rewrite,
-and the folder skill provider (session-behaviours §7; DEVIATIONS 3, 12)."""
+and the folder skill provider (docs/behaviours.md §7; docs/deviations.md #3, #12)."""
 
 import copy
 import os

@@ -1,4 +1,4 @@
-"""Token estimation matches the original number for number (session-behaviours §9)."""
+"""Token estimation matches the original number for number (docs/behaviours.md §9)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""AI tools: exact descriptions, schemas, results and errors (session-behaviours §6)."""
+"""AI tools: exact descriptions, schemas, results and errors (docs/behaviours.md §6)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Micro-compaction: structure-preserving truncation (§9) and older-message truncation."""
+"""Micro-compaction: structure-preserving truncation (docs/behaviours.md §9) and older-message truncation."""
 
 import copy
 

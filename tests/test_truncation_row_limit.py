@@ -1,4 +1,4 @@
-"""The row-size limit enforced before every write (§10, DEVIATIONS 8)."""
+"""The row-size limit enforced before every write (docs/behaviours.md §10, docs/deviations.md #8)."""
 
 import copy
 import json
