@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import REPO_ROOT
 
 from runtime.client import SessionsClient
 from storage import SqlStorage
+from tests.support.data import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 TOKEN = "examples-token"

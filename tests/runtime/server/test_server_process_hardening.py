@@ -17,13 +17,13 @@ import time
 import httpx
 import pytest
 import trio
-from _server_process import cli_command, cli_env, kill_hard, server_process
 
 from runtime.client import SessionsClient
 from runtime.client.http import KEEPALIVE_EXPIRY_S
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
 from runtime.server.app import SessionsServer
 from runtime.server.config import ServerSettings
+from tests.support.processes import cli_command, cli_env, kill_hard, server_process
 
 
 def msg(message_id, text):

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import TEST_DATA, shared_data_dir
 
 from runtime.cli.importer import read_conversations
 from runtime.client import SessionsClient
+from tests.support.data import TEST_DATA, shared_data_dir
 
 TOKEN = "e2e-token"
 SHARED = Path("chat") / "tau-bench" / "gpt-4o-airline.json"

@@ -2,7 +2,6 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,9 @@ from actors.compaction import (
     extractive_summarize,
 )
 from actors.tokens import estimate_string_tokens
+from tests.support.data import TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "tau-bench" / "airline-sample.json"
+DATA = TEST_DATA / "tau-bench" / "airline-sample.json"
 HEADINGS = ["## Topic", "## Key Points", "## Current State", "## Open Items"]
 
 

@@ -17,12 +17,12 @@ import httpx
 import msgpack
 import pytest
 import trio
-from _server_process import server_process
 
 from runtime.client import SessionsClient
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
 from runtime.wire import quote_segment
 from storage.errors import UnauthorizedError
+from tests.support.processes import server_process
 
 TOKEN = "hardening-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -23,9 +23,7 @@ from pathlib import Path
 import apsw
 import httpx
 import pytest
-from _server_process import cli_command, cli_env, server_process
-from conftest import CLAUDE_CODE_LOG, TEST_DATA, shared_data_dir
-from test_formats_claude_code import reference_counts
+from tests.runtime.cli.test_formats_claude_code import reference_counts
 
 from runtime import DurableSessionStore, open_host
 from runtime.cli.claude_import import import_claude_code_sessions, push_claude_code_transcripts, session_metadata
@@ -36,6 +34,8 @@ from runtime.host.ids import id_from_name
 from runtime.server.app import DEFAULT_NAMESPACE, bind_sessions
 from runtime.server.transcripts import open_transcripts
 from storage.errors import InvalidInputError
+from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, shared_data_dir
+from tests.support.processes import cli_command, cli_env, server_process
 
 TOKEN = "import-token"
 FIXTURES = TEST_DATA / "claude_code" / "projects"

@@ -12,7 +12,6 @@ import json
 
 import httpx
 import pytest
-from _server_process import kill_hard, server_process
 from claude_agent_sdk import (
     SessionStore,
     delete_session_via_store,
@@ -36,6 +35,7 @@ from runtime.server.transcripts import (
     transcript_actor_name,
 )
 from storage.errors import InvalidInputError, UnauthorizedError
+from tests.support.processes import kill_hard, server_process
 
 TOKEN = "transcripts-token"
 OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
