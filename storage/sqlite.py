@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -177,6 +177,50 @@ class SqlStorage:
         """``True`` inside :meth:`transaction` (autocommit is off)."""
         return not self.connection.get_autocommit()
 
+    def rollback(self) -> bool:
+        """Roll back the open transaction, whoever opened it; ``False`` when none was open.
+
+        For the runtime's output gate, which undoes a transaction a call left
+        open. A ``with storage.transaction():`` block still running over it
+        fails when it ends (its transaction is gone).
+
+        Raises:
+            StorageClosedError: after :meth:`close`.
+        """
+        if not self.in_transaction:
+            return False
+        self.connection.execute("ROLLBACK")
+        return True
+
+    # -- hooks -------------------------------------------------------------
+
+    def on_commit(self, callback: Callable[[], object] | None, *, key: Hashable) -> None:
+        """Call ``callback()`` each time a transaction of this connection commits.
+
+        It runs inside SQLite's commit hook, just before the commit is final,
+        so it must not use this storage; its return value is ignored (the
+        commit goes ahead). An exception it raises turns the commit into a
+        rollback and propagates. Callbacks registered under different ``key`` all run;
+        registering under a used ``key`` replaces that one, ``None`` removes it.
+
+        Raises:
+            StorageClosedError: after :meth:`close`.
+        """
+        hook = None if callback is None else _commit_hook(callback)
+        self.connection.set_commit_hook(hook, id=key)
+
+    def on_rollback(self, callback: Callable[[], object] | None, *, key: Hashable) -> None:
+        """Call ``callback()`` each time a transaction of this connection rolls back.
+
+        It runs inside SQLite's rollback hook and must not use this storage.
+        Not called for a nested block (a savepoint) rolled back alone, nor
+        when the connection closes. ``key`` and ``None`` work as in :meth:`on_commit`.
+
+        Raises:
+            StorageClosedError: after :meth:`close`.
+        """
+        self.connection.set_rollback_hook(callback, id=key)
+
     @property
     def database_size(self) -> int:
         """Size of the database in bytes (``page_count * page_size``; excludes the WAL)."""
@@ -187,6 +231,14 @@ class SqlStorage:
     def user_version(self) -> int:
         """The file's schema version (``PRAGMA user_version``)."""
         return int(self.connection.pragma("user_version"))
+
+
+def _commit_hook(callback: Callable[[], object]) -> Callable[[], bool]:
+    def hook() -> bool:
+        callback()
+        return False  # let the commit go ahead
+
+    return hook
 
 
 def _migrate(con: apsw.Connection, path: str, migrations: Sequence[str]) -> None:

@@ -328,7 +328,7 @@ class ActorHost:
         storage = slot.storage
         while storage is not None and storage.in_transaction:
             if slot.running == 0:
-                storage.connection.execute("ROLLBACK")
+                storage.rollback()
                 raise TransactionLeftOpenError(
                     f"a call to {describe(slot.id)} ended inside a storage transaction, which was rolled back "
                     "(end every transaction before the call returns)"

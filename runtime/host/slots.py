@@ -10,8 +10,8 @@ are synchronous, so they never interleave; a call may only yield to another
 at an ``await``. The gate is closed -- no other call of the actor starts --
 while :meth:`ActorContext.block_concurrency_while` runs, and while a storage
 transaction is open (so code that awaits inside ``storage.transaction()``
-cannot see another call join its transaction). Commit and rollback hooks on
-the connection reopen it.
+cannot see another call join its transaction). The storage's commit and
+rollback callbacks (:meth:`storage.sqlite.SqlStorage.on_commit`) reopen it.
 """
 
 from __future__ import annotations
@@ -74,13 +74,8 @@ class ActorSlot:
     def attach(self, storage: ActorStorage) -> None:
         """Adopt the actor's opened file and hook its commits and rollbacks to the gate."""
         self.storage = storage
-        connection = storage.connection
-        connection.set_commit_hook(self._on_commit, id=_HOOK_ID)
-        connection.set_rollback_hook(self._on_rollback, id=_HOOK_ID)
-
-    def _on_commit(self) -> bool:
-        self.gate_changed()
-        return False  # let the commit go ahead
+        storage.on_commit(self.gate_changed, key=_HOOK_ID)
+        storage.on_rollback(self._on_rollback, key=_HOOK_ID)
 
     def _on_rollback(self) -> None:
         self.rollbacks += 1
