@@ -1,9 +1,10 @@
-"""Alarms: the host clock, the host-level alarm index and its scheduler.
+"""Alarms: the host clock, the scheduler over the host's alarm index, the handler run.
 
 Each actor has at most one alarm, stored in its own file (``_cf_alarm``,
 see :class:`storage.kv.ActorStorage`). So the host need not open every
-file at start, it also keeps an index, ``<data_dir>/_alarms.sqlite3``:
-one row ``(namespace, actor_id, scheduled_ms)`` per actor with an alarm.
+file at start, it also keeps an index, ``<data_dir>/_alarms.sqlite3``
+(:class:`storage.alarm_index.AlarmIndex`, re-exported here): one row
+``(namespace, actor_id, scheduled_ms)`` per actor with an alarm.
 The actor's row is the truth; the index may hold more (a stale row costs
 one wake and is then removed) but never less:
 
@@ -27,15 +28,19 @@ milliseconds to trio time, so ``trio.testing.MockClock`` drives alarms.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import trio
 
 from actors.agent import Agent, AlarmInfo
-from storage import SqlStorage
+from storage.alarm_index import INDEX_FILE, AlarmIndex
 from storage.kv import ActorStorage
+
+__all__ = [
+    "INDEX_FILE", "LEASE_MS", "MAX_ALARM_RETRIES", "RETRY_BASE_MS",
+    "AlarmIndex", "AlarmScheduler", "HostClock", "run_alarm_handler",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +50,6 @@ MAX_ALARM_RETRIES = 6
 RETRY_BASE_MS = 2_000
 #: How far an alarm's index row moves ahead while it is being delivered.
 LEASE_MS = 60_000
-
-INDEX_FILE = "_alarms.sqlite3"
-
-_INDEX_V1 = """
-CREATE TABLE alarms (
-    namespace    TEXT NOT NULL,
-    actor_id     TEXT NOT NULL,
-    scheduled_ms INTEGER NOT NULL,
-    PRIMARY KEY (namespace, actor_id)
-) WITHOUT ROWID;
-CREATE INDEX alarms_by_time ON alarms (scheduled_ms);
-"""
 
 
 class HostClock:
@@ -90,60 +83,6 @@ class HostClock:
     def is_due(self, epoch_ms: float) -> bool:
         """``True`` once trio time has reached ``epoch_ms``."""
         return trio.current_time() >= self.trio_time(epoch_ms)
-
-
-class AlarmIndex:
-    """The host's ``_alarms.sqlite3``: which actor has an alarm, and when."""
-
-    def __init__(self, storage: SqlStorage) -> None:
-        self._storage = storage
-
-    @classmethod
-    def open(cls, data_dir: str | os.PathLike[str], *, durability: str = "normal") -> AlarmIndex:
-        """Open (creating if needed) the index file in ``data_dir``."""
-        path = os.path.join(os.fspath(data_dir), INDEX_FILE)
-        return cls(SqlStorage.open(path, durability=durability, migrations=(_INDEX_V1,)))
-
-    def close(self) -> None:
-        self._storage.close()
-
-    def upsert(self, namespace: str, actor_id: str, scheduled_ms: int) -> None:
-        self._storage.exec(
-            "INSERT OR REPLACE INTO alarms (namespace, actor_id, scheduled_ms) VALUES (?, ?, ?)",
-            namespace,
-            actor_id,
-            scheduled_ms,
-        )
-
-    def remove(self, namespace: str, actor_id: str) -> None:
-        self._storage.exec("DELETE FROM alarms WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
-
-    def get(self, namespace: str, actor_id: str) -> int | None:
-        """The indexed time (epoch ms) for one actor, or ``None``."""
-        return self._storage.scalar(
-            "SELECT scheduled_ms FROM alarms WHERE namespace = ? AND actor_id = ?", namespace, actor_id
-        )
-
-    def earliest(self, namespaces: Collection[str]) -> tuple[str, str, int] | None:
-        """``(namespace, actor_id, scheduled_ms)`` of the next alarm among ``namespaces``."""
-        if not namespaces:
-            return None
-        marks = ", ".join("?" * len(namespaces))
-        for row in self._storage.exec(
-            f"SELECT namespace, actor_id, scheduled_ms FROM alarms WHERE namespace IN ({marks})"
-            " ORDER BY scheduled_ms LIMIT 1",
-            *namespaces,
-        ):
-            return row
-        return None
-
-    def sync(self, namespace: str, actor_id: str, storage: ActorStorage) -> None:
-        """Copy the actor's committed alarm row to the index (keeping a delivery's lease)."""
-        row = storage.read_alarm_row()
-        if row is None:
-            self.remove(namespace, actor_id)
-        elif storage.delivering_alarm != storage.alarm_generation:
-            self.upsert(namespace, actor_id, row.scheduled_ms)
 
 
 class AlarmScheduler:
