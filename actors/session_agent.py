@@ -30,6 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from storage.context import read_config, write_config
 from storage.errors import InvalidInputError, NotFoundError
 
 from .agent import Agent, AgentContext
@@ -276,18 +277,11 @@ def _remember_actor_name(agent: Agent) -> str | None:
     after a restart) reads the stored copy, so broadcasts always name the
     session (docs/deviations.md #16). ``None`` for an actor only ever reached by hex id.
     """
-    storage = agent.storage
-    stored = storage.scalar(
-        "SELECT value FROM assistant_config WHERE session_id = '' AND key = ?", _ACTOR_NAME_KEY
-    )
+    stored = read_config(agent.storage, "", _ACTOR_NAME_KEY)
     name = agent.ctx.id.name
     if name is None or name == stored:
         return stored
-    storage.sql(
-        "INSERT INTO assistant_config (session_id, key, value) VALUES ('', ?, ?) "
-        "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-        _ACTOR_NAME_KEY, name,
-    )
+    write_config(agent.storage, "", _ACTOR_NAME_KEY, name)
     return name
 
 

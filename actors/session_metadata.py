@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage import SqlStorage
+from storage.context import delete_config, read_config, write_config
 from storage.errors import InvalidInputError
 
 __all__ = ["MAX_METADATA_BYTES", "METADATA_KEY", "read_metadata", "write_metadata"]
@@ -33,9 +34,7 @@ MAX_METADATA_BYTES = 64 * 1024
 
 def read_metadata(storage: SqlStorage, session_id: str = "") -> dict[str, Any]:
     """The session's metadata (a fresh dict; ``{}`` when none was set)."""
-    text = storage.scalar(
-        "SELECT value FROM assistant_config WHERE session_id = ? AND key = ?", session_id, METADATA_KEY
-    )
+    text = read_config(storage, session_id, METADATA_KEY)
     return {} if text is None else json.loads(text)
 
 
@@ -61,13 +60,7 @@ def write_metadata(storage: SqlStorage, metadata: Any, session_id: str = "") -> 
             f"metadata is {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}", field="metadata"
         )
     if not metadata:
-        storage.exec("DELETE FROM assistant_config WHERE session_id = ? AND key = ?", session_id, METADATA_KEY)
+        delete_config(storage, session_id, METADATA_KEY)
         return {}
-    storage.exec(
-        "INSERT INTO assistant_config (session_id, key, value) VALUES (?, ?, ?) "
-        "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-        session_id,
-        METADATA_KEY,
-        text,
-    )
+    write_config(storage, session_id, METADATA_KEY, text)
     return json.loads(text)

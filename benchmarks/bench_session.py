@@ -53,6 +53,7 @@ from storage import (
     SqlStorage,  # noqa: E402
     fts,  # noqa: E402
 )
+from storage import context as config_sql  # noqa: E402
 from storage import messages as sql  # noqa: E402
 
 CORPUS = Path("/work/shared/data/chat/tau-bench/gpt-4o-airline.json")
@@ -115,7 +116,7 @@ def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
             for stmt, params in fts.index_rows(sql.FTS_TABLE, seq, m["parts"][0]["text"], extra=extra):
                 con.execute(stmt, params)
             parent = m["id"]
-        con.execute(sql._SET_ACTIVE_LEAF, ("", parent))
+        con.execute(config_sql._SET_CONFIG, ("", sql.ACTIVE_LEAF_KEY, parent))
     return parent
 
 
@@ -165,7 +166,7 @@ def raw_append_same_sql(con, m: dict) -> None:
             "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
             (seq, m["id"], m["role"], m["parts"][0]["text"]),
         )
-        con.execute(sql._SET_ACTIVE_LEAF, ("", m["id"]))
+        con.execute(config_sql._SET_CONFIG, ("", sql.ACTIVE_LEAF_KEY, m["id"]))
 
 
 def raw_append_minimal(con, m: dict, parent: str) -> None:

@@ -134,25 +134,25 @@ def _run(storage: SqlStorage, statements: list[tuple[str, tuple]]) -> None:
 
 # -- assistant_config ----------------------------------------------------------
 
+# The one place these rows are written; parameters (session_id, key[, value]).
+_GET_CONFIG = "SELECT value FROM assistant_config WHERE session_id = ? AND key = ?"
+_SET_CONFIG = (
+    "INSERT INTO assistant_config (session_id, key, value) VALUES (?, ?, ?) "
+    "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value"
+)
+_DROP_CONFIG = "DELETE FROM assistant_config WHERE session_id = ? AND key = ?"
+
 
 def read_config(storage: SqlStorage, session_id: str, key: str) -> str | None:
     """The value stored under ``(session_id, key)``, or ``None``."""
-    return storage.scalar(
-        "SELECT value FROM assistant_config WHERE session_id = ? AND key = ?", session_id, key
-    )
+    return storage.scalar(_GET_CONFIG, session_id, key)
 
 
 def write_config(storage: SqlStorage, session_id: str, key: str, value: str) -> None:
     """Insert or replace the value under ``(session_id, key)``."""
-    storage.exec(
-        "INSERT INTO assistant_config (session_id, key, value) VALUES (?, ?, ?) "
-        "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-        session_id,
-        key,
-        value,
-    )
+    storage.exec(_SET_CONFIG, session_id, key, value)
 
 
 def delete_config(storage: SqlStorage, session_id: str, key: str) -> None:
     """Remove the value under ``(session_id, key)`` (no-op when absent)."""
-    storage.exec("DELETE FROM assistant_config WHERE session_id = ? AND key = ?", session_id, key)
+    storage.exec(_DROP_CONFIG, session_id, key)

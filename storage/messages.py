@@ -59,6 +59,7 @@ from typing import Any
 import apsw
 
 from . import fts
+from .context import delete_config, write_config
 from .errors import SearchQueryError
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
@@ -157,11 +158,6 @@ WHERE m.session_id = ?1
                   WHERE k.session_id = ?1 AND k.parent_id = m.id)
 ORDER BY m.created_at DESC, m.seq DESC LIMIT 1
 """
-_SET_ACTIVE_LEAF = """
-INSERT INTO assistant_config (session_id, key, value) VALUES (?1, 'active_leaf', ?2)
-ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
-"""
-_DROP_ACTIVE_LEAF = "DELETE FROM assistant_config WHERE session_id = ?1 AND key = 'active_leaf'"
 
 # The path from ?2 up to its root: (seq, depth), depth 0 = the leaf, one rowid lookup per
 # step (``parent_seq``). ``m.seq < p.seq`` holds on every real edge (see the module
@@ -627,7 +623,7 @@ class MessageStore:
             if seq is None:
                 return False, None
             self._index(seq, message_id, role, text, tools)
-            self._rows(_SET_ACTIVE_LEAF, message_id)
+            write_config(self.storage, self.session_id, ACTIVE_LEAF_KEY, message_id)
             return True, parent
 
     def _index(self, seq: int, message_id: str, role: str, text: str, tools: str) -> None:
@@ -672,7 +668,7 @@ class MessageStore:
                 con.executemany(_INSERT_ROW, rows)
                 for sql, params in search_rows.items():
                     con.executemany(sql, params)
-                self._rows(_SET_ACTIVE_LEAF, rows[-1][2])
+                write_config(self.storage, self.session_id, ACTIVE_LEAF_KEY, rows[-1][2])
         return results
 
     def _plan_chain(
@@ -776,7 +772,7 @@ class MessageStore:
             gone = set(deleted)
             self._recompute_places([child for child in moved if child not in gone])
             if deleted and self._one(_ACTIVE_LEAF) is None:
-                self._rows(_DROP_ACTIVE_LEAF)
+                delete_config(self.storage, self.session_id, ACTIVE_LEAF_KEY)
         return deleted
 
     def _recompute_places(self, tops: list[str]) -> None:
@@ -798,7 +794,7 @@ class MessageStore:
                 self._run(fts.unindex_rows(FTS_TABLE, seq))
             self._rows(_CLEAR_MESSAGES)
             self._rows(_CLEAR_COMPACTIONS)
-            self._rows(_DROP_ACTIVE_LEAF)
+            delete_config(self.storage, self.session_id, ACTIVE_LEAF_KEY)
 
     def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
         """Store a compaction row; returns it with its ``seq`` and ``created_at``."""
