@@ -303,11 +303,17 @@ class SessionAgent(Agent):
     (``.field`` names it), :class:`~storage.errors.NotFoundError` for unknown
     messages or tools, :class:`~storage.errors.CompactionError` when
     compaction is not configured.
+
+    The methods are the Session API table ``runtime.api.SESSION_API``:
+    written out here (``actors`` does not import ``runtime``; readers, IDEs
+    and type checkers see them), and ``tests/runtime/test_api_table.py``
+    keeps their names, parameters and defaults, and :attr:`EMPTY_READS`,
+    equal to the table's.
     """
 
-    #: What each read returns for a session that was never written. The server answers
-    #: these without waking (so without creating) the actor: reading a mistyped session
-    #: id leaves no file behind. Config-dependent reads (prompt, blocks, tools) still wake it.
+    #: What each read returns for a session that was never written (``runtime.api.EMPTY_READS``).
+    #: The server answers these without waking (so without creating) the actor: reading a mistyped
+    #: session id leaves no file behind. Config-dependent reads (prompt, blocks, tools) still wake it.
     EMPTY_READS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "get_history": [], "get_message": None, "get_branches": [], "get_latest_leaf": None,
         "get_path_length": 0, "search": [], "get_compactions": [], "get_loaded_skill_keys": [],

@@ -35,9 +35,9 @@ import anyio
 import httpx
 import msgpack
 
+from runtime.api import METHODS, request_for
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
 from runtime.wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
-from storage.errors import MessageNotFoundError, NotFoundError
 from storage.shapes import LATEST_LEAF
 
 __all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
@@ -166,7 +166,10 @@ class SessionHandle:
     """One session on the server: the Session's methods over HTTP.
 
     Made by :meth:`SessionsClient.session`. Every method is one request
-    (``append_messages`` is one request for the whole batch).
+    (``append_messages`` is one request for the whole batch), built from the
+    method's first route in :data:`runtime.api.SESSION_API`; a method without
+    a route, or a message id that no path segment can carry, goes through
+    ``POST /rpc`` with the same answer.
     """
 
     def __init__(self, client: SessionsClient, session_id: str) -> None:
@@ -179,120 +182,139 @@ class SessionHandle:
     def __repr__(self) -> str:
         return f"<SessionHandle {self.session_id!r}>"
 
-    async def _do(self, method: str, route: str, *, body: Any = None, **params: Any) -> Any:
-        return await self.client.request(method, f"{self.path}/{route}", body=body, params=params)
+    async def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call the table's method ``name``: its route (the reply's result key), else ``POST /rpc``."""
+        method = METHODS[name]
+        bound = method.signature(client=True).bind(*args, **kwargs)
+        route = method.client_route
+        if route is None:
+            return await self.call(name, **bound.arguments)
+        request = request_for(method, route, bound.arguments)
+        if request is None:  # an id no path segment can carry: the actor judges it
+            return await self.call(name, *bound.args)
+        catch = route.not_found.catch if route.not_found else ()
+        try:
+            reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
+                                              params=request.query)
+        except catch:
+            return route.not_found.when
+        return None if route.result_key is None else reply[route.result_key]
 
     # -- messages -------------------------------------------------------------------------
 
     async def append_message(self, message: Message, parent_id: str | None | object = LATEST_LEAF) -> bool:
         """Append ``message`` (parent: omitted -> latest leaf, ``None`` -> new root); ``True`` if stored."""
-        return (await self._do("POST", "messages", body=_with_parent({"message": message}, parent_id)))["inserted"]
+        return await self._invoke("append_message", message, parent_id)
 
     async def append_messages(
         self, messages: Sequence[Message], parent_id: str | None | object = LATEST_LEAF
     ) -> list[bool]:
         """Append a chain of messages in one request; one ``inserted`` flag each."""
-        body = _with_parent({"messages": list(messages)}, parent_id)
-        return (await self._do("POST", "messages:batch", body=body))["inserted"]
+        return await self._invoke("append_messages", messages, parent_id)
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
         """The path root -> leaf (default: the latest leaf), overlays applied."""
-        return (await self._do("GET", "messages", leaf=leaf_id))["messages"]
+        return await self._invoke("get_history", leaf_id)
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None``."""
-        if not _path_id(message_id):
-            return await self.call("get_message", message_id)
-        try:
-            return (await self._do("GET", f"messages/{quote_segment(message_id)}"))["message"]
-        except MessageNotFoundError:
-            return None
+        return await self._invoke("get_message", message_id)
 
     async def update_message(self, message: Message) -> None:
         """Replace the stored message with ``message["id"]`` (raises ``MessageNotFoundError`` if unknown)."""
-        message_id = message.get("id") if isinstance(message, dict) else None
-        if not _path_id(message_id):
-            return await self.call("update_message", message)  # the actor reports what is wrong with it
-        await self._do("PUT", f"messages/{quote_segment(message_id)}", body={"message": message})
+        return await self._invoke("update_message", message)
 
     async def delete_messages(self, message_ids: Sequence[str]) -> int:
         """Delete these messages; how many existed."""
-        return (await self._do("POST", "messages:delete", body={"ids": list(message_ids)}))["deleted"]
+        return await self._invoke("delete_messages", message_ids)
 
     async def clear_messages(self) -> None:
         """Delete every message and compaction of the session."""
-        await self._do("DELETE", "messages")
+        return await self._invoke("clear_messages")
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first."""
-        if not _path_id(message_id):
-            return await self.call("get_branches", message_id)
-        return (await self._do("GET", f"messages/{quote_segment(message_id)}/branches"))["messages"]
+        return await self._invoke("get_branches", message_id)
 
     async def get_latest_leaf(self) -> Message | None:
         """The latest leaf, or ``None`` in an empty session."""
-        return (await self._do("GET", "messages:leaf"))["message"]
+        return await self._invoke("get_latest_leaf")
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Stored messages on the path to the leaf."""
-        return (await self._do("GET", "messages:count", leaf=leaf_id))["count"]
+        return await self._invoke("get_path_length", leaf_id)
 
     async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
         """Full-text search: ``[{"id", "role", "content", "createdAt"}]``, best first."""
-        return (await self._do("GET", "search", q=query, limit=limit))["results"]
+        return await self._invoke("search", query, limit=limit)
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def get_metadata(self) -> dict[str, Any]:
+        """The session's metadata object (``{}`` until set)."""
+        return await self._invoke("get_metadata")
+
+    async def set_metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """Replace the session's metadata with a JSON object (at most 64 KiB); returns it."""
+        return await self._invoke("set_metadata", metadata)
 
     # -- context, prompt, tools, skills, compaction ---------------------------------------------------
 
     async def get_context_blocks(self) -> list[dict[str, Any]]:
-        return (await self._do("GET", "context"))["blocks"]
+        return await self._invoke("get_context_blocks")
 
     async def get_context_block(self, label: str) -> dict[str, Any] | None:
-        try:
-            return (await self._do("GET", f"context/{quote_segment(label)}"))["block"]
-        except NotFoundError:
-            return None
+        return await self._invoke("get_context_block", label)
 
     async def replace_context_block(self, label: str, content: str) -> dict[str, Any]:
-        return (await self._do("PUT", f"context/{quote_segment(label)}", body={"content": content}))["block"]
+        return await self._invoke("replace_context_block", label, content)
 
     async def append_context_block(self, label: str, content: str) -> dict[str, Any]:
-        return (await self._do("POST", f"context/{quote_segment(label)}:append", body={"content": content}))["block"]
+        return await self._invoke("append_context_block", label, content)
 
     async def freeze_system_prompt(self) -> str:
-        return (await self._do("GET", "system-prompt"))["prompt"]
+        return await self._invoke("freeze_system_prompt")
 
     async def refresh_system_prompt(self) -> str:
-        return (await self._do("POST", "system-prompt:refresh"))["prompt"]
+        return await self._invoke("refresh_system_prompt")
 
     async def tools(self, format: str = "raw") -> dict[str, Any] | list[dict[str, Any]]:
         """Tools as ``{name: {description, inputSchema}}`` (``raw``) or the ``openai``/``anthropic`` list."""
-        return (await self._do("GET", "tools", format=format))["tools"]
+        return await self._invoke("tools", format)
 
     async def execute_tool(self, name: str, args: Any) -> str:
         """Run tool ``name`` with ``args``; its result string."""
-        return (await self._do("POST", f"tools/{quote_segment(name)}", body=args))["result"]
+        return await self._invoke("execute_tool", name, args)
 
     async def compact(self) -> dict[str, str] | None:
-        return (await self._do("POST", "compact"))["result"]
+        return await self._invoke("compact")
 
     async def get_compactions(self) -> list[dict[str, str]]:
-        return (await self._do("GET", "compactions"))["compactions"]
+        return await self._invoke("get_compactions")
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, str]:
-        return await self.call("add_compaction", summary=summary, from_id=from_id, to_id=to_id)
+        return await self._invoke("add_compaction", summary, from_id, to_id)
+
+    async def estimate_tokens(self) -> int:
+        """The estimated tokens of history plus system prompt (what auto-compaction compares)."""
+        return await self._invoke("estimate_tokens")
+
+    async def get_recent_history(self, max_bytes: int, min_recent: int = 1) -> dict[str, Any]:
+        """The newest messages that fit ``max_bytes`` of stored JSON: ``{messages, truncated, totalContentBytes}``."""
+        return await self._invoke("get_recent_history", max_bytes, min_recent)
 
     async def get_loaded_skill_keys(self) -> list[str]:
-        return (await self._do("GET", "skills"))["loaded"]
+        return await self._invoke("get_loaded_skill_keys")
 
     async def unload_skill(self, label: str, key: str) -> bool:
-        return (await self._do("DELETE", f"skills/{quote_segment(label)}/{quote_segment(key)}"))["unloaded"]
+        return await self._invoke("unload_skill", label, key)
 
     async def call(self, method: str, /, *args: Any, **params: Any) -> Any:
         """Call any public method of the session's actor (``POST /rpc``); keywords or positionals."""
         if args and params:
             raise TypeError("pass positional or keyword arguments, not both")
         body = {"method": method, "params": list(args) if args else params}
-        return (await self._do("POST", "rpc", body=body))["result"]
+        return (await self.client.request("POST", f"{self.path}/rpc", body=body))["result"]
 
     # -- WebSocket ------------------------------------------------------------------------------------------
 
@@ -303,17 +325,6 @@ class SessionHandle:
     def events(self) -> SessionSocket:
         """The session's broadcasts as they happen: ``async with s.events() as events: async for e in events``."""
         return SessionSocket(self)
-
-
-def _path_id(value: Any) -> bool:
-    """Whether ``value`` can stand in a path segment (else the call goes through ``/rpc``, same answer)."""
-    return isinstance(value, str) and value != ""
-
-
-def _with_parent(body: dict[str, Any], parent_id: Any) -> dict[str, Any]:
-    if parent_id is not LATEST_LEAF:
-        body["parentId"] = parent_id
-    return body
 
 
 class SessionSocket:

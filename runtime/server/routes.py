@@ -1,60 +1,65 @@
-"""The session routes: ``/v1/sessions/{session_id}/...`` -> one stub call each.
+"""The session routes: ``/v1/sessions/{session_id}/...`` -> one stub call each, built from :mod:`runtime.api`.
 
 Protocol logic only: no sockets, no Quart. :func:`match` finds the route of
 a method and the path segments after the session id (still
 percent-encoded, so an encoded ``:`` or ``/`` inside a label never reads as
-syntax); each handler turns the query and body into one call of the
-session's actor and returns ``(status, body)``.
+syntax). Each route of :data:`runtime.api.SESSION_API` is answered by
+:func:`answer`: it reads the route's fields from the path, the query and the
+body (a missing required field is a 400 naming it), makes one call of the
+session's actor, and returns ``(status, body)``. ``POST /rpc`` calls any
+callable actor method by name, as WebSocket RPC frames do (:func:`call_method`).
 
-=======  =====================================  ==============================================
-method   path (after ``/v1/sessions/{id}``)     actor call -> response body
-=======  =====================================  ==============================================
-POST     ``/messages``                          ``append_message`` -> ``{id, inserted}`` (201/200)
-POST     ``/messages:batch``                    ``append_messages`` -> ``{inserted: [bool]}``
-POST     ``/messages:delete``                   ``delete_messages`` -> ``{deleted}``
-GET      ``/messages?leaf=``                    ``get_history`` -> ``{messages}``
-DELETE   ``/messages``                          ``clear_messages`` -> ``{cleared: true}``
-GET      ``/messages/{id}``                     ``get_message`` -> ``{message}`` (404 unknown)
-PUT      ``/messages/{id}``                     ``update_message`` -> ``{id}``
-DELETE   ``/messages/{id}``                     ``delete_messages`` -> ``{deleted: 1}`` (404 unknown)
-GET      ``/messages/{id}/branches``            ``get_branches`` -> ``{messages}``
-GET      ``/messages:leaf``                     ``get_latest_leaf`` -> ``{message}`` (null if empty)
-GET      ``/messages:count?leaf=``              ``get_path_length`` -> ``{count}``
-GET      ``/search?q=&limit=``                  ``search`` -> ``{results}``
-GET      ``/context``                           ``get_context_blocks`` -> ``{blocks}``
-GET/PUT  ``/context/{label}``                   ``get_context_block`` / ``replace_context_block`` -> ``{block}``
-POST     ``/context/{label}:append``            ``append_context_block`` -> ``{block}``
-GET      ``/system-prompt``                     ``freeze_system_prompt`` -> ``{prompt}``
-POST     ``/system-prompt:refresh``             ``refresh_system_prompt`` -> ``{prompt}``
-GET      ``/tools?format=``                     ``tools`` -> ``{tools}``
-POST     ``/tools/{name}``                      ``execute_tool`` (body: the arguments) -> ``{result}``
-POST     ``/compact``                           ``compact`` -> ``{result}``
-GET      ``/compactions``                       ``get_compactions`` -> ``{compactions}``
-GET      ``/skills``                            ``get_loaded_skill_keys`` -> ``{loaded}``
-DELETE   ``/skills/{label}/{key}``              ``unload_skill`` -> ``{unloaded}``
-POST     ``/rpc``                               any actor method: ``{method, params}`` -> ``{result}``
-=======  =====================================  ==============================================
+The table below is :func:`runtime.api.describe_routes` (a test keeps it so).
+``?`` marks an optional body key; ``*`` a read answered for a session that
+was never written without creating it (the actor class's ``EMPTY_READS``).
+
+======  ===================================  =========================  ======================================================
+method  path (after ``/v1/sessions/{id}``)   body                       actor call -> reply
+======  ===================================  =========================  ======================================================
+POST    ``/messages``                        ``{message, parentId?}``   ``append_message`` -> ``{id, inserted}`` 201 if stored
+GET     ``/messages?leaf=``                                             ``get_history`` -> ``{messages}`` *
+DELETE  ``/messages``                                                   ``clear_messages`` -> ``{cleared: true}``
+POST    ``/messages:batch``                  ``{messages, parentId?}``  ``append_messages`` -> ``{inserted}`` 201 if stored
+GET     ``/messages:leaf``                                              ``get_latest_leaf`` -> ``{message}`` *
+GET     ``/messages:count?leaf=``                                       ``get_path_length`` -> ``{count}`` *
+GET     ``/messages/{message_id}``                                      ``get_message`` -> ``{message}`` 404 if null *
+PUT     ``/messages/{message_id}``           ``{message}``              ``update_message`` -> ``{id}``
+POST    ``/messages:delete``                 ``{ids}``                  ``delete_messages`` -> ``{deleted}``
+DELETE  ``/messages/{message_id}``                                      ``delete_messages`` -> ``{deleted}`` 404 if 0
+GET     ``/messages/{message_id}/branches``                             ``get_branches`` -> ``{messages}`` *
+GET     ``/search?q=&limit=``                                           ``search`` -> ``{results}`` *
+GET     ``/context``                                                    ``get_context_blocks`` -> ``{blocks}``
+GET     ``/context/{label}``                                            ``get_context_block`` -> ``{block}`` 404 if null
+PUT     ``/context/{label}``                 ``{content}``              ``replace_context_block`` -> ``{block}``
+POST    ``/context/{label}:append``          ``{content}``              ``append_context_block`` -> ``{block}``
+GET     ``/system-prompt``                                              ``freeze_system_prompt`` -> ``{prompt}``
+POST    ``/system-prompt:refresh``                                      ``refresh_system_prompt`` -> ``{prompt}``
+GET     ``/tools?format=``                                              ``tools`` -> ``{tools}``
+POST    ``/tools/{name}``                    the arguments              ``execute_tool`` -> ``{result}``
+POST    ``/compact``                                                    ``compact`` -> ``{result}``
+GET     ``/compactions``                                                ``get_compactions`` -> ``{compactions}`` *
+GET     ``/skills``                                                     ``get_loaded_skill_keys`` -> ``{loaded}`` *
+DELETE  ``/skills/{label}/{key}``                                       ``unload_skill`` -> ``{unloaded}``
+======  ===================================  =========================  ======================================================
+
+``POST /rpc`` with ``{method, params?}`` -> ``{result}``: any callable actor method, ``params`` an
+object of keyword arguments or a list of positional ones.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.api import NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
 from runtime.host.namespace import ActorStub
 from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
-from storage.errors import (
-    InternalServerError,
-    InvalidInputError,
-    InvalidMessageError,
-    MessageNotFoundError,
-    NotFoundError,
-    RouteNotFoundError,
-)
+from storage.errors import InternalServerError, InvalidInputError, RouteNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +85,8 @@ class Call:
             raise InvalidInputError("the body must be an object", field="body")
         return self.body
 
-    async def read(self, method: str, *args: Any) -> Any:
-        """``stub.call(method, *args)`` for a read that must not create the session.
+    async def read(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``stub.call(method, ...)`` for a read that must not create the session.
 
         When the actor class lists ``method`` in ``EMPTY_READS`` and the
         session was never written (no file, not awake), that answer stands
@@ -91,24 +96,27 @@ class Call:
         empty = getattr(namespace.agent_class, "EMPTY_READS", None)
         if empty and method in empty and not namespace.exists(self.stub.id):
             return copy.deepcopy(empty[method])
-        return await self.stub.call(method, *args)
+        return await self.stub.call(method, *args, **kwargs)
 
-    def text_arg(self, name: str, *, required: bool = False) -> str | None:
-        value = self.query.get(name)
-        if value in (None, "") and required:
-            raise InvalidInputError(f"query parameter {name!r} is required", field=name)
-        return value or None
+    def text_arg(self, name: str) -> str | None:
+        """The query value ``name``, or ``None`` when absent or empty."""
+        return self.query.get(name) or None
 
-    def int_arg(self, name: str, default: int, *, maximum: int = 10_000) -> int:
+    def int_arg(self, name: str, minimum: int, maximum: int) -> int | None:
+        """The query value ``name`` as an integer, or ``None`` when absent or empty.
+
+        Raises:
+            InvalidInputError: (``field=name``) not an integer, or outside ``minimum..maximum``.
+        """
         raw = self.query.get(name)
         if raw in (None, ""):
-            return default
+            return None
         try:
             value = int(raw)
         except ValueError:
             raise InvalidInputError(f"{name} must be an integer, not {raw!r}", field=name) from None
-        if not 0 <= value <= maximum:
-            raise InvalidInputError(f"{name} must be between 0 and {maximum}, not {value}", field=name)
+        if not minimum <= value <= maximum:
+            raise InvalidInputError(f"{name} must be between {minimum} and {maximum}, not {value}", field=name)
         return value
 
 
@@ -165,163 +173,151 @@ def match(method: str, segments: list[str]) -> tuple[Route, dict[str, str]] | tu
     return None, allowed
 
 
-# -- helpers ---------------------------------------------------------------------------------
+# -- the routes of the table -------------------------------------------------------------------------
 
 
-def _parent_args(body: dict[str, Any]) -> tuple[Any, ...]:
-    """``()`` without ``parentId`` (latest leaf); ``(None,)`` / ``(id,)`` otherwise."""
-    if "parentId" not in body:
-        return ()
-    parent = body["parentId"]
-    if parent is not None and not isinstance(parent, str):
-        raise InvalidInputError(f"parentId must be a string or null, not {type(parent).__name__}", field="parentId")
-    return (parent,)
+async def answer(method: ApiMethod, route: HttpRoute, call: Call) -> tuple[int, Any]:
+    """Answer one request of ``route``: read its fields, call ``method`` on the actor, build the reply.
+
+    Raises:
+        InvalidInputError: (or the field's ``error`` class) a required field is
+            missing, a checked one has the wrong JSON type, a path id differs
+            from the body's; an error of the actor naming a parameter is
+            reported under the body key the caller sent (``message_ids`` -> ``ids``).
+        NotFoundError: the route's ``not_found`` result (an unknown message or block).
+        Exception: whatever the actor call raises.
+    """
+    args, sent = _arguments(method, route, call)
+    result = await _invoke(method, route, call, args)
+    missing = route.not_found
+    if missing is not None and missing.matches(result):
+        raise missing.make(sent[missing.wire])
+    reply = {key: _pick(sent, source) for key, source in route.echo}
+    if route.result_key is not None:
+        reply[route.result_key] = result
+    reply.update(route.constant)
+    return (201 if route.created and _stored(result) else 200), reply
 
 
-def _required(body: dict[str, Any], name: str, error: type[InvalidInputError] = InvalidInputError) -> Any:
-    if name not in body:
-        raise error(f"{name} is missing", field=name)
-    return body[name]
+def _arguments(method: ApiMethod, route: HttpRoute, call: Call) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The actor call's arguments by parameter name, and the values as sent by wire name."""
+    args: dict[str, Any] = {}
+    sent: dict[str, Any] = {}
+    for field in route.fields:
+        value = _field_value(method, field, call)
+        if value is OMIT:
+            continue
+        sent[field.wire] = value
+        if field.key is not None:
+            args[field.param] = _with_path_key(route, field, args[field.param], value)
+        else:
+            args[field.param] = [value] if field.item else value
+    return args, sent
 
 
-# -- handlers --------------------------------------------------------------------------------
+def _field_value(method: ApiMethod, field: Field, call: Call) -> Any:
+    """The value of ``field`` in this request (``field.absent`` resolved), or :data:`OMIT`."""
+    if field.source == "path":
+        return call.values[field.wire]
+    if field.source == "whole-body":
+        value = call.body
+    elif field.source == "query":
+        schema = field.schema or _param(method, field).schema
+        if schema.get("type") == "integer":
+            value = call.int_arg(field.wire, schema.get("minimum", 0), schema.get("maximum", 10_000))
+        else:
+            value = call.text_arg(field.wire)
+    else:
+        found = call.object()
+        if field.wire in found:  # null included: the actor judges it
+            value = found[field.wire]
+            if field.check:
+                _check_type(field, _param(method, field).schema, value)
+            return value
+        value = None
+    if value is not None:
+        return value
+    if field.absent is REQUIRED:
+        raise field.missing()
+    return copy.deepcopy(field.absent)
 
 
-async def append_message(call: Call) -> tuple[int, Any]:
-    body = call.object()
-    message = _required(body, "message", InvalidMessageError)
-    inserted = await call.stub.call("append_message", message, *_parent_args(body))
-    message_id = message.get("id") if isinstance(message, dict) else None
-    return (201 if inserted else 200), {"id": message_id, "inserted": inserted}
+def _param(method: ApiMethod, field: Field) -> Any:
+    return next(p for p in method.params if p.name == field.param)
 
 
-async def append_messages(call: Call) -> tuple[int, Any]:
-    body = call.object()
-    flags = await call.stub.call("append_messages", _required(body, "messages"), *_parent_args(body))
-    return (201 if any(flags) else 200), {"inserted": flags}
+_JSON_TYPES = {
+    "string": (str, "a string"), "null": (type(None), "null"), "integer": (int, "an integer"),
+    "number": ((int, float), "a number"), "boolean": (bool, "a boolean"), "object": (dict, "an object"),
+    "array": (list, "a list"),
+}
 
 
-async def delete_messages(call: Call) -> tuple[int, Any]:
-    ids = _required(call.object(), "ids")
+def _check_type(field: Field, schema: Mapping[str, Any], value: Any) -> None:
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    fits = any(isinstance(value, _JSON_TYPES[k][0]) and not (isinstance(value, bool) and k in ("integer", "number"))
+               for k in kinds)
+    if not fits:
+        wanted = " or ".join(_JSON_TYPES[k][1] for k in kinds)
+        raise InvalidInputError(f"{field.wire} must be {wanted}, not {type(value).__name__}", field=field.wire)
+
+
+def _with_path_key(route: HttpRoute, field: Field, value: Any, key_value: str) -> Any:
+    """A body object with the path's ``key_value`` as its ``field.key`` (refusing a different one)."""
+    if not isinstance(value, dict):
+        return value  # the actor says what is wrong with it
+    value = {field.key: key_value, **value}
+    if value[field.key] != key_value:
+        name = f"{_body_wire(route, field.param)}.{field.key}"
+        raise field.error(f"{name} differs from the {field.key} in the path", field=name)
+    return value
+
+
+def _body_wire(route: HttpRoute, param: str) -> str:
+    return next(f.wire for f in route.fields if f.param == param and f.source == "body")
+
+
+async def _invoke(method: ApiMethod, route: HttpRoute, call: Call, args: dict[str, Any]) -> Any:
+    """Call the actor: positionally in parameter order, by keyword after an omitted one."""
+    positional = []
+    for param in method.params:
+        if param.name not in args:
+            break
+        positional.append(args[param.name])
+    keywords = {p.name: args[p.name] for p in method.params[len(positional):] if p.name in args}
+    send = call.read if method.empty is not NO_EMPTY else call.stub.call
     try:
-        return 200, {"deleted": await call.stub.call("delete_messages", ids)}
+        return await send(method.name, *positional, **keywords)
     except InvalidInputError as error:
-        if error.field != "message_ids":
+        renamed = {f.param: f.wire for f in route.fields if f.source == "body" and f.wire != f.param}
+        if error.field not in renamed:
             raise
-        raise InvalidInputError(str(error).replace("message_ids", "ids", 1), field="ids") from None
+        wire = renamed[error.field]
+        raise InvalidInputError(str(error).replace(error.field, wire, 1), field=wire) from None
 
 
-async def get_history(call: Call) -> tuple[int, Any]:
-    return 200, {"messages": await call.read("get_history", call.text_arg("leaf"))}
+def _pick(sent: dict[str, Any], source: str) -> Any:
+    """The wire value ``source`` names: ``message_id``, or ``message.id`` (``None`` unless an object holds it)."""
+    wire, _, inner = source.partition(".")
+    value = sent.get(wire)
+    if not inner:
+        return value
+    return value.get(inner) if isinstance(value, dict) else None
 
 
-async def clear_messages(call: Call) -> tuple[int, Any]:
-    await call.stub.call("clear_messages")
-    return 200, {"cleared": True}
+def _stored(result: Any) -> bool:
+    """Whether an append stored anything: ``True``, or a list of flags holding ``True``."""
+    return any(result) if isinstance(result, list) else bool(result)
 
 
-async def get_message(call: Call) -> tuple[int, Any]:
-    message = await call.read("get_message", call.values["message_id"])
-    if message is None:
-        raise MessageNotFoundError(call.values["message_id"])
-    return 200, {"message": message}
-
-
-async def update_message(call: Call) -> tuple[int, Any]:
-    message_id = call.values["message_id"]
-    message = _required(call.object(), "message", InvalidMessageError)
-    if isinstance(message, dict):
-        message = {"id": message_id, **message}
-        if message["id"] != message_id:
-            raise InvalidMessageError("message.id differs from the id in the path", field="message.id")
-    await call.stub.call("update_message", message)
-    return 200, {"id": message_id}
-
-
-async def delete_message(call: Call) -> tuple[int, Any]:
-    message_id = call.values["message_id"]
-    if await call.stub.call("delete_messages", [message_id]) == 0:
-        raise MessageNotFoundError(message_id)
-    return 200, {"deleted": 1}
-
-
-async def get_branches(call: Call) -> tuple[int, Any]:
-    return 200, {"messages": await call.read("get_branches", call.values["message_id"])}
-
-
-async def get_latest_leaf(call: Call) -> tuple[int, Any]:
-    return 200, {"message": await call.read("get_latest_leaf")}
-
-
-async def get_path_length(call: Call) -> tuple[int, Any]:
-    return 200, {"count": await call.read("get_path_length", call.text_arg("leaf"))}
-
-
-async def search(call: Call) -> tuple[int, Any]:
-    query = call.text_arg("q", required=True)
-    return 200, {"results": await call.read("search", query, call.int_arg("limit", 20))}
-
-
-async def get_context_blocks(call: Call) -> tuple[int, Any]:
-    return 200, {"blocks": await call.stub.call("get_context_blocks")}
-
-
-async def get_context_block(call: Call) -> tuple[int, Any]:
-    label = call.values["label"]
-    block = await call.stub.call("get_context_block", label)
-    if block is None:
-        raise NotFoundError(f'Block "{label}" not found', kind="context_block", key=label)
-    return 200, {"block": block}
-
-
-async def replace_context_block(call: Call) -> tuple[int, Any]:
-    content = call.object().get("content")
-    return 200, {"block": await call.stub.call("replace_context_block", call.values["label"], content)}
-
-
-async def append_context_block(call: Call) -> tuple[int, Any]:
-    content = call.object().get("content")
-    return 200, {"block": await call.stub.call("append_context_block", call.values["label"], content)}
-
-
-async def freeze_system_prompt(call: Call) -> tuple[int, Any]:
-    return 200, {"prompt": await call.stub.call("freeze_system_prompt")}
-
-
-async def refresh_system_prompt(call: Call) -> tuple[int, Any]:
-    return 200, {"prompt": await call.stub.call("refresh_system_prompt")}
-
-
-async def tools(call: Call) -> tuple[int, Any]:
-    return 200, {"tools": await call.stub.call("tools", call.text_arg("format") or "raw")}
-
-
-async def execute_tool(call: Call) -> tuple[int, Any]:
-    args = {} if call.body is None else call.body
-    return 200, {"result": await call.stub.call("execute_tool", call.values["name"], args)}
-
-
-async def compact(call: Call) -> tuple[int, Any]:
-    return 200, {"result": await call.stub.call("compact")}
-
-
-async def get_compactions(call: Call) -> tuple[int, Any]:
-    return 200, {"compactions": await call.read("get_compactions")}
-
-
-async def get_loaded_skills(call: Call) -> tuple[int, Any]:
-    return 200, {"loaded": await call.read("get_loaded_skill_keys")}
-
-
-async def unload_skill(call: Call) -> tuple[int, Any]:
-    unloaded = await call.stub.call("unload_skill", call.values["label"], call.values["key"])
-    return 200, {"unloaded": unloaded}
+# -- RPC -------------------------------------------------------------------------------------------
 
 
 async def rpc(call: Call) -> tuple[int, Any]:
     body = call.object()
-    method = _required(body, "method")
-    return 200, {"result": await call_method(call.stub, method, body.get("params"))}
+    if "method" not in body:
+        raise InvalidInputError("method is missing", field="method")
+    return 200, {"result": await call_method(call.stub, body["method"], body.get("params"))}
 
 
 async def call_method(stub: ActorStub, method: Any, params: Any) -> Any:
@@ -343,36 +339,14 @@ async def call_method(stub: ActorStub, method: Any, params: Any) -> Any:
     raise InvalidInputError("params must be an object or a list", field="params")
 
 
-def _route(method: str, path: str, handler: Handler) -> Route:
-    return Route(method, tuple(path.split("/")), handler, method in ("POST", "PUT"))
+def _route(method: ApiMethod, route: HttpRoute) -> Route:
+    return Route(route.verb, route.pattern, functools.partial(answer, method, route), route.has_body)
 
 
+#: The table's routes in its order (which answers ``Allow`` on a 405), then ``POST /rpc``.
 ROUTES: tuple[Route, ...] = (
-    _route("POST", "messages", append_message),
-    _route("GET", "messages", get_history),
-    _route("DELETE", "messages", clear_messages),
-    _route("POST", "messages:batch", append_messages),
-    _route("POST", "messages:delete", delete_messages),
-    _route("GET", "messages:leaf", get_latest_leaf),
-    _route("GET", "messages:count", get_path_length),
-    _route("GET", "messages/{message_id}", get_message),
-    _route("PUT", "messages/{message_id}", update_message),
-    _route("DELETE", "messages/{message_id}", delete_message),
-    _route("GET", "messages/{message_id}/branches", get_branches),
-    _route("GET", "search", search),
-    _route("GET", "context", get_context_blocks),
-    _route("GET", "context/{label}", get_context_block),
-    _route("PUT", "context/{label}", replace_context_block),
-    _route("POST", "context/{label}:append", append_context_block),
-    _route("GET", "system-prompt", freeze_system_prompt),
-    _route("POST", "system-prompt:refresh", refresh_system_prompt),
-    _route("GET", "tools", tools),
-    _route("POST", "tools/{name}", execute_tool),
-    _route("POST", "compact", compact),
-    _route("GET", "compactions", get_compactions),
-    _route("GET", "skills", get_loaded_skills),
-    _route("DELETE", "skills/{label}/{key}", unload_skill),
-    _route("POST", "rpc", rpc),
+    *(_route(method, route) for method in SESSION_API for route in method.http),
+    Route("POST", ("rpc",), rpc, True),
 )
 
 
