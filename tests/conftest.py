@@ -1,4 +1,4 @@
-"""Fixtures shared by every test: data paths and a real actor file."""
+"""Fixtures shared by every test: data paths, a real actor file and a recording agent on it."""
 
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ def storage(tmp_path):
     s = SqlStorage.open(tmp_path / "actor.sqlite3")
     yield s
     s.close()
+
+
+@pytest.fixture
+def recording_agent(storage):
+    """A real ``actors.Agent`` on the ``storage`` file whose broadcasts are recorded (``tests.support.agents``)."""
+    from tests.support.agents import RecordingAgent
+
+    return RecordingAgent(storage)

@@ -5,6 +5,7 @@ import pytest
 from actors import Agent, AlarmInfo
 from actors.agent import RESERVED_NAMES, ConnectionLike, callable_method
 from storage.kv import ActorStorage
+from tests.support.agents import FakeContext, RecordingConnection
 
 
 class Base(Agent):
@@ -63,28 +64,6 @@ def test_reserved_names_cover_the_whole_base_class():
             "ctx", "env"} <= RESERVED_NAMES
 
 
-class FakeConnection:
-    def __init__(self, conn_id, fail=False):
-        self.id = conn_id
-        self.sent = []
-        self.fail = fail
-
-    def send(self, message):
-        if self.fail:
-            raise ConnectionError("gone")
-        self.sent.append(message)
-
-
-class FakeContext:
-    def __init__(self, storage, connections):
-        self.id = None
-        self.storage = storage
-        self._connections = connections
-
-    def get_connections(self):
-        return tuple(self._connections)
-
-
 @pytest.fixture
 def storage(tmp_path):
     s = ActorStorage.open(tmp_path / "a.sqlite3")
@@ -93,11 +72,11 @@ def storage(tmp_path):
 
 
 def test_fake_connection_satisfies_the_protocol():
-    assert isinstance(FakeConnection("c"), ConnectionLike)
+    assert isinstance(RecordingConnection("c"), ConnectionLike)
 
 
 def test_broadcast_reaches_every_peer_except_excluded(storage):
-    a, b, c = FakeConnection("a"), FakeConnection("b"), FakeConnection("c")
+    a, b, c = RecordingConnection("a"), RecordingConnection("b"), RecordingConnection("c")
     agent = Agent(FakeContext(storage, [a, b, c]))
     agent.broadcast('{"type":"x"}', exclude=[b])
     agent.broadcast(b"\x01", exclude={"c"})
@@ -105,7 +84,7 @@ def test_broadcast_reaches_every_peer_except_excluded(storage):
 
 
 def test_broadcast_skips_a_failing_peer(storage, caplog):
-    bad, good = FakeConnection("bad", fail=True), FakeConnection("good")
+    bad, good = RecordingConnection("bad", fail=True), RecordingConnection("good")
     Agent(FakeContext(storage, [bad, good])).broadcast("hi")
     assert good.sent == ["hi"]
     assert "broadcast to connection bad failed" in caplog.text
@@ -127,7 +106,7 @@ def test_sql_and_storage_use_the_context_storage(storage):
 
 async def test_default_hooks_do_nothing(storage):
     agent = Agent(FakeContext(storage, []))
-    conn = FakeConnection("c")
+    conn = RecordingConnection("c")
     assert await agent.on_start() is None
     assert await agent.alarm(AlarmInfo(retry_count=0, scheduled_ms=1)) is None
     assert await agent.on_connect(conn) is None

@@ -5,32 +5,16 @@ import pytest
 from actors import Agent
 from actors.agent import callable_method
 from storage.kv import ActorStorage
+from tests.support.agents import FakeContext, RecordingConnection
 
 
-class Connection:
-    def __init__(self, conn_id):
-        self.id = conn_id
-        self.sent = []
+class UnhashableConnection(RecordingConnection):
+    """A peer that is equal by id and cannot be hashed (exclude must not put it in a set)."""
 
-    def send(self, message):
-        self.sent.append(message)
-
-
-class UnhashableConnection(Connection):
     __hash__ = None
 
     def __eq__(self, other):
-        return isinstance(other, Connection) and other.id == self.id
-
-
-class Context:
-    def __init__(self, storage, connections):
-        self.id = None
-        self.storage = storage
-        self.connections = connections
-
-    def get_connections(self):
-        return tuple(self.connections)
+        return isinstance(other, RecordingConnection) and other.id == self.id
 
 
 @pytest.fixture
@@ -49,21 +33,21 @@ def storage(tmp_path):
     ("nobody", ["a", "b", "c"]),
 ])
 def test_broadcast_accepts_one_id_none_or_any_iterable_to_exclude(storage, exclude, reached):
-    peers = [Connection("a"), Connection("b"), Connection("c")]
-    Agent(Context(storage, peers)).broadcast("hi", exclude=exclude)
+    peers = [RecordingConnection("a"), RecordingConnection("b"), RecordingConnection("c")]
+    Agent(FakeContext(storage, peers)).broadcast("hi", exclude=exclude)
     assert [p.id for p in peers if p.sent == ["hi"]] == reached
 
 
 def test_broadcast_excludes_unhashable_connections_by_object(storage):
     a, b = UnhashableConnection("a"), UnhashableConnection("b")
-    Agent(Context(storage, [a, b])).broadcast(b"\x00", exclude=[a])
+    Agent(FakeContext(storage, [a, b])).broadcast(b"\x00", exclude=[a])
     assert (a.sent, b.sent) == ([], [b"\x00"])
 
 
 @pytest.mark.parametrize("message", [None, 5, ["x"], bytearray(b"x")])
 def test_broadcast_refuses_what_is_not_a_frame(storage, message):
     with pytest.raises(TypeError, match="broadcast sends str or bytes, not "):
-        Agent(Context(storage, [Connection("a")])).broadcast(message)
+        Agent(FakeContext(storage, [RecordingConnection("a")])).broadcast(message)
 
 
 class Counter(Agent):

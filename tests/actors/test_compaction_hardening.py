@@ -6,7 +6,6 @@ caller (manual ``compact()``: an error broadcast) or ``on_compaction_error``
 (automatic) with a message that names the problem.
 """
 
-import json
 from fractions import Fraction
 
 import pytest
@@ -14,15 +13,6 @@ import pytest
 from actors.compaction import create_compact_function, normalize_token_count
 from actors.session import Session
 from storage.errors import CompactionError
-
-
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(json.loads(text))
 
 
 def msg(i):
@@ -55,16 +45,15 @@ def raising(prompt):
     (lambda prompt: None, "summarize() returned NoneType, expected str"),
     (lambda prompt: b"bytes", "summarize() returned bytes, expected str"),
 ])
-async def test_a_failing_summarizer_stores_nothing_and_says_why(storage, summarize, error):
-    agent = Agent(storage)
-    session = Session.create(agent).on_compaction(compactor(summarize))
+async def test_a_failing_summarizer_stores_nothing_and_says_why(storage, recording_agent, summarize, error):
+    session = Session.create(recording_agent).on_compaction(compactor(summarize))
     await fill(session)
     history = await session.get_history()
-    agent.sent.clear()
+    recording_agent.clear()
     assert await session.compact() is None
     assert compaction_rows(storage) == 0
     assert await session.get_history() == history
-    assert agent.sent[-1] == {"type": "cf_agent_session_error", "error": error, "sessionId": ""}
+    assert recording_agent.payloads[-1] == {"type": "cf_agent_session_error", "error": error, "sessionId": ""}
 
 
 @pytest.mark.parametrize("summarize", [raising, lambda prompt: 42])

@@ -40,22 +40,12 @@ def set_updated_at(storage, session_id, stamp):
 # -- creating the manager -----------------------------------------------------------
 
 
-class Host:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(text)
-
-
-async def test_create_accepts_storage_or_an_object_with_storage(storage):
-    host = Host(storage)
-    manager = SessionManager.create(host)
+async def test_create_accepts_storage_or_an_object_with_storage(storage, recording_agent):
+    manager = SessionManager.create(recording_agent)
     assert manager.storage is storage
     row = await manager.create("chat")
     session = await manager.get_session(row["id"])
-    assert session.broadcaster == host.broadcast
+    assert session.broadcaster == recording_agent.broadcast
     assert session.storage is storage
 
 

@@ -4,7 +4,6 @@ docs/behaviours.md §3, §13; docs/deviations.md #15 (delete removes every row o
 session), #16 (broadcasts carry sessionId).
 """
 
-import json
 
 import pytest
 
@@ -37,15 +36,6 @@ class Shared:
 
     async def set(self, content):
         self.value = content
-
-
-class Host:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(json.loads(text))
 
 
 # -- settings propagate ------------------------------------------------------------------------------
@@ -148,13 +138,12 @@ async def test_compaction_errors_reach_the_handler(storage):
     assert await manager.get_message_count(sid) == 1
 
 
-async def test_broadcasts_pass_through_and_name_the_session(storage):
-    host = Host(storage)
-    manager = SessionManager.create(host)
+async def test_broadcasts_pass_through_and_name_the_session(recording_agent):
+    manager = SessionManager.create(recording_agent)
     sid = (await manager.create("A"))["id"]
     await manager.append(sid, msg("m1"))
-    assert host.sent[-1]["type"] == "cf_agent_session"
-    assert host.sent[-1]["sessionId"] == sid
+    assert recording_agent.payloads[-1]["type"] == "cf_agent_session"
+    assert recording_agent.payloads[-1]["sessionId"] == sid
 
 
 # -- builders ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from actors.manager import SessionManager
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage.kv import ActorStorage
+from tests.support.agents import RecordingAgent, RecordingConnection
 
 WORDS = ("flight", "refund", "booking", "seat", "Paris", "東京", "予約", "café", "naïve", "AB-123", "😀", "policy")
 SKILL_KEYS = ("pirate", "code-review", "missing", "日本語")
@@ -42,9 +43,9 @@ class Static:
 class World:
     """One file and its skill folder; ``session()`` gives the Session for the next call.
 
-    The Session is created on the world itself (it has ``storage`` and
-    ``broadcast``), so status broadcasts -- which carry the token estimate --
-    are compared too.
+    The Session is created on a new :class:`RecordingAgent` per activation,
+    all sharing one peer (the host keeps peers across hibernation), so status
+    broadcasts -- which carry the token estimate -- are compared too.
     """
 
     def __init__(self, tmp_path, name, reopen, session_id=""):
@@ -52,7 +53,7 @@ class World:
         self.skills_dir = tmp_path / f"{name}-skills"
         self.reopen = reopen
         self.session_id = session_id
-        self.sent = []
+        self.peer = RecordingConnection()
         self.skills_dir.mkdir()
         (self.skills_dir / "pirate.md").write_text("---\ndescription: Talk like a pirate\n---\nArr, matey.")
         (self.skills_dir / "code-review.md").write_text("Read the diff twice.")
@@ -66,11 +67,13 @@ class World:
         storage.skip_checkpoint_on_close()
         return storage
 
-    def broadcast(self, text):
-        self.sent.append(text)
+    @property
+    def agent(self):
+        """A new activation's Agent on the current file, broadcasting to the world's one peer."""
+        return RecordingAgent(self.storage, self.peer)
 
     def _build(self):
-        return (Session.create(self).for_session(self.session_id)
+        return (Session.create(self.agent).for_session(self.session_id)
                 .with_context("soul", provider=Static("You are a careful travel agent."))
                 .with_context("memory", description="Learned facts", max_tokens=60)
                 .with_context("skills", description="Loadable skills", provider=DirectorySkillProvider(self.skills_dir))
@@ -105,12 +108,12 @@ class World:
 
 
 async def outcome(world, call, which=0):
-    world.sent.clear()
+    world.peer.sent.clear()
     try:
         result = await call(await world.session(which))
     except Exception as exc:  # the error is part of the behaviour compared
-        return ("raised", type(exc).__name__, world.normalize(str(exc)), world.normalize(world.sent))
-    return ("returned", world.normalize(result), world.normalize(world.sent))
+        return ("raised", type(exc).__name__, world.normalize(str(exc)), world.normalize(world.peer.sent))
+    return ("returned", world.normalize(result), world.normalize(world.peer.sent))
 
 
 def text(rng, n=None):
@@ -220,7 +223,7 @@ class ManagedWorld(World):
         self.session_ids = None
 
     def _manager(self):
-        return (SessionManager.create(self)
+        return (SessionManager.create(self.agent)
                 .with_context("soul", provider=Static("You are a careful travel agent."))
                 .with_context("memory", description="Learned facts", max_tokens=60)
                 .with_context("skills", provider=DirectorySkillProvider(self.skills_dir))

@@ -34,19 +34,6 @@ def ids(messages):
     return [m["id"] for m in messages]
 
 
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(text)
-
-    def take(self):
-        sent, self.sent = self.sent, []
-        return sent
-
-
 def idle(estimate, threshold="null", sid="", before=None):
     compacted = "" if before is None else f',"compacted":{{"tokensBefore":{before}}}'
     return (f'{{"type":"cf_agent_session","phase":"idle","tokenEstimate":{estimate},'
@@ -56,11 +43,6 @@ def idle(estimate, threshold="null", sid="", before=None):
 def compacting(estimate, threshold="null", sid=""):
     return (f'{{"type":"cf_agent_session","phase":"compacting","tokenEstimate":{estimate},'
             f'"tokenThreshold":{threshold},"sessionId":"{sid}"}}')
-
-
-@pytest.fixture
-def agent(storage):
-    return Agent(storage)
 
 
 def table_counts(storage):
@@ -160,29 +142,29 @@ async def test_an_unknown_overlay_id_in_a_batch_is_passed_over(storage):
     assert parents(storage) == {"m1": None, "n1": None, "n2": "n1"}
 
 
-async def test_an_empty_batch_writes_and_broadcasts_nothing(agent, storage):
-    session = Session.create(agent)
+async def test_an_empty_batch_writes_and_broadcasts_nothing(recording_agent, storage):
+    session = Session.create(recording_agent)
     before = table_counts(storage)
     assert await session.append_messages([]) == []
     assert await session.append_messages(iter([])) == []
     assert table_counts(storage) == before
-    assert agent.take() == []
+    assert recording_agent.take() == []
 
 
 # -- all or nothing ------------------------------------------------------------------------------
 
 
-async def test_a_batch_whose_third_message_is_malformed_stores_nothing(agent, storage):
-    session = Session.create(agent)
+async def test_a_batch_whose_third_message_is_malformed_stores_nothing(recording_agent, storage):
+    session = Session.create(recording_agent)
     await session.append_message(msg("m0"))
-    agent.take()
+    recording_agent.take()
     before = table_counts(storage)
     with pytest.raises(InvalidMessageError) as caught:
         await session.append_messages([msg("m1"), msg("m2"), {"id": "m3", "role": "user"}])
     assert (caught.value.field, str(caught.value)) == ("messages[2].parts", "messages[2].parts is missing")
     assert table_counts(storage) == before
     assert ids(await session.get_history()) == ["m0"]
-    assert agent.take() == []
+    assert recording_agent.take() == []
 
 
 async def test_a_batch_whose_third_message_cannot_fit_the_row_limit_stores_nothing(storage):
@@ -223,10 +205,10 @@ async def test_batch_errors_name_the_message_and_its_field(storage):
     assert await session.get_path_length() == 0
 
 
-async def test_a_storage_failure_on_the_third_row_rolls_the_whole_batch_back(agent, storage):
-    session = Session.create(agent)
+async def test_a_storage_failure_on_the_third_row_rolls_the_whole_batch_back(recording_agent, storage):
+    session = Session.create(recording_agent)
     await session.append_messages([msg("m0")])
-    agent.take()
+    recording_agent.take()
     before = table_counts(storage)
     storage.exec("CREATE TRIGGER refuse_m3 BEFORE INSERT ON assistant_messages WHEN NEW.id = 'm3' "
                  "BEGIN SELECT RAISE(ABORT, 'm3 refused'); END")
@@ -237,7 +219,7 @@ async def test_a_storage_failure_on_the_third_row_rolls_the_whole_batch_back(age
     assert await session.search("text") == [
         {"id": "m0", "role": "user", "content": "text of m0",
          "createdAt": (await session.search("m0"))[0]["createdAt"]}]
-    assert agent.take() == []
+    assert recording_agent.take() == []
     storage.exec("DROP TRIGGER refuse_m3")
     assert await session.append_messages([msg("m1"), msg("m2"), msg("m3")]) == [True, True, True]
     assert ids(await session.get_history()) == ["m0", "m1", "m2", "m3"]
@@ -258,39 +240,39 @@ async def test_a_storage_failure_after_the_search_rows_rolls_them_back_too(stora
 # -- after-write effects -----------------------------------------------------------------------
 
 
-async def test_a_batch_broadcasts_one_idle_status_with_the_final_estimate(agent):
-    session = Session.create(agent).for_session("s1")
+async def test_a_batch_broadcasts_one_idle_status_with_the_final_estimate(recording_agent):
+    session = Session.create(recording_agent).for_session("s1")
     await session.append_message(msg("m1"))
-    assert agent.take() == [idle(8, sid="s1")]
+    assert recording_agent.take() == [idle(8, sid="s1")]
     await session.append_messages([msg("m2"), msg("m3"), msg("m4")])
-    assert agent.take() == [idle(32, sid="s1")]
+    assert recording_agent.take() == [idle(32, sid="s1")]
     assert await session.append_messages([msg("m3"), msg("m4")]) == [False, False]  # duplicates: idle only
-    assert agent.take() == [idle(32, sid="s1")]
+    assert recording_agent.take() == [idle(32, sid="s1")]
     await session.append_messages([msg("compaction_x")])
-    assert agent.take() == [idle(32, sid="s1")]
+    assert recording_agent.take() == [idle(32, sid="s1")]
 
 
-async def test_auto_compaction_runs_once_after_a_batch_that_crosses_the_threshold(agent):
+async def test_auto_compaction_runs_once_after_a_batch_that_crosses_the_threshold(recording_agent):
     calls = []
 
     def compact(messages):
         calls.append(ids(messages))
         return {"fromMessageId": "m1", "toMessageId": "m2", "summary": "x"}
 
-    session = Session.create(agent).compact_after(20).on_compaction(compact)
+    session = Session.create(recording_agent).compact_after(20).on_compaction(compact)
     await session.append_messages([msg(f"m{i}") for i in range(1, 6)])
     assert calls == [["m1", "m2", "m3", "m4", "m5"]]
     # 5 x 8 tokens; afterwards the overlay (4 + 2) and m3..m5: still over 20, but one check per write.
-    assert agent.take() == [idle(40, 20), compacting(40, 20), idle(30, 20, before=40)]
+    assert recording_agent.take() == [idle(40, 20), compacting(40, 20), idle(30, 20, before=40)]
     record = (await session.get_compactions())[0]
     assert ids(await session.get_history()) == [f"compaction_{record['id']}", "m3", "m4", "m5"]
 
 
-async def test_a_batch_under_the_threshold_does_not_compact(agent):
+async def test_a_batch_under_the_threshold_does_not_compact(recording_agent):
     calls = []
-    session = Session.create(agent).compact_after(100).on_compaction(lambda m: calls.append(m))
+    session = Session.create(recording_agent).compact_after(100).on_compaction(lambda m: calls.append(m))
     await session.append_messages([msg("m1"), msg("m2")])
-    assert (calls, agent.take()) == ([], [idle(16, 100)])
+    assert (calls, recording_agent.take()) == ([], [idle(16, 100)])
 
 
 @pytest.fixture
@@ -360,11 +342,11 @@ async def test_a_batch_passes_the_hooks_once_with_the_messages_as_stored(storage
 # -- seed_messages ------------------------------------------------------------------------------
 
 
-async def test_seed_messages_fills_an_empty_session_without_effects(agent, storage):
-    session = Session.create(agent).compact_after(0).on_compaction(lambda m: pytest.fail("no compaction"))
+async def test_seed_messages_fills_an_empty_session_without_effects(recording_agent, storage):
+    session = Session.create(recording_agent).compact_after(0).on_compaction(lambda m: pytest.fail("no compaction"))
     assert session.seed_messages([msg("m1"), msg("m2"), msg("m1"), msg("m3")]) == [True, True, False, True]
     assert parents(storage) == {"m1": None, "m2": "m1", "m3": "m1"}
-    assert agent.take() == []
+    assert recording_agent.take() == []
     assert await session.estimate_tokens() == 16  # the path m1 -> m3
     with pytest.raises(ConflictError, match="session '' already holds messages; only an empty one is seeded"):
         session.seed_messages([msg("m4")])

@@ -140,26 +140,16 @@ def msg(mid, words=None, role="user"):
     return text(mid, words or f"text of {mid}", role)
 
 
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, payload):
-        self.sent.append(json.loads(payload))
-
-
 def set_updated_at(storage, session_id, value):
     storage.exec("UPDATE assistant_sessions SET updated_at = ? WHERE id = ?", value, session_id)
 
 
-async def test_append_all_is_one_write_one_touch_and_one_broadcast(storage):
-    agent = Agent(storage)
-    manager = SessionManager.create(agent)
+async def test_append_all_is_one_write_one_touch_and_one_broadcast(storage, recording_agent):
+    manager = SessionManager.create(recording_agent)
     sid = (await manager.create("chat"))["id"]
     set_updated_at(storage, sid, "2000-01-01 00:00:00.000")
     assert await manager.append_all(sid, [msg("m1"), msg("m2"), msg("m3")]) == "m3"
-    assert [(p["phase"], p["tokenEstimate"], p["sessionId"]) for p in agent.sent] == [("idle", 24, sid)]
+    assert [(p["phase"], p["tokenEstimate"], p["sessionId"]) for p in recording_agent.payloads] == [("idle", 24, sid)]
     assert (await manager.get(sid))["updated_at"] > "2000-01-01 00:00:00.000"
     set_updated_at(storage, sid, "2000-01-01 00:00:00.000")
     assert await manager.append_all(sid, [msg("m2"), msg("m3")]) == "m3"  # all duplicates: no touch

@@ -5,7 +5,6 @@ Every message here is 8 estimated tokens (4 per message + 4 for "text of mN").
 
 import json
 
-import pytest
 import trio
 
 from actors.session import Session
@@ -13,19 +12,6 @@ from actors.session import Session
 
 def msg(mid):
     return {"id": mid, "role": "user", "parts": [{"type": "text", "text": f"text of {mid}"}]}
-
-
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(text)
-
-    def take(self):
-        sent, self.sent = self.sent, []
-        return sent
 
 
 def idle(estimate, threshold="null", sid="s1", before=None):
@@ -43,87 +29,84 @@ def error(text, sid="s1"):
     return f'{{"type":"cf_agent_session_error","error":"{text}","sessionId":"{sid}"}}'
 
 
-@pytest.fixture
-def agent(storage):
-    return Agent(storage)
-
-
-async def test_writes_broadcast_idle_with_the_estimate_and_the_session_id(agent):
-    session = Session.create(agent).for_session("s1")
+async def test_writes_broadcast_idle_with_the_estimate_and_the_session_id(recording_agent):
+    session = Session.create(recording_agent).for_session("s1")
     await session.append_message(msg("m1"))
-    assert agent.take() == [idle(8)]
+    assert recording_agent.take() == [idle(8)]
     await session.append_message(msg("m2"))
-    assert agent.take() == [idle(16)]
+    assert recording_agent.take() == [idle(16)]
     assert await session.append_message(msg("m2")) is False  # duplicate: idle only
-    assert agent.take() == [idle(16)]
+    assert recording_agent.take() == [idle(16)]
     await session.update_message({**msg("m2"), "parts": [{"type": "text", "text": "a b c d e f g h i j"}]})
-    assert agent.take() == [idle(8 + 4 + 13)]
+    assert recording_agent.take() == [idle(8 + 4 + 13)]
     await session.delete_messages(["m1"])
-    assert agent.take() == [idle(17)]
+    assert recording_agent.take() == [idle(17)]
     await session.clear_messages()
-    assert agent.take() == [idle(0)]
+    assert recording_agent.take() == [idle(0)]
 
 
-async def test_the_payload_keys_come_in_the_original_order_plus_session_id(agent):
-    session = Session.create(agent).on_compaction(lambda m: None).compact_after(1000)
+async def test_the_payload_keys_come_in_the_original_order_plus_session_id(recording_agent):
+    session = Session.create(recording_agent).on_compaction(lambda m: None).compact_after(1000)
     await session.append_message(msg("m1"))
-    [payload] = agent.take()
+    [payload] = recording_agent.take()
     assert list(json.loads(payload)) == ["type", "phase", "tokenEstimate", "tokenThreshold", "sessionId"]
     assert payload == idle(8, threshold=1000, sid="")
 
 
-async def test_manual_compaction_broadcasts_compacting_then_idle_with_tokens_before(agent):
-    session = Session.create(agent).for_session("s1").on_compaction(
+async def test_manual_compaction_broadcasts_compacting_then_idle_with_tokens_before(recording_agent):
+    session = Session.create(recording_agent).for_session("s1").on_compaction(
         lambda m: {"fromMessageId": "m1", "toMessageId": "m2", "summary": "x"}
     )
     for mid in ("m1", "m2", "m3"):
         await session.append_message(msg(mid))
-    agent.take()
+    recording_agent.take()
     await session.compact()
-    assert agent.take() == [compacting(24), idle(8 + 4 + 2, before=24)]
+    assert recording_agent.take() == [compacting(24), idle(8 + 4 + 2, before=24)]
 
 
-async def test_manual_compaction_with_nothing_to_do_broadcasts_plain_idle(agent):
-    session = Session.create(agent).for_session("s1").on_compaction(lambda m: None)
+async def test_manual_compaction_with_nothing_to_do_broadcasts_plain_idle(recording_agent):
+    session = Session.create(recording_agent).for_session("s1").on_compaction(lambda m: None)
     await session.append_message(msg("m1"))
-    agent.take()
+    recording_agent.take()
     assert await session.compact() is None
-    assert agent.take() == [compacting(8), idle(8)]
+    assert recording_agent.take() == [compacting(8), idle(8)]
 
 
-async def test_manual_compaction_error_broadcasts_the_error_and_no_idle(agent):
+async def test_manual_compaction_error_broadcasts_the_error_and_no_idle(recording_agent):
     def broken(messages):
         raise RuntimeError("model unavailable")
 
-    session = Session.create(agent).for_session("s1").on_compaction(broken)
+    session = Session.create(recording_agent).for_session("s1").on_compaction(broken)
     await session.append_message(msg("m1"))
-    agent.take()
+    recording_agent.take()
     assert await session.compact() is None
-    assert agent.take() == [compacting(8), error("model unavailable")]
+    assert recording_agent.take() == [compacting(8), error("model unavailable")]
 
 
-async def test_auto_compaction_broadcasts_idle_compacting_then_idle_compacted(agent):
-    session = Session.create(agent).for_session("s1").compact_after(20).on_compaction(
+async def test_auto_compaction_broadcasts_idle_compacting_then_idle_compacted(recording_agent):
+    session = Session.create(recording_agent).for_session("s1").compact_after(20).on_compaction(
         lambda m: {"fromMessageId": "m1", "toMessageId": "m2", "summary": "x"}
     )
     await session.append_message(msg("m1"))
     await session.append_message(msg("m2"))
-    assert agent.take() == [idle(8, 20), idle(16, 20)]
+    assert recording_agent.take() == [idle(8, 20), idle(16, 20)]
     await session.append_message(msg("m3"))
-    assert agent.take() == [idle(24, 20), compacting(24, 20), idle(14, 20, before=24)]
+    assert recording_agent.take() == [idle(24, 20), compacting(24, 20), idle(14, 20, before=24)]
 
 
-async def test_auto_compaction_error_broadcasts_after_compacting(agent):
-    session = Session.create(agent).for_session("s1").compact_after(0).on_compaction(
+async def test_auto_compaction_error_broadcasts_after_compacting(recording_agent):
+    session = Session.create(recording_agent).for_session("s1").compact_after(0).on_compaction(
         lambda m: {"fromMessageId": "gone", "toMessageId": "m1", "summary": "x"}
     )
     await session.append_message(msg("m1"))
-    assert agent.take() == [
+    assert recording_agent.take() == [
         idle(8, 0), compacting(8, 0), error("compaction fromMessageId 'gone' is not a message of the current history")
     ]
 
 
 async def test_an_async_broadcaster_is_awaited_and_a_failing_one_never_fails_a_write(storage):
+    # Local targets, not RecordingAgent: Agent.broadcast is synchronous and swallows a failing
+    # peer, so only these reach Session's handling of an awaitable or raising broadcaster.
     received = []
 
     class AsyncAgent:
@@ -148,12 +131,12 @@ async def test_an_async_broadcaster_is_awaited_and_a_failing_one_never_fails_a_w
     assert await Session.create(storage).get_path_length() == 2
 
 
-async def test_the_estimate_counts_the_prompt_once_it_exists(agent):
+async def test_the_estimate_counts_the_prompt_once_it_exists(recording_agent):
     class Soul:
         async def get(self):
             return "Be brief."
 
-    session = Session.create(agent).for_session("s1").with_context("soul", provider=Soul())
+    session = Session.create(recording_agent).for_session("s1").with_context("soul", provider=Soul())
     await session.append_message(msg("m1"))
     # the prompt "SEP\nSOUL [readonly]\nSEP\nBe brief." is 119 UTF-16 units -> 30 tokens
-    assert agent.take() == [idle(8 + 30)]
+    assert recording_agent.take() == [idle(8 + 30)]

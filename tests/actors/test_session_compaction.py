@@ -23,15 +23,6 @@ def ids(messages):
     return [m["id"] for m in messages]
 
 
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(json.loads(text))
-
-
 class Planned:
     """A compaction function returning prepared results in turn (and recording its inputs)."""
 
@@ -146,15 +137,15 @@ async def test_compaction_refreshes_the_frozen_prompt(storage):
     assert (await session.freeze_system_prompt()).endswith("\nTea.")
 
 
-async def test_manual_compact_with_a_failing_function_returns_none_and_skips_the_handler(storage):
+async def test_manual_compact_with_a_failing_function_returns_none_and_skips_the_handler(recording_agent):
     heard = []
-    agent = Agent(storage)
-    session = Session.create(agent).on_compaction(Planned(RuntimeError("model down"))).on_compaction_error(heard.append)
+    session = (Session.create(recording_agent).on_compaction(Planned(RuntimeError("model down")))
+               .on_compaction_error(heard.append))
     await chain(session, "m1", "m2")
-    agent.sent.clear()
+    recording_agent.clear()
     assert await session.compact() is None
     assert heard == []
-    assert agent.sent[-1] == {"type": "cf_agent_session_error", "error": "model down", "sessionId": ""}
+    assert recording_agent.payloads[-1] == {"type": "cf_agent_session_error", "error": "model down", "sessionId": ""}
     assert await session.get_compactions() == []
 
 
@@ -192,22 +183,21 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-async def test_a_faulty_compaction_function_never_fails_the_append(storage, fault, caplog):
+async def test_a_faulty_compaction_function_never_fails_the_append(recording_agent, fault, caplog):
     result, heard_text = FAULTS[fault]
     heard = []
-    agent = Agent(storage)
-    session = Session.create(agent).for_session("s")
+    session = Session.create(recording_agent).for_session("s")
     await chain(session, "x1", "x2")
     await chain(session, "m1", "m2", parent_id=None)
     session.on_compaction(Planned(result)).compact_after(0).on_compaction_error(heard.append)
     before = await session.get_history()
-    agent.sent.clear()
+    recording_agent.clear()
     with caplog.at_level(logging.WARNING, logger="actors.session"):
         assert await session.append_message(msg("m3")) is True
     assert await session.get_history() == [*before, msg("m3")]
     assert await session.get_compactions() == []
     assert [str(e) for e in heard] == ([heard_text] if heard_text else [])
-    errors = [p for p in agent.sent if p["type"] == "cf_agent_session_error"]
+    errors = [p for p in recording_agent.payloads if p["type"] == "cf_agent_session_error"]
     assert errors == ([{"type": "cf_agent_session_error", "error": heard_text, "sessionId": "s"}] if heard_text else [])
     if heard_text is None:  # nothing to compact: the one-time warning instead
         assert "Auto-compaction fired (~" in caplog.text
@@ -273,18 +263,17 @@ async def test_a_custom_counter_drives_the_trigger_and_reaches_the_function(stor
     assert [b["label"] for b in requests[-1]["contextBlocks"]] == ["soul"]
 
 
-async def test_a_failing_counter_reaches_the_handler_and_the_append_succeeds(storage):
+async def test_a_failing_counter_reaches_the_handler_and_the_append_succeeds(recording_agent):
     heard = []
-    agent = Agent(storage)
 
     def counter(request):
         raise ArithmeticError("tokenizer unavailable")
 
-    session = (Session.create(agent).on_compaction(Planned()).compact_after(1, token_counter=counter)
+    session = (Session.create(recording_agent).on_compaction(Planned()).compact_after(1, token_counter=counter)
                .on_compaction_error(heard.append))
     assert await session.append_message(msg("m1")) is True
     assert [str(e) for e in heard] == ["tokenizer unavailable"]
-    assert agent.sent == [
+    assert recording_agent.payloads == [
         {"type": "cf_agent_session_error", "error": "tokenizer unavailable", "sessionId": ""},
         {"type": "cf_agent_session", "phase": "idle", "tokenEstimate": 0, "tokenThreshold": 1, "sessionId": ""},
     ]

@@ -13,6 +13,7 @@ from actors.context import AgentSearchProvider
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage import SqlStorage
+from tests.support.agents import RecordingAgent
 
 SEP = "═" * 46
 SID = "chat-1"
@@ -24,17 +25,6 @@ class Static:
 
     async def get(self):
         return self.value
-
-
-class Agent:
-    """An Agent-like target: storage plus a broadcast that records payloads."""
-
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(json.loads(text))
 
 
 def text(mid, words, role="user"):
@@ -69,7 +59,7 @@ class Life:
 
     def __init__(self, path, skills, *, cached=True):
         self.storage = SqlStorage.open(path)
-        self.agent = Agent(self.storage)
+        self.agent = RecordingAgent(self.storage)
         self.session = (
             Session.create(self.agent)
             .for_session(SID)
@@ -138,9 +128,9 @@ async def test_load_unload_load_again_is_loaded_after_reopen(path, skills):
 async def test_unload_rewrite_is_an_update_so_it_broadcasts_idle(path, skills):
     life = Life(path, skills)
     await life.load("a1", "deploy")
-    life.agent.sent.clear()
+    life.agent.clear()
     assert await life.session.unload_skill("skills", "deploy") is True
-    assert [p["phase"] for p in life.agent.sent] == ["idle"]
+    assert [p["phase"] for p in life.agent.payloads] == ["idle"]
     assert await life.session.unload_skill("skills", "deploy") is False
     life.close()
 

@@ -39,22 +39,12 @@ def query_for(message):
     return " ".join(words[:8])
 
 
-class Agent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(json.loads(text))
-
-
-async def test_two_hundred_real_messages_stay_under_the_threshold_and_searchable(storage):
+async def test_two_hundred_real_messages_stay_under_the_threshold_and_searchable(recording_agent):
     messages = airline_messages(200)
     assert len(messages) == 200 and estimate_message_tokens(messages) == 22904
-    agent = Agent(storage)
     heard = []
     session = (
-        Session.create(agent)
+        Session.create(recording_agent)
         .for_session("airline")
         .on_compaction(create_compact_function(summarize=extractive_summarize, tail_token_budget=500))
         .compact_after(THRESHOLD)
@@ -76,9 +66,9 @@ async def test_two_hundred_real_messages_stay_under_the_threshold_and_searchable
     assert history[3]["id"] == f"compaction_{compactions[-1]['id']}"
     assert history[4:] == messages[200 - len(history) + 4:]
     assert estimate_message_tokens(history) == 1514
-    statuses = [p for p in agent.sent if p["type"] == "cf_agent_session"]
+    statuses = [p for p in recording_agent.payloads if p["type"] == "cf_agent_session"]
     assert sum("compacted" in p for p in statuses) == 18
-    assert all(p["sessionId"] == "airline" for p in agent.sent)
+    assert all(p["sessionId"] == "airline" for p in recording_agent.payloads)
 
     assert await session.get_path_length() == 200
     tool_only = [m for m in messages if not any(p["type"] == "text" for p in m["parts"])]

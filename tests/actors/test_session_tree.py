@@ -37,20 +37,10 @@ def row_count(storage, table="assistant_messages"):
 # -- create / builders ---------------------------------------------------------
 
 
-class FakeAgent:
-    def __init__(self, storage):
-        self.storage = storage
-        self.sent = []
-
-    def broadcast(self, text):
-        self.sent.append(text)
-
-
-def test_create_accepts_storage_or_object_with_storage(storage):
-    agent = FakeAgent(storage)
-    from_agent = Session.create(agent)
+def test_create_accepts_storage_or_object_with_storage(storage, recording_agent):
+    from_agent = Session.create(recording_agent)
     assert from_agent.storage is storage
-    assert from_agent.broadcaster == agent.broadcast
+    assert from_agent.broadcaster == recording_agent.broadcast
     plain = Session.create(storage)
     assert plain.storage is storage and plain.broadcaster is None
     assert plain.session_id == ""

@@ -1,4 +1,4 @@
-"""A real ``durable-sessions serve`` process for tests (started once per test module).
+"""Processes for tests: a real ``durable-sessions serve`` (started once per test module) and fresh interpreters.
 
 ``with server_process(data_dir, token=...) as server:`` starts the console
 script on a free loopback port, waits until it has written its ready file,
@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.data import REPO_ROOT
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -75,3 +77,16 @@ def kill_hard(server: ServerProcess) -> None:
     """``kill -9`` the server (no shutdown at all)."""
     server.process.kill()
     server.process.wait()
+
+
+def run_fresh_python(code: str, timeout: float = 60.0) -> str:
+    """Run ``code`` in a new interpreter (``sys.executable -c`` in the repository root); its stdout.
+
+    The child starts with none of this process's modules loaded, so it shows
+    what an import pulls in on its own. A non-zero exit fails the test with
+    the child's stderr.
+    """
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                            cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

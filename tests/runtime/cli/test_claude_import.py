@@ -7,7 +7,7 @@ one server process on a free loopback port:
 * as sessions: the command succeeds for every file with a progress bar;
   each session's stored messages, tool calls, results, errors, branch
   points and kept entries equal an independent count of the JSONL
-  (``reference_counts`` of ``test_formats_claude_code``); sub-agents name
+  (``reference_counts`` of ``tests.runtime.cli.formats.test_claude_code``); sub-agents name
   their parent in their metadata; empty files are empty sessions; for
   every ``Read`` call, searching the session for the name of the file it
   read finds the call's message;
@@ -23,7 +23,6 @@ from pathlib import Path
 import apsw
 import httpx
 import pytest
-from tests.runtime.cli.test_formats_claude_code import reference_counts
 
 from runtime import DurableSessionStore, open_host
 from runtime.cli.claude_import import import_claude_code_sessions, push_claude_code_transcripts, session_metadata
@@ -34,6 +33,7 @@ from runtime.host.ids import id_from_name
 from runtime.server.app import DEFAULT_NAMESPACE, bind_sessions
 from runtime.server.transcripts import open_transcripts
 from storage.errors import InvalidInputError
+from tests.runtime.cli.formats.test_claude_code import reference_counts
 from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, shared_data_dir
 from tests.support.processes import cli_command, cli_env, server_process
 

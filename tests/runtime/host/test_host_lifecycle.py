@@ -11,6 +11,7 @@ from actors import Agent
 from runtime import open_host
 from runtime.host.limits import MAX_ACTIVE_CAP, default_max_active
 from runtime.testing import actor_data_dir, actor_host, list_actor_ids, run_in_actor  # noqa: F401 (fixtures)
+from tests.support.agents import RecordingConnection
 
 
 class Memo(Agent):
@@ -255,15 +256,6 @@ async def test_new_actor_files_are_copied_from_the_schema_template(actor_host, a
 # -- WebSocket peers -------------------------------------------------------------
 
 
-class Peer:
-    def __init__(self, conn_id):
-        self.id = conn_id
-        self.sent = []
-
-    def send(self, message):
-        self.sent.append(message)
-
-
 class Chat(Agent):
     async def on_connect(self, conn):
         if conn.id == "refused":
@@ -285,7 +277,7 @@ class Chat(Agent):
 async def test_peers_are_held_across_hibernation(actor_host):
     ns = actor_host.bind("chat", Chat)
     stub = ns.get_by_name("room")
-    alice, bob = Peer("alice"), Peer("bob")
+    alice, bob = RecordingConnection("alice"), RecordingConnection("bob")
     await ns.connect(stub.id, alice)
     await ns.connect(stub.id, bob)
     await actor_host.hibernate(ns, stub.id)
@@ -304,5 +296,5 @@ async def test_refused_connection_is_forgotten(actor_host):
     ns = actor_host.bind("chat", Chat)
     stub = ns.get_by_name("room")
     with pytest.raises(PermissionError, match="no entry"):
-        await ns.connect(stub.id, Peer("refused"))
+        await ns.connect(stub.id, RecordingConnection("refused"))
     assert actor_host.connections_of(stub.id) == ()
