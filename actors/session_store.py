@@ -11,7 +11,14 @@ ids, the active leaf, running totals), which every implementation keeps.
 The store speaks stored text (message JSON, indexed text) and never parses
 or validates; the Session does that. Each write is atomic: all of it or
 nothing. Methods are synchronous: the SQLite store answers on the actor's
-thread and no call can interleave mid-write (docs/performance.md).
+thread and no call can interleave mid-write (docs/performance.md). A store
+that waits on the network cannot keep that promise; it needs an ``async``
+twin of this protocol that the Session awaits, with each write one
+transaction of its own. The reads also rely on what each stored row knows
+of its place (path length, path bytes, running token total, see
+:mod:`storage.messages`): another store must keep the same per-row totals
+or compute them, or ``estimate_tokens`` and the windowed reads stop being
+flat in the history length.
 
 The reads here (:func:`path_messages`, :func:`read_history`,
 :func:`compaction_records`) turn stored text into the Session's results;

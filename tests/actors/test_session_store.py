@@ -125,3 +125,27 @@ def test_the_manager_neither_subclasses_nor_patches_sessions():
     assert "Session" not in bases
     assignments = [ast.unparse(t) for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets]
     assert not [t for t in assignments if t.startswith("session.")]
+
+
+async def test_session_compaction_runs_on_a_store_and_an_engine_without_a_session(storage):
+    from actors.context import ContextBlocks
+    from actors.session_compaction import BroadcastChannel, SessionCompaction
+    from actors.session_spec import CompactionSpec
+    from actors.tokens import estimate_string_tokens
+    from storage.messages import LATEST_LEAF
+
+    store, sent, stored = MessageStore(storage, "s"), [], []
+    for i in range(4):
+        store.append(f"m{i}", "user", json.dumps(msg(f"m{i}")), f"text of m{i}", LATEST_LEAF, tokens=10)
+    engine = ContextBlocks(storage, session_id="s").with_context("memory")
+    compaction = SessionCompaction(
+        store, engine, BroadcastChannel(lambda text: sent.append(json.loads(text)), "s", name="chat"),
+        spec=CompactionSpec().with_function(compact_middle), on_stored=lambda: stored.append(True),
+    )
+    prompt = estimate_string_tokens(await engine.prompt_for_estimate())
+    assert prompt > 0 and await compaction.estimate() == 40 + prompt  # four stored estimates of 10, plus the prompt
+    assert await compaction.compact() == {"fromMessageId": "m1", "toMessageId": "m2", "summary": "the middle"}
+    assert [(row.from_message_id, row.to_message_id) for row in store.compactions()] == [("m1", "m2")]
+    assert stored == [True]
+    assert [(p["phase"], p["sessionId"]) for p in sent] == [("compacting", "chat"), ("idle", "chat")]
+    assert sent[-1]["compacted"] == {"tokensBefore": 40 + prompt}
