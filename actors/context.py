@@ -16,9 +16,11 @@ provider has         block is                               header tag
 Every provider method is ``async`` (a plain function works too); ``init(label)``
 is optional and runs before every full load.
 
-:class:`ContextBlocks` is the engine a ``Session`` delegates to: builder
-(:meth:`~ContextBlocks.with_context`, :meth:`~ContextBlocks.with_cached_prompt`,
-:meth:`~ContextBlocks.for_session`), block reads and writes, the frozen
+:class:`ContextBlocks` is the engine a ``Session`` delegates to: its
+declared blocks (a frozen :class:`~actors.session_spec.ContextSpec`, given
+at construction or grown by :meth:`~ContextBlocks.with_context` and
+:meth:`~ContextBlocks.with_cached_prompt`; :meth:`~ContextBlocks.for_session`
+names the rows), block reads and writes, the frozen
 prompt, the AI tools and the loaded-skill set. It loads blocks on demand --
 reading a block after a wake works even when the prompt came from the cache
 (docs/deviations.md #3) -- and re-reads them after a write through a provider or file
@@ -33,13 +35,15 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import KeysView
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from storage import context as sql
 from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage.sqlite import SqlStorage
 
+from .session_spec import BlockSpec, ContextSpec, PerSession, has_method
+from .session_spec import check_text as _check_text
 from .skills import SkillHost, SkillTracker
 from .tokens import estimate_string_tokens
 from .tools import Tool, build_context_tools, percent
@@ -88,23 +92,19 @@ class SearchProvider(ContextProvider, Protocol):
     async def search(self, query: str) -> str | None: ...
 
 
-def _has(provider: Any, name: str) -> bool:
-    return provider is not None and callable(getattr(provider, name, None))
-
-
 def is_writable_provider(provider: Any) -> bool:
     """``True`` when ``provider`` has a callable ``set`` (skill and search providers included)."""
-    return _has(provider, "set")
+    return has_method(provider, "set")
 
 
 def is_skill_provider(provider: Any) -> bool:
     """``True`` when ``provider`` has a callable ``load``."""
-    return _has(provider, "load")
+    return has_method(provider, "load")
 
 
 def is_search_provider(provider: Any) -> bool:
     """``True`` when ``provider`` has a callable ``search``."""
-    return _has(provider, "search")
+    return has_method(provider, "search")
 
 
 async def _call(fn: Any, *args: Any) -> Any:
@@ -280,42 +280,6 @@ def mark_block_source_changed(source: Any) -> None:
 # -- the engine ---------------------------------------------------------------------------
 
 
-@dataclass
-class _Config:
-    label: str
-    description: str | None
-    max_tokens: int | None
-    provider: Any
-
-
-def _check_options(label: Any, description: Any, max_tokens: Any, provider: Any) -> None:
-    if not isinstance(label, str) or not label:
-        raise InvalidInputError("context block label must be a non-empty string", field="label")
-    _check_text(label, "label")  # it names a row and goes into the prompt: valid Unicode only
-    if description is not None and not isinstance(description, str):
-        raise InvalidInputError("description must be a string or None", field="description")
-    if description is not None:
-        _check_text(description, "description")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
-        raise InvalidInputError("max_tokens must be an integer >= 0 or None", field="max_tokens")
-    if provider is not None and not _has(provider, "get"):
-        raise InvalidInputError("provider must have an async get() method", field="provider")
-
-
-def _check_text(value: Any, name: str) -> str:
-    """``value`` if it is a ``str`` SQLite can store (no lone surrogate), else InvalidInputError."""
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(
-                f"{name} is not valid Unicode text (lone surrogate at index {exc.start})", field=name
-            ) from None
-    return value
-
-
 def _check_label(label: Any) -> str:
     """``label`` if it is a ``str`` (any string may name a block), else InvalidInputError."""
     if not isinstance(label, str):
@@ -345,6 +309,13 @@ class ContextBlocks:
         host: the session's history (:class:`~actors.skills.SkillHost`), used
             to rewrite unloaded skills and for the one-time restore scan.
         session_id: namespace of auto-wired rows (``""`` for none).
+        spec: the declared blocks and prompt store (default: none); a
+            :class:`~actors.session_spec.PerSession` provider is made here,
+            from ``storage``, on first use.
+
+    Raises:
+        InvalidInputError: ``spec`` keeps the prompt in the default row and
+            there is no ``storage``.
 
     Builder calls (:meth:`with_context`, :meth:`with_cached_prompt`,
     :meth:`for_session`) are plain and chainable; everything else is async
@@ -356,14 +327,20 @@ class ContextBlocks:
     """
 
     def __init__(
-        self, storage: SqlStorage | None = None, *, host: SkillHost | None = None, session_id: str = ""
+        self,
+        storage: SqlStorage | None = None,
+        *,
+        host: SkillHost | None = None,
+        session_id: str = "",
+        spec: ContextSpec | None = None,
     ) -> None:
         self._storage = storage
         self._host = host
         self._session_id = session_id
-        self._pending: list[_Config] = []
-        self._cached_prompt: Any = None
-        self._configs: list[_Config] | None = None
+        self._spec = ContextSpec()
+        if spec is not None:
+            self._declare("ContextBlocks", spec)
+        self._configs: list[BlockSpec] | None = None
         self._auto_keys: list[str] = []
         self._prompt_store: Any = None
         self._blocks: dict[str, ContextBlock] | None = None
@@ -373,9 +350,20 @@ class ContextBlocks:
 
     # -- builder ------------------------------------------------------------------
 
+    @property
+    def spec(self) -> ContextSpec:
+        """The declared blocks and prompt store (blocks added by :meth:`add_context` are not in it)."""
+        return self._spec
+
     def _check_unresolved(self, method: str) -> None:
         if self._configs is not None:
             raise ConflictError(f"{method}() configures the session and must come before its first use")
+
+    def _declare(self, method: str, spec: ContextSpec) -> ContextBlocks:
+        if spec.cached_prompt and spec.prompt_store is None and self._storage is None:
+            raise InvalidInputError(f"{method}() needs a provider when there is no storage", field="provider")
+        self._spec = spec
+        return self
 
     def for_session(self, session_id: str) -> ContextBlocks:
         """Namespace auto-wired rows by ``session_id``. Returns ``self``."""
@@ -388,7 +376,7 @@ class ContextBlocks:
     def with_context(
         self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
     ) -> ContextBlocks:
-        """Declare a block (prompt order = call order). Returns ``self``.
+        """Declare a block (prompt order = call order; see :meth:`ContextSpec.with_block`). Returns ``self``.
 
         Raises:
             InvalidInputError: empty label, non-string description, negative
@@ -397,11 +385,8 @@ class ContextBlocks:
                 (``Block "<label>" already exists``), or the engine is in use.
         """
         self._check_unresolved("with_context")
-        _check_options(label, description, max_tokens, provider)
-        if any(c.label == label for c in self._pending):
-            raise ConflictError(f'Block "{label}" already exists')
-        self._pending.append(_Config(label, description, max_tokens, provider))
-        return self
+        spec = self._spec.with_block(label, description=description, max_tokens=max_tokens, provider=provider)
+        return self._declare("with_context", spec)
 
     def with_cached_prompt(self, provider: Any = None) -> ContextBlocks:
         """Persist the frozen prompt in ``provider`` (``get``/``set(content)``), or by
@@ -412,12 +397,7 @@ class ContextBlocks:
                 and no storage.
         """
         self._check_unresolved("with_cached_prompt")
-        if provider is not None and not (_has(provider, "get") and _has(provider, "set")):
-            raise InvalidInputError("a prompt store needs get() and set(content)", field="provider")
-        if provider is None and self._storage is None:
-            raise InvalidInputError("with_cached_prompt() needs a provider when there is no storage", field="provider")
-        self._cached_prompt = provider if provider is not None else True
-        return self
+        return self._declare("with_cached_prompt", self._spec.with_cached_prompt(provider))
 
     @property
     def session_id(self) -> str:
@@ -426,28 +406,33 @@ class ContextBlocks:
     def _auto_key(self, label: str) -> str:
         return f"{label}_{self._session_id}" if self._session_id else label
 
-    def _wire(self, config: _Config) -> _Config:
+    def _wire(self, config: BlockSpec) -> BlockSpec:
+        """``config`` with the provider this session reads: its own row for ``None``,
+        a made one for a :class:`PerSession`, else the shared object."""
+        if isinstance(config.provider, PerSession):
+            return replace(config, provider=config.provider.make(self._storage))
         if config.provider is None and self._storage is not None:
             key = self._auto_key(config.label)
             self._auto_keys.append(key)
-            provider = AgentContextProvider(self._storage, key)
-            return _Config(config.label, config.description, config.max_tokens, provider)
+            return replace(config, provider=AgentContextProvider(self._storage, key))
         return config
 
-    def _resolve(self) -> list[_Config]:
+    def _resolve(self) -> list[BlockSpec]:
         if self._configs is None:
-            self._configs = [self._wire(c) for c in self._pending]
-            if self._cached_prompt is True:
-                key = f"_system_prompt_{self._session_id}" if self._session_id else "_system_prompt"
-                self._prompt_store = AgentContextProvider(self._storage, key)
-            elif self._cached_prompt is not None:
-                self._prompt_store = self._cached_prompt
+            self._configs = [self._wire(c) for c in self._spec.all_blocks]
+            if self._spec.prompt_store is not None:
+                self._prompt_store = self._spec.prompt_store
+            elif self._spec.cached_prompt:
+                self._prompt_store = AgentContextProvider(self._storage, self._default_prompt_key())
             self._skills = SkillTracker(self._storage, self._session_id, self._host)
         return self._configs
 
+    def _default_prompt_key(self) -> str:
+        return f"_system_prompt_{self._session_id}" if self._session_id else "_system_prompt"
+
     # -- loading --------------------------------------------------------------------
 
-    async def _read(self, config: _Config) -> ContextBlock:
+    async def _read(self, config: BlockSpec) -> ContextBlock:
         provider = config.provider
         content = _provider_text(await _call(provider.get) if provider is not None else None, config.label, "get")
         return ContextBlock(
@@ -461,8 +446,8 @@ class ContextBlocks:
             isSearchable=is_search_provider(provider),
         )
 
-    async def _init_and_read(self, config: _Config) -> ContextBlock:
-        if _has(config.provider, "init"):
+    async def _init_and_read(self, config: BlockSpec) -> ContextBlock:
+        if has_method(config.provider, "init"):
             await _call(config.provider.init, config.label)
         return await self._read(config)
 
@@ -492,14 +477,14 @@ class ContextBlocks:
     def _writes_signature(self) -> tuple[int, tuple[int, ...]]:
         return _WRITES.count(self._storage), tuple(_WRITES.count(c.provider) for c in self._configs or ())
 
-    def _wrote(self, config: _Config) -> None:
+    def _wrote(self, config: BlockSpec) -> None:
         """Record a successful write through ``config``'s provider (this engine's blocks stay current)."""
         if self._storage is not None:
             _WRITES.bump(self._storage)
         _WRITES.bump(config.provider)
         self._writes_seen = self._writes_signature()
 
-    def _config(self, label: str) -> _Config | None:
+    def _config(self, label: str) -> BlockSpec | None:
         return next((c for c in self._resolve() if c.label == label), None)
 
     def _may_scan(self) -> bool:
@@ -645,11 +630,11 @@ class ContextBlocks:
             ConflictError: ``Block "<label>" already exists``.
             InvalidInputError: as :meth:`with_context`.
         """
-        _check_options(label, description, max_tokens, provider)
+        ContextSpec().with_block(label, description=description, max_tokens=max_tokens, provider=provider)
         blocks = await self._loaded()
         if self._config(label) is not None:
             raise ConflictError(f'Block "{label}" already exists')
-        config = self._wire(_Config(label, description, max_tokens, provider))
+        config = self._wire(BlockSpec(label, description, max_tokens, provider))
         block = await self._init_and_read(config)
         self._configs.append(config)
         blocks[label] = block
@@ -795,7 +780,7 @@ class ContextBlocks:
         if self._storage is None:
             return
         keys = list(self._auto_keys)
-        if self._cached_prompt is True:
+        if self._spec.cached_prompt and self._spec.prompt_store is None:
             keys.append(self._prompt_store.key)
         with self._storage.transaction():
             sql.delete_blocks(self._storage, keys)

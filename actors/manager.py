@@ -2,10 +2,12 @@
 
 A manager keeps a registry row per session (``assistant_sessions``, see
 :mod:`storage.registry`) and hands out one cached :class:`~actors.session.Session`
-per session id. Everything a manager is configured with (context blocks, the
-cached prompt, compaction) is given to every session it opens: blocks
-without a provider are stored per session (``<label>_<session id>``), an
-explicit provider object is shared by all sessions, as in the original.
+per session id. The builders declare one frozen
+:class:`~actors.session_spec.SessionSpec` (:attr:`SessionManager.spec`:
+context blocks, the cached prompt, compaction) and every session the
+manager opens is built from that value: blocks without a provider are
+stored per session (``<label>_<session id>``), an explicit provider object
+is shared by all sessions, as in the original.
 
 Differences from the original, on purpose (docs/deviations.md):
 
@@ -34,7 +36,8 @@ Differences from the original, on purpose (docs/deviations.md):
 ``updated_at`` follows every write that changes a managed session, whether
 it comes through the manager or through the :class:`Session` that
 :meth:`SessionManager.get_session` returns: a stored (not duplicate)
-message, an update, a delete, a clear, a compaction, a rename, usage.
+message, an update, a delete, a clear, a compaction, a rename, usage
+(the Session's ``on_history_changed`` observer reports its writes).
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ from storage.fts import parse_query
 from storage.messages import to_iso8601
 
 from .context import mark_block_source_changed
-from .session import LATEST_LEAF, MessagesChange, Session
+from .session import LATEST_LEAF, Session, target_parts
 from .session_messages import search_limit
+from .session_spec import SessionSpec
 from .tools import Tool
 
 __all__ = [
@@ -84,31 +88,6 @@ _SESSION_SEARCH_SCHEMA = {
     "properties": {"query": {"type": "string", "description": "Search query"}},
     "required": ["query"],
 }
-
-
-class _ManagedSession(Session):
-    """A Session whose writes also touch its registry row (``updated_at``)."""
-
-    _touch: Callable[[], object] | None = None
-
-    async def _after_write(self, change: MessagesChange) -> None:
-        if self._touch is not None and _changes_history(change):
-            self._touch()
-        await super()._after_write(change)
-
-    async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, str]:
-        record = await super().add_compaction(summary, from_id, to_id)
-        if self._touch is not None:
-            self._touch()
-        return record
-
-
-def _changes_history(change: MessagesChange) -> bool:
-    if change.kind in ("append", "append_batch"):
-        return change.inserted
-    if change.kind == "delete":
-        return bool(change.message_ids)
-    return True
 
 
 class _HistorySearchProvider:
@@ -165,15 +144,8 @@ class SessionManager:
     def __init__(self, storage: SqlStorage, *, target: Any = None) -> None:
         self._storage = storage
         self._target = storage if target is None else target
-        # Builder arguments are checked now, by the same code the real sessions run.
-        self._validator = Session(storage)
-        self._blocks: list[tuple[str, dict[str, Any]]] = []
-        self._cached_prompt: tuple[Any] | None = None
-        self._compaction_fn: Callable[..., Any] | None = None
-        self._compact_after: tuple[float, Any] | None = None
-        self._error_handler: Callable[..., Any] | None = None
-        self._history_label: str | None = None
         self._history_provider = _HistorySearchProvider(self)
+        self._spec = SessionSpec()
         self._sessions: dict[str, Session] = {}
         self._opened = False
 
@@ -182,19 +154,13 @@ class SessionManager:
 
         Args:
             target: a :class:`storage.SqlStorage`, or an object (an Agent)
-                whose ``.storage`` is one. Sessions are created from it with
-                :meth:`Session.create`, so a callable ``target.broadcast``
-                becomes every session's broadcaster.
+                whose ``.storage`` is one. A callable ``target.broadcast``
+                becomes every session's broadcaster, as with :meth:`Session.create`.
 
         Raises:
             TypeError: no :class:`SqlStorage` can be found on ``target``.
         """
-        storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
-        if not isinstance(storage, SqlStorage):
-            raise TypeError(
-                "SessionManager.create() needs a SqlStorage or an object whose .storage is one, "
-                f"not {type(target).__name__}"
-            )
+        storage, _ = target_parts(target, "SessionManager.create()")
         return cls(storage, target=target)
 
     @property
@@ -202,11 +168,20 @@ class SessionManager:
         """The :class:`SqlStorage` holding every managed session."""
         return self._storage
 
+    @property
+    def spec(self) -> SessionSpec:
+        """What every managed session is configured with, as one frozen value
+        (the builders below each replace it)."""
+        return self._spec
+
     # -- builders ------------------------------------------------------------------
 
-    def _check_unopened(self, method: str) -> None:
+    def _declare(self, method: str, change: Callable[[SessionSpec], SessionSpec]) -> SessionManager:
+        """Replace :attr:`spec` by ``change(spec)`` (which checks the arguments), before any session opens."""
         if self._opened:
             raise ConflictError(f"{method}() configures every managed session and must come before the first one opens")
+        self._spec = change(self._spec)
+        return self
 
     def with_context(
         self, label: str, *, description: str | None = None, max_tokens: int | None = None, provider: Any = None
@@ -220,10 +195,10 @@ class SessionManager:
             InvalidInputError: as :meth:`Session.with_context` (checked now).
             ConflictError: ``Block "<label>" already exists``, or a session is open.
         """
-        self._check_unopened("with_context")
-        self._validator.with_context(label, description=description, max_tokens=max_tokens, provider=provider)
-        self._blocks.append((label, {"description": description, "max_tokens": max_tokens, "provider": provider}))
-        return self
+        return self._declare(
+            "with_context",
+            lambda spec: spec.with_context(label, description=description, max_tokens=max_tokens, provider=provider),
+        )
 
     def with_cached_prompt(self, provider: Any = None) -> SessionManager:
         """Keep every session's frozen prompt (by default in ``_system_prompt_<session id>``). Returns ``self``.
@@ -232,10 +207,7 @@ class SessionManager:
             InvalidInputError: ``provider`` lacks ``get``/``set``.
             ConflictError: a session is open.
         """
-        self._check_unopened("with_cached_prompt")
-        self._validator.with_cached_prompt(provider)
-        self._cached_prompt = (provider,)
-        return self
+        return self._declare("with_cached_prompt", lambda spec: spec.with_cached_prompt(provider))
 
     def on_compaction(self, fn: Callable[..., Any]) -> SessionManager:
         """Every session compacts with ``fn`` (see :meth:`Session.on_compaction`). Returns ``self``.
@@ -244,10 +216,7 @@ class SessionManager:
             InvalidInputError: ``fn`` is not callable.
             ConflictError: a session is open.
         """
-        self._check_unopened("on_compaction")
-        self._validator.on_compaction(fn)
-        self._compaction_fn = fn
-        return self
+        return self._declare("on_compaction", lambda spec: spec.on_compaction(fn))
 
     def compact_after(self, threshold: float, *, token_counter: Callable[..., Any] | None = None) -> SessionManager:
         """Every session compacts itself once its estimate exceeds ``threshold`` tokens. Returns ``self``.
@@ -259,10 +228,7 @@ class SessionManager:
                 ``token_counter`` is not callable.
             ConflictError: a session is open.
         """
-        self._check_unopened("compact_after")
-        self._validator.compact_after(threshold, token_counter=token_counter)
-        self._compact_after = (threshold, token_counter)
-        return self
+        return self._declare("compact_after", lambda spec: spec.compact_after(threshold, token_counter=token_counter))
 
     def on_compaction_error(self, handler: Callable[..., Any]) -> SessionManager:
         """Automatic-compaction errors of every session go to ``handler``. Returns ``self``.
@@ -271,10 +237,7 @@ class SessionManager:
             InvalidInputError: ``handler`` is not callable.
             ConflictError: a session is open.
         """
-        self._check_unopened("on_compaction_error")
-        self._validator.on_compaction_error(handler)
-        self._error_handler = handler
-        return self
+        return self._declare("on_compaction_error", lambda spec: spec.on_compaction_error(handler))
 
     def with_searchable_history(self, label: str) -> SessionManager:
         """Give every session, after its other blocks, a read-only searchable block
@@ -290,41 +253,33 @@ class SessionManager:
             ConflictError: the label is already used, a history block was
                 already added, or a session is open.
         """
-        self._check_unopened("with_searchable_history")
-        if self._history_label is not None:
-            raise ConflictError(f'Block "{self._history_label}" already holds the searchable history')
-        self._validator.with_context(label, description=HISTORY_DESCRIPTION, provider=self._history_provider)
-        self._history_label = label
-        return self
+        provider = self._history_provider
+        return self._declare(
+            "with_searchable_history",
+            lambda spec: spec.with_history_block(label, description=HISTORY_DESCRIPTION, provider=provider),
+        )
 
     # -- sessions ---------------------------------------------------------------------
 
-    def _configure(self, session: Session) -> Session:
-        for label, options in self._blocks:
-            session.with_context(label, **options)
-        if self._history_label is not None:
-            session.with_context(self._history_label, description=HISTORY_DESCRIPTION, provider=self._history_provider)
-        if self._cached_prompt is not None:
-            session.with_cached_prompt(self._cached_prompt[0])
-        if self._compaction_fn is not None:
-            session.on_compaction(self._compaction_fn)
-        if self._compact_after is not None:
-            threshold, counter = self._compact_after
-            session.compact_after(threshold, token_counter=counter)
-        if self._error_handler is not None:
-            session.on_compaction_error(self._error_handler)
-        return session
-
     def _open(self, session_id: str) -> Session:
-        """The cached Session of a registered ``session_id`` (configured on first use)."""
+        """The cached Session of a registered ``session_id``, built from :attr:`spec` on first use."""
         session = self._sessions.get(session_id)
         if session is None:
             self._opened = True
-            session = _ManagedSession.create(self._target).for_session(session_id)
-            session._touch = lambda: registry.touch_session(self._storage, session_id)
-            session = self._configure(session)
+            _, broadcaster = target_parts(self._target, "SessionManager")
+            session = Session(
+                self._storage,
+                spec=self._spec,
+                session_id=session_id,
+                broadcaster=broadcaster,
+                on_history_changed=self._touch,
+            )
             self._sessions[session_id] = session
         return session
+
+    def _touch(self, session_id: str) -> None:
+        """A managed session's stored history changed: touch its row's ``updated_at``."""
+        registry.touch_session(self._storage, session_id)
 
     def _require(self, session_id: Any) -> str:
         session_id = _check_text(session_id, "session_id")

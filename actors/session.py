@@ -5,11 +5,18 @@ History, Branching, Search, WebSocket Broadcasts, Context Blocks, System
 Prompt, Skills, AI Tools, Compaction, Storage; docs/behaviours.md §2-§12,
 with the improvements of docs/deviations.md #1-#10, #12-#14, #16-#18.
 
-Parts. The Session owns the message tree (:mod:`storage.messages`) and
-delegates context blocks, the frozen prompt, tools and skills to a
-:class:`~actors.context.ContextBlocks` engine (for which it is the
-:class:`~actors.skills.SkillHost`), and compaction, the token estimate and
-status broadcasts to :class:`~actors.session_compaction.SessionCompaction`.
+Parts. The Session is a facade over three parts built from one frozen
+:class:`~actors.session_spec.SessionSpec` (the builders replace the part
+they declare): the store of its message tree
+(:class:`~actors.session_store.HistoryStore`; by default
+:class:`storage.messages.MessageStore`), a
+:class:`~actors.context.ContextBlocks` engine for context blocks, the
+frozen prompt, tools and skills (for which the Session is the
+:class:`~actors.skills.SkillHost`), and
+:class:`~actors.session_compaction.SessionCompaction` for compaction, the
+token estimate and status broadcasts, which gets the store and the engine,
+never the Session. After every write that changed the stored history the
+``on_history_changed`` observer given at construction is called.
 
 Shapes. A message is a plain ``dict`` in the spec's JSON shape: ``{"id":
 str, "role": str, "parts": list, ...}`` (an AI SDK ``UIMessage`` fits).
@@ -67,6 +74,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from storage import SqlStorage
@@ -76,7 +84,7 @@ from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessa
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
-from .session_compaction import CompactionFunction, ErrorHandler, SessionCompaction
+from .session_compaction import BroadcastChannel, SessionCompaction
 from .session_messages import (
     apply_overlays,
     check_message,
@@ -84,17 +92,18 @@ from .session_messages import (
     in_batch,
     parse,
     parse_all,
-    parse_path,
     search_limit,
     search_text,
     serialise,
     tool_search_text,
     utf8_length,
 )
+from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit
+from .session_store import HistoryStore, compaction_records, path_messages, read_history
 from .skills import skill_events
 from .tokens import estimate_message_tokens
 from .tools import Tool
-from .truncation import ROW_MAX_BYTES, enforce_row_size_limit
+from .truncation import enforce_row_size_limit
 
 __all__ = ["COMPACTION_PREFIX", "LATEST_LEAF", "MessagesChange", "Session"]
 
@@ -146,13 +155,27 @@ class Session:
     Build with :meth:`create`, then chain the builders (:meth:`for_session`,
     :meth:`with_context`, :meth:`with_cached_prompt`, :meth:`on_compaction`,
     :meth:`compact_after`, :meth:`on_compaction_error`,
-    :meth:`with_row_limit`); builders touch no SQL and return ``self``.
-    All data methods are ``async``.
+    :meth:`with_row_limit`); builders touch no SQL and return ``self``. Or
+    declare everything once as a frozen :class:`~actors.session_spec.SessionSpec`
+    and hand it to any number of sessions (``spec=``). All data methods are ``async``.
 
-    Attributes:
-        broadcaster: ``target.broadcast`` when the target passed to
-            :meth:`create` has a callable ``broadcast`` (sync or async), else
-            ``None``. Status payloads go through it (docs/behaviours.md §12, docs/deviations.md #16).
+    Args:
+        storage: the actor's :class:`~storage.SqlStorage` (context-block rows,
+            the cached prompt, the loaded-skill state and, by default, the messages).
+        spec: the declared configuration (default: none declared).
+        session_id: the id rows are stored under (see :meth:`for_session`).
+        broadcaster: see :attr:`broadcaster`.
+        on_history_changed: ``fn(session_id)``, called after every committed
+            write that changed the stored history -- a stored message (not a
+            duplicate), an update, a delete that deleted something, a clear,
+            a stored compaction -- before the write's other effects (a
+            :class:`~actors.manager.SessionManager` touches ``updated_at`` with it).
+        store_for: ``store_for(session_id)`` -> the message store of that
+            session (:class:`~actors.session_store.HistoryStore`); default
+            :class:`storage.messages.MessageStore` on ``storage``.
+
+    Raises:
+        InvalidInputError: ``session_id`` is not a string.
     """
 
     #: Default parent of :meth:`append_message`: the latest leaf.
@@ -162,40 +185,47 @@ class Session:
         self,
         storage: SqlStorage,
         *,
+        spec: SessionSpec | None = None,
         session_id: str = "",
         broadcaster: Callable[[str], Any] | None = None,
+        on_history_changed: Callable[[str], object] | None = None,
+        store_for: Callable[[str], HistoryStore] | None = None,
     ) -> None:
+        spec = _DEFAULT_SPEC if spec is None else spec
         self._storage = storage
-        self.broadcaster = broadcaster
         self._session_id = _check_str(session_id, "session_id")
-        self._messages = MessageStore(storage, self._session_id)
-        self._context = ContextBlocks(storage, host=self, session_id=self._session_id)
-        self._compaction = SessionCompaction(self)
-        self._row_max_bytes = ROW_MAX_BYTES
-        self._broadcast_id: str | None = None
+        self._on_history_changed = on_history_changed
+        self._store_for = partial(MessageStore, storage) if store_for is None else store_for
+        self._row_max_bytes = spec.row_max_bytes
+        self._channel = BroadcastChannel(broadcaster, self._session_id)
+        self._context = ContextBlocks(storage, host=self, session_id=self._session_id, spec=spec.context)
+        self._bind(spec.compaction)
+
+    def _bind(self, compaction: CompactionSpec) -> None:
+        """Open the message store of :attr:`session_id` and the compaction part over it."""
+        self._messages = self._store_for(self._session_id)
+        self._channel.session_id = self._session_id
+        self._compaction = SessionCompaction(
+            self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
+        )
 
     # -- builders ------------------------------------------------------------
 
     @classmethod
-    def create(cls, target: Any) -> Session:
+    def create(cls, target: Any, *, spec: SessionSpec | None = None) -> Session:
         """A Session on ``target``'s storage, for session id ``''``.
 
         Args:
             target: a :class:`storage.SqlStorage`, or an object (an Agent)
                 whose ``.storage`` is one. If ``target.broadcast`` is
                 callable it becomes :attr:`broadcaster`.
+            spec: the configuration to start from (default: none declared).
 
         Raises:
             TypeError: no :class:`SqlStorage` can be found on ``target``.
         """
-        storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
-        if not isinstance(storage, SqlStorage):
-            raise TypeError(
-                "Session.create() needs a SqlStorage or an object whose .storage is one, "
-                f"not {type(target).__name__}"
-            )
-        broadcast = getattr(target, "broadcast", None)
-        return cls(storage, broadcaster=broadcast if callable(broadcast) else None)
+        storage, broadcaster = target_parts(target, "Session.create()")
+        return cls(storage, spec=spec, broadcaster=broadcaster)
 
     def for_session(self, session_id: str) -> Session:
         """Scope this Session to ``session_id`` (many sessions can share one file); returns ``self``.
@@ -211,7 +241,7 @@ class Session:
         _check_str(session_id, "session_id")
         self._context.for_session(session_id)
         self._session_id = session_id
-        self._messages = MessageStore(self._storage, self._session_id)
+        self._bind(self._compaction.spec)
         return self
 
     def with_context(
@@ -257,7 +287,7 @@ class Session:
         Raises:
             InvalidInputError: ``fn`` is not callable.
         """
-        self._compaction.set_function(fn)
+        self._compaction.spec = self._compaction.spec.with_function(fn)
         return self
 
     def compact_after(self, threshold: float, *, token_counter: SessionCounter | None = None) -> Session:
@@ -274,7 +304,7 @@ class Session:
         Raises:
             InvalidInputError: a bad threshold or a non-callable counter.
         """
-        self._compaction.set_threshold(threshold, token_counter)
+        self._compaction.spec = self._compaction.spec.with_threshold(threshold, token_counter)
         return self
 
     def on_compaction_error(self, handler: ErrorHandler) -> Session:
@@ -286,7 +316,7 @@ class Session:
         Raises:
             InvalidInputError: ``handler`` is not callable.
         """
-        self._compaction.set_error_handler(handler)
+        self._compaction.spec = self._compaction.spec.with_error_handler(handler)
         return self
 
     def with_row_limit(self, max_bytes: int) -> Session:
@@ -297,9 +327,7 @@ class Session:
         Raises:
             InvalidInputError: ``max_bytes`` is not a positive integer.
         """
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise InvalidInputError(f"max_bytes must be a positive integer, not {max_bytes!r}", field="max_bytes")
-        self._row_max_bytes = max_bytes
+        self._row_max_bytes = check_row_limit(max_bytes)
         return self
 
     def with_broadcast_id(self, name: str) -> Session:
@@ -313,8 +341,25 @@ class Session:
         Raises:
             InvalidInputError: ``name`` is not a string.
         """
-        self._broadcast_id = _check_str(name, "name")
+        self._channel.name = _check_str(name, "name")
         return self
+
+    @property
+    def spec(self) -> SessionSpec:
+        """The declared configuration as one frozen value (blocks added at run time by
+        :meth:`add_context` are not part of it)."""
+        return SessionSpec(self._context.spec, self._compaction.spec, self._row_max_bytes)
+
+    @property
+    def broadcaster(self) -> Callable[[str], Any] | None:
+        """``target.broadcast`` when the target passed to :meth:`create` has a
+        callable ``broadcast`` (sync or async), else ``None``; may be replaced.
+        Status payloads go through it (docs/behaviours.md §12, docs/deviations.md #16)."""
+        return self._channel.broadcaster
+
+    @broadcaster.setter
+    def broadcaster(self, value: Callable[[str], Any] | None) -> None:
+        self._channel.broadcaster = value
 
     @property
     def session_id(self) -> str:
@@ -324,7 +369,7 @@ class Session:
     @property
     def broadcast_id(self) -> str:
         """The ``sessionId`` of this session's broadcasts (see :meth:`with_broadcast_id`)."""
-        return self._session_id if self._broadcast_id is None else self._broadcast_id
+        return self._channel.broadcast_id
 
     @property
     def storage(self) -> SqlStorage:
@@ -334,7 +379,7 @@ class Session:
     @property
     def token_threshold(self) -> float | None:
         """The :meth:`compact_after` threshold, or ``None``."""
-        return self._compaction.threshold
+        return self._compaction.spec.threshold
 
     # -- writes ----------------------------------------------------------------
 
@@ -380,7 +425,7 @@ class Session:
                 m["id"], m["role"], prepared.content, prepared.text, parent_id,
                 tokens=prepared.tokens, tools=prepared.tools,
             )
-        await self._after_write(MessagesChange("append", prepared.message, parent, inserted))
+        await self._committed(MessagesChange("append", prepared.message, parent, inserted))
         return inserted
 
     async def append_messages(
@@ -428,7 +473,7 @@ class Session:
             await self._context.get_loaded_skill_keys()
         outcomes = self._messages.append_chain([p.row() for p in batch], parent_id)
         stored = tuple(p.message for p, (inserted, _) in zip(batch, outcomes) if inserted)
-        await self._after_write(MessagesChange("append_batch", inserted=bool(stored), messages=stored))
+        await self._committed(MessagesChange("append_batch", inserted=bool(stored), messages=stored))
         return [inserted for inserted, _ in outcomes]
 
     def seed_messages(self, messages: Iterable[Message]) -> list[bool]:
@@ -472,7 +517,7 @@ class Session:
         )
         if not stored:
             raise MessageNotFoundError(m["id"])
-        await self._after_write(MessagesChange("update", m))
+        await self._committed(MessagesChange("update", m))
 
     async def delete_messages(self, message_ids: Iterable[str]) -> int:
         """Delete these messages; each one's children move up to its parent (docs/deviations.md #5).
@@ -486,7 +531,7 @@ class Session:
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
         ids = [_check_str(i, "message_ids") for i in message_ids]
         deleted = self._messages.delete(ids)
-        await self._after_write(MessagesChange("delete", message_ids=tuple(deleted)))
+        await self._committed(MessagesChange("delete", message_ids=tuple(deleted)))
         return len(deleted)
 
     async def clear_messages(self) -> None:
@@ -496,7 +541,7 @@ class Session:
         block contents are kept.
         """
         self._messages.clear()
-        await self._after_write(MessagesChange("clear"))
+        await self._committed(MessagesChange("clear"))
 
     # -- extension points ------------------------------------------------------
 
@@ -534,6 +579,16 @@ class Session:
         to store. The row limit applies to what it returns."""
         return message
 
+    async def _committed(self, change: MessagesChange) -> None:
+        """After a committed write: the "history changed" notice (when it changed), then :meth:`_after_write`."""
+        if _changes_history(change):
+            self._history_changed()
+        await self._after_write(change)
+
+    def _history_changed(self) -> None:
+        if self._on_history_changed is not None:
+            self._on_history_changed(self._session_id)
+
     async def _after_write(self, change: MessagesChange) -> None:
         """Run after every committed write (append, also when nothing was inserted;
         update; delete; clear): skill state, status broadcast, auto-compaction (docs/behaviours.md §12)."""
@@ -570,11 +625,7 @@ class Session:
         The whole path, however long (docs/deviations.md #18). An unknown ``leaf_id``
         gives ``[]``; a ``leaf_id`` with children gives the path to it.
         """
-        leaf = self._leaf(leaf_id)
-        if leaf is None:
-            return []
-        messages = self._path_messages(leaf)
-        return apply_overlays(messages, self._messages.compactions()) if messages else messages
+        return read_history(self._messages, self._leaf(leaf_id))
 
     async def raw_path_messages(self) -> list[Message]:
         """The stored messages root -> latest leaf, *without* compaction overlays.
@@ -583,18 +634,7 @@ class Session:
         ranges are still seen (docs/behaviours.md §7).
         """
         leaf = self._messages.latest_leaf()
-        return [] if leaf is None else self._path_messages(leaf)
-
-    def _path_messages(self, leaf: str) -> list[Message]:
-        """The stored messages root -> ``leaf``, parsed (rows that are not messages skipped, docs/behaviours.md §2).
-
-        The path comes as one JSON array parsed once; only when that fails
-        (too big for one SQLite string, or text SQLite and Python read
-        differently) is it read and parsed row by row.
-        """
-        found = self._messages.path_json(leaf)
-        messages = None if found is None else parse_path(*found)
-        return parse_all(self._messages.path_contents(leaf)) if messages is None else messages
+        return [] if leaf is None else path_messages(self._messages, leaf)
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""
@@ -707,11 +747,12 @@ class Session:
             _check_str(from_id, "from_id"),
             _check_str(to_id, "to_id"),
         )
+        self._history_changed()
         return compaction_record(row)
 
     async def get_compactions(self) -> list[dict[str, str]]:
         """Every compaction record of this session, oldest first (ties in insertion order)."""
-        return [compaction_record(row) for row in self._messages.compactions()]
+        return compaction_records(self._messages)
 
     async def compact(self) -> CompactResult | None:
         """Compact now with the :meth:`on_compaction` function (docs/behaviours.md §8).
@@ -826,6 +867,34 @@ class Session:
 
 
 # -- helpers -------------------------------------------------------------------
+
+
+_DEFAULT_SPEC = SessionSpec()
+
+
+def target_parts(target: Any, caller: str) -> tuple[SqlStorage, Callable[[str], Any] | None]:
+    """``(storage, broadcaster)`` of a ``create()`` target: a :class:`SqlStorage`, or an
+    object whose ``.storage`` is one (its callable ``broadcast`` is the broadcaster).
+
+    Raises:
+        TypeError: no :class:`SqlStorage` on ``target`` (the message names ``caller``).
+    """
+    storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
+    if not isinstance(storage, SqlStorage):
+        raise TypeError(
+            f"{caller} needs a SqlStorage or an object whose .storage is one, not {type(target).__name__}"
+        )
+    broadcast = getattr(target, "broadcast", None)
+    return storage, broadcast if callable(broadcast) else None
+
+
+def _changes_history(change: MessagesChange) -> bool:
+    """Whether a committed write changed the stored history (a duplicate append or an empty delete did not)."""
+    if change.kind in ("append", "append_batch"):
+        return change.inserted
+    if change.kind == "delete":
+        return bool(change.message_ids)
+    return True
 
 
 def _check_str(value: Any, name: str) -> str:

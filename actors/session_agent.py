@@ -14,7 +14,11 @@ searchable blocks (:class:`~actors.context.AgentSearchProvider`) -- the
 cached prompt, and compaction (threshold and summarizer). The default is a
 useful assistant session: the soul ``You are a helpful assistant.``, a
 writable ``memory`` block of 1100 tokens, a cached prompt and extractive
-compaction above 100,000 estimated tokens.
+compaction above 100,000 estimated tokens. A config is turned into one
+frozen :class:`~actors.session_spec.SessionSpec` once
+(:attr:`SessionConfig.spec`) and every actor's Session is built from it:
+fixed-text and file blocks share one provider, a skills folder and search
+entries get one provider per actor (its own file).
 
 Hooks of the Session (skill tracking, ``cf_agent_session`` status
 broadcasts to the actor's WebSocket peers, automatic compaction) run as in
@@ -26,6 +30,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
@@ -38,6 +43,7 @@ from .compaction import create_compact_function, extractive_summarize
 from .context import AgentSearchProvider
 from .session import LATEST_LEAF, Session
 from .session_metadata import read_metadata, write_metadata
+from .session_spec import PerSession, SessionSpec
 from .skills import DirectorySkillProvider
 from .tools import anthropic_tools, openai_tools
 
@@ -190,6 +196,18 @@ class SessionConfig:
             if labels.count(label) > 1:
                 raise InvalidInputError(f'Block "{label}" already exists', field="blocks")
 
+    @cached_property
+    def spec(self) -> SessionSpec:
+        """The frozen :class:`~actors.session_spec.SessionSpec` this config declares (blocks,
+        cached prompt, compaction), made on first use; every actor's Session is built from it.
+
+        Raises:
+            InvalidInputError: a label or description the Session refuses, or
+                a summarizer that cannot be loaded (:func:`resolve_summarizer`);
+                nothing is kept, the next use tries again.
+        """
+        return _session_spec(self)
+
 
 def resolve_summarizer(name: str) -> Callable[[str], Any]:
     """The summarizer a :class:`CompactionConfig` names.
@@ -236,35 +254,49 @@ class _FileProvider:
         return self.path.read_text(encoding="utf-8")
 
 
-def _provider(block: BlockConfig, agent: Agent) -> Any:
+def _provider(block: BlockConfig) -> Any:
+    """The provider a block of this kind declares: shared fixed text or file, one per session
+    for the actor's skills folder and search entries, ``None`` (the actor's own row) for writable."""
     if block.kind == "readonly":
         return _TextProvider(block.text) if block.text is not None else _FileProvider(block.file)
     if block.kind == "skills":
-        return DirectorySkillProvider(block.path)
+        path = block.path
+        return PerSession(lambda storage: DirectorySkillProvider(path))
     if block.kind == "searchable":
-        return AgentSearchProvider(agent.storage)
+        return PerSession(AgentSearchProvider)
     return None  # writable: auto-wired to the actor's file by the engine
 
 
-def _build_session(agent: Agent, config: SessionConfig) -> Session:
-    """The actor's Session, configured by ``config``."""
-    session = Session.create(agent)
+def _session_spec(config: SessionConfig) -> SessionSpec:
+    """The frozen :class:`~actors.session_spec.SessionSpec` ``config`` declares.
+
+    Raises:
+        InvalidInputError: a label or description the Session refuses, or a
+            summarizer that cannot be loaded (:func:`resolve_summarizer`).
+    """
+    spec = SessionSpec()
     for block in config.blocks:
-        session.with_context(block.label, description=block.description, max_tokens=block.max_tokens,
-                             provider=_provider(block, agent))
+        spec = spec.with_context(
+            block.label, description=block.description, max_tokens=block.max_tokens, provider=_provider(block)
+        )
     if config.cached_prompt:
-        session.with_cached_prompt()
+        spec = spec.with_cached_prompt()
     compaction = config.compaction
     if compaction is not None:
-        session.on_compaction(create_compact_function(
+        spec = spec.on_compaction(create_compact_function(
             summarize=resolve_summarizer(compaction.summarizer),
             protect_head=compaction.protect_head,
             tail_token_budget=compaction.tail_token_budget,
             min_tail_messages=compaction.min_tail_messages,
         ))
         if compaction.threshold is not None:
-            session.compact_after(compaction.threshold)
-    return session
+            spec = spec.compact_after(compaction.threshold)
+    return spec
+
+
+def _build_session(agent: Agent, config: SessionConfig) -> Session:
+    """The actor's Session, built from ``config``'s spec (made once per config: :attr:`SessionConfig.spec`)."""
+    return Session.create(agent, spec=config.spec)
 
 
 _ACTOR_NAME_KEY = "actor_name"

@@ -1,9 +1,14 @@
-"""A Session's compaction settings, token estimate and status broadcasts.
+"""A Session's compaction, token estimate and status broadcasts.
 
 :class:`SessionCompaction` is the part of :class:`actors.session.Session`
-behind ``on_compaction``, ``compact_after``, ``on_compaction_error``,
-``compact()`` and ``estimate_tokens()``, and the ``cf_agent_session``
-broadcasts (docs/behaviours.md §8, §9, §12; docs/deviations.md #13, #14, #16).
+behind ``compact()`` and ``estimate_tokens()`` and the ``cf_agent_session``
+broadcasts (docs/behaviours.md §8, §9, §12; docs/deviations.md #13, #14, #16);
+its settings are a frozen :class:`~actors.session_spec.CompactionSpec`
+(what ``on_compaction``, ``compact_after`` and ``on_compaction_error``
+declare). It does not know the Session: it gets the session's message
+store (:class:`~actors.session_store.HistoryStore`), its context engine
+(:class:`PromptSource`), where broadcasts go (:class:`BroadcastChannel`)
+and a callback for "a compaction row was stored".
 
 The token estimate. Without a ``token_counter`` it is the heuristic of docs/behaviours.md §9
 over the history as ``get_history()`` returns it plus the prompt used for
@@ -24,16 +29,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
-import numbers
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from storage.errors import CompactionError, InvalidInputError
+from storage.errors import CompactionError
 
 from .compaction import (
     CompactResult,
-    SessionCounter,
     call_compaction_function,
     count_session_tokens,
     error_broadcast,
@@ -42,77 +45,110 @@ from .compaction import (
     plan_compaction,
     status_broadcast,
 )
+from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler
+from .session_store import HistoryStore, compaction_records, read_history
 from .tokens import TOKENS_PER_MESSAGE, estimate_string_tokens
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import ContextBlock
+
+__all__ = ["NO_FUNCTION", "BroadcastChannel", "CompactionFunction", "ErrorHandler", "PromptSource", "SessionCompaction"]
 
 logger = logging.getLogger("actors.session")
 
 #: Message of :class:`CompactionError` when ``compact()`` runs with no function.
 NO_FUNCTION = "No compaction function registered. Call on_compaction() first."
 
-CompactionFunction = Callable[..., "CompactResult | None | Awaitable[CompactResult | None]"]
-ErrorHandler = Callable[[BaseException], "Any | Awaitable[Any]"]
-
 
 async def _resolve(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class SessionCompaction:
-    """Compaction state of one Session; every method is called by that Session."""
+class PromptSource(Protocol):
+    """What compaction needs of the context engine (:class:`actors.context.ContextBlocks`)."""
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self.function: CompactionFunction | None = None
-        self.threshold: float | None = None
-        self.token_counter: SessionCounter | None = None
-        self.error_handler: ErrorHandler | None = None
+    async def prompt_for_estimate(self) -> str: ...
+    async def get_context_blocks(self) -> list[ContextBlock]: ...
+    async def refresh_system_prompt(self) -> str: ...
+
+
+class BroadcastChannel:
+    """Where one session's ``cf_agent_session`` payloads go and whom they name.
+
+    Attributes:
+        broadcaster: ``send(text)`` (sync or async), or ``None`` for no broadcasts.
+        session_id: the session's id (named in log lines).
+        name: the ``sessionId`` of broadcasts when it differs from
+            ``session_id`` (docs/deviations.md #16), else ``None``.
+    """
+
+    __slots__ = ("broadcaster", "name", "session_id")
+
+    def __init__(self, broadcaster: Callable[[str], Any] | None, session_id: str, name: str | None = None) -> None:
+        self.broadcaster = broadcaster
+        self.session_id = session_id
+        self.name = name
+
+    @property
+    def broadcast_id(self) -> str:
+        """The ``sessionId`` payloads carry: :attr:`name`, else :attr:`session_id`."""
+        return self.session_id if self.name is None else self.name
+
+    async def send(self, text: str) -> None:
+        """Send ``text`` through the broadcaster, if any; a failure is logged, never raised."""
+        if self.broadcaster is None:
+            return
+        try:
+            await _resolve(self.broadcaster(text))
+        except Exception:  # a broadcast never undoes a committed write
+            logger.warning("session %r: broadcast failed", self.session_id, exc_info=True)
+
+
+class SessionCompaction:
+    """Compaction, token estimate and status broadcasts of one session.
+
+    Args:
+        store: the session's message store.
+        context: its context engine (the prompt and blocks an estimate counts).
+        channel: where its status broadcasts go.
+        spec: the compaction settings; :attr:`spec` may be replaced at any time.
+        on_stored: called after a compaction row is stored (the Session's
+            "history changed" notice), or ``None``.
+    """
+
+    def __init__(
+        self,
+        store: HistoryStore,
+        context: PromptSource,
+        channel: BroadcastChannel,
+        *,
+        spec: CompactionSpec | None = None,
+        on_stored: Callable[[], object] | None = None,
+    ) -> None:
+        self._store = store
+        self._context = context
+        self._channel = channel
+        self.spec = CompactionSpec() if spec is None else spec
+        self._on_stored = on_stored
         self._warned_noop = False
         self._running = False
         self._prompt: tuple[str, int] = ("", 0)
         self._overlay_tokens: dict[str, int] = {}
 
-    # -- settings (builders) --------------------------------------------------------
-
-    def set_function(self, fn: CompactionFunction) -> None:
-        if not callable(fn):
-            raise InvalidInputError("the compaction function must be callable", field="fn")
-        self.function = fn
-
-    def set_threshold(self, threshold: float, token_counter: SessionCounter | None) -> None:
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, numbers.Real)
-            or (not isinstance(threshold, numbers.Integral) and not math.isfinite(threshold))
-            or threshold < 0
-        ):
-            raise InvalidInputError(f"threshold must be a finite number >= 0, not {threshold!r}", field="threshold")
-        if token_counter is not None and not callable(token_counter):
-            raise InvalidInputError("token_counter must be callable", field="token_counter")
-        self.threshold = threshold
-        self.token_counter = token_counter
-
-    def set_error_handler(self, handler: ErrorHandler) -> None:
-        if not callable(handler):
-            raise InvalidInputError("the compaction error handler must be callable", field="handler")
-        self.error_handler = handler
-
     # -- the estimate ------------------------------------------------------------------
 
     async def estimate(self) -> int:
         """The Session's token estimate (see the module docstring)."""
-        context = self._session._context
-        prompt = await context.prompt_for_estimate()
-        if self.token_counter is not None:
-            history = await self._session.get_history()
-            blocks = await context.get_context_blocks()
-            return await count_session_tokens(history, prompt, blocks, token_counter=self.token_counter)
+        prompt = await self._context.prompt_for_estimate()
+        counter = self.spec.token_counter
+        if counter is not None:
+            history = read_history(self._store, self._store.latest_leaf())
+            blocks = await self._context.get_context_blocks()
+            return await count_session_tokens(history, prompt, blocks, token_counter=counter)
         return self._history_tokens() + self._prompt_tokens(prompt)
 
     def _history_tokens(self) -> int:
-        store = self._session._messages
+        store = self._store
         leaf = store.latest_leaf()
         totals = None if leaf is None else store.path_tokens(leaf)
         if totals is None:
@@ -138,17 +174,8 @@ class SessionCompaction:
     # -- broadcasts ---------------------------------------------------------------------
 
     def _should_estimate(self) -> bool:
-        return self._session.broadcaster is not None or (self.threshold is not None and self.function is not None)
-
-    async def _send(self, text: str) -> None:
-        """Send ``text`` through the session's broadcaster, if any; a failure is logged."""
-        broadcaster = self._session.broadcaster
-        if broadcaster is None:
-            return
-        try:
-            await _resolve(broadcaster(text))
-        except Exception:  # a broadcast never undoes a committed write
-            logger.warning("session %r: broadcast failed", self._session.session_id, exc_info=True)
+        spec = self.spec
+        return self._channel.broadcaster is not None or (spec.threshold is not None and spec.function is not None)
 
     async def emit_status(self, phase: str, *, tokens_before: int | None = None) -> int:
         """Broadcast a ``cf_agent_session`` status; returns the estimate it carried.
@@ -162,31 +189,32 @@ class SessionCompaction:
                 estimate = await self.estimate()
             except Exception as exc:
                 await self.report_error(exc)
-        if self._session.broadcaster is not None:
+        if self._channel.broadcaster is not None:
             payload = status_broadcast(
                 phase=phase,
                 token_estimate=estimate,
-                token_threshold=self.threshold,
-                session_id=self._session.broadcast_id,
+                token_threshold=self.spec.threshold,
+                session_id=self._channel.broadcast_id,
                 tokens_before=tokens_before,
             )
-            await self._send(payload)
+            await self._channel.send(payload)
         return estimate
 
     async def report_error(self, error: BaseException) -> None:
         """Hand an automatic-compaction error to the handler (its own errors are logged), then
         broadcast ``cf_agent_session_error``."""
         await self._call_handler(error)
-        await self._send(error_broadcast(error, session_id=self._session.broadcast_id))
+        await self._channel.send(error_broadcast(error, session_id=self._channel.broadcast_id))
 
     async def _call_handler(self, error: BaseException) -> None:
-        if self.error_handler is None:
-            logger.warning("session %r: auto-compaction failed: %s", self._session.session_id, error_text(error))
+        handler = self.spec.error_handler
+        if handler is None:
+            logger.warning("session %r: auto-compaction failed: %s", self._channel.session_id, error_text(error))
             return
         try:
-            await _resolve(self.error_handler(error))
+            await _resolve(handler(error))
         except Exception:
-            logger.warning("session %r: compaction error handler failed", self._session.session_id, exc_info=True)
+            logger.warning("session %r: compaction error handler failed", self._channel.session_id, exc_info=True)
 
     # -- compacting ------------------------------------------------------------------
 
@@ -204,7 +232,7 @@ class SessionCompaction:
         Raises:
             CompactionError: no compaction function is registered.
         """
-        if self.function is None:
+        if self.spec.function is None:
             raise CompactionError(NO_FUNCTION)
         return (await self._run(auto))[0]
 
@@ -224,27 +252,31 @@ class SessionCompaction:
             if auto:
                 await self._call_handler(exc)
             else:
-                logger.warning("session %r: compaction failed: %s", self._session.session_id, error_text(exc))
-            await self._send(error_broadcast(exc, session_id=self._session.broadcast_id))
+                logger.warning("session %r: compaction failed: %s", self._channel.session_id, error_text(exc))
+            await self._channel.send(error_broadcast(exc, session_id=self._channel.broadcast_id))
             return None, True
         if planned is None:
             await self.emit_status("idle")
             return None, False
-        await self._session.add_compaction(planned["summary"], planned["fromMessageId"], planned["toMessageId"])
-        await self._session._context.refresh_system_prompt()
+        summary, first, last = planned["summary"], planned["fromMessageId"], planned["toMessageId"]
+        self._store.add_compaction(str(uuid.uuid4()), summary, first, last)
+        if self._on_stored is not None:
+            self._on_stored()
+        await self._context.refresh_system_prompt()
         await self.emit_status("idle", tokens_before=before)
         return planned, False
 
     async def _plan(self) -> CompactResult | None:
-        session = self._session
-        leaf = session._messages.latest_leaf()
-        history = [] if leaf is None else await session.get_history(leaf)
-        result = await call_compaction_function(self.function, history, token_counter=self.token_counter)
+        store = self._store
+        leaf = store.latest_leaf()
+        history = read_history(store, leaf)
+        spec = self.spec
+        result = await call_compaction_function(spec.function, history, token_counter=spec.token_counter)
         return plan_compaction(
             result,
             history=history,
-            path_ids=[] if leaf is None else session._messages.path_ids(leaf),
-            compactions=await session.get_compactions(),
+            path_ids=[] if leaf is None else store.path_ids(leaf),
+            compactions=compaction_records(store),
         )
 
     async def after_append(self) -> None:
@@ -252,7 +284,8 @@ class SessionCompaction:
         auto-compaction when it exceeds the threshold. Never raises for a
         compaction problem: the message is already stored."""
         estimate = await self.emit_status("idle")
-        if self.threshold is None or self.function is None or estimate <= self.threshold or self._running:
+        spec = self.spec
+        if spec.threshold is None or spec.function is None or estimate <= spec.threshold or self._running:
             return
         try:
             result, failed = await self._run(auto=True)
@@ -263,6 +296,7 @@ class SessionCompaction:
             self._warned_noop = False
         elif not failed and not self._warned_noop:
             self._warned_noop = True
+            spec = self.spec
             logger.warning(
-                noop_compaction_warning(estimate, self.threshold, has_token_counter=self.token_counter is not None)
+                noop_compaction_warning(estimate, spec.threshold, has_token_counter=spec.token_counter is not None)
             )
