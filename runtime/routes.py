@@ -252,7 +252,7 @@ async def get_path_length(call: Call) -> tuple[int, Any]:
 
 
 async def search(call: Call) -> tuple[int, Any]:
-    query = call.text_arg("q", required=True)
+    query = call.text_arg("q", required="q" not in call.query) or ""  # ?q= is a blank query: no results
     return 200, {"results": await call.read("search", query, call.int_arg("limit", 20))}
 
 
