@@ -305,12 +305,18 @@ def apply_overlays(messages: list[Message], compactions: list[CompactionRow]) ->
     return result
 
 
-def compaction_record(row: CompactionRow) -> dict[str, str]:
-    """A compaction row with the spec's keys: ``{id, summary, fromMessageId, toMessageId, createdAt}``."""
+def compaction_record(row: CompactionRow, *, iso: bool = False) -> dict[str, str]:
+    """A compaction row with the spec's keys: ``{id, summary, fromMessageId, toMessageId, createdAt}``.
+
+    ``createdAt`` is the stored SQLite text, ``YYYY-MM-DD HH:MM:SS.SSS`` UTC
+    (what the original's ``getCompactions()`` reads back, with milliseconds),
+    or with ``iso`` JavaScript ``Date`` text, ``YYYY-MM-DDTHH:MM:SS.SSSZ``
+    (what its ``addCompaction()`` returns).
+    """
     return {
         "id": row.id,
         "summary": row.summary,
         "fromMessageId": row.from_message_id,
         "toMessageId": row.to_message_id,
-        "createdAt": to_iso8601(row.created_at),
+        "createdAt": to_iso8601(row.created_at) if iso else row.created_at,
     }
