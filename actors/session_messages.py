@@ -10,8 +10,8 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
   skipping rows that are not valid messages (session-behaviours §2);
   :func:`parse_path` reads a whole path fetched as one JSON array.
 * :func:`search_text` -- what ``assistant_fts.content`` indexes: the ``text``
-  parts joined by one space (§2). :func:`tool_search_text` -- what the
-  ``tools`` column indexes: each tool part's name and every string inside
+  parts joined by one space (§2). :func:`tool_search_text` -- what
+  ``assistant_fts_tools.tools`` indexes: each tool part's name and every string inside
   its ``input`` (our addition, so a search for a file a tool read finds the
   message; search results still show only :func:`search_text`).
 * :func:`apply_overlays` -- compaction overlays on read (§8, branch-local:
