@@ -17,22 +17,27 @@ from actors.session import Session
 from storage import SqlStorage
 from storage.schema import SCHEMA_VERSION
 
-V1_FILE = Path(__file__).parent / "data" / "schema_v1" / "v1_actor.sqlite3"
+V1_FILE = Path("schema_v1") / "v1_actor.sqlite3"  # under the test_data folder
 GLUED = "重跑gen-itgc后再看看"
 
 
 @pytest.fixture
-def migrated(tmp_path):
+def v1_file(test_data):
+    return test_data / V1_FILE
+
+
+@pytest.fixture
+def migrated(tmp_path, v1_file):
     path = tmp_path / "actor.sqlite3"
-    shutil.copyfile(V1_FILE, path)
+    shutil.copyfile(v1_file, path)
     with SqlStorage.open(path) as storage:
         yield storage
 
 
-def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index():
+def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index(v1_file):
     import apsw
 
-    con = apsw.Connection(f"file:{V1_FILE}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    con = apsw.Connection(f"file:{v1_file}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     try:
         assert con.pragma("user_version") == 1
         assert [name for (name,) in con.execute("SELECT name FROM pragma_table_info('assistant_fts')")] == [
