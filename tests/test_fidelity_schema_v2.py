@@ -34,10 +34,12 @@ def migrated(tmp_path, v1_file):
         yield storage
 
 
-def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index(v1_file):
+def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index(tmp_path, v1_file):
     import apsw
 
-    con = apsw.Connection(f"file:{v1_file}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    copy = tmp_path / "copy.sqlite3"  # opening the fixture itself would leave -shm/-wal files
+    shutil.copyfile(v1_file, copy)
+    con = apsw.Connection(str(copy))
     try:
         assert con.pragma("user_version") == 1
         assert [name for (name,) in con.execute("SELECT name FROM pragma_table_info('assistant_fts')")] == [
