@@ -123,3 +123,13 @@ async def test_search_entries_rank_as_the_original(storage):
     await provider.set("short", "Deploy on Friday")
     assert await provider.search("friday") == (
         "[short]\nDeploy on Friday\n\n[long]\nWe could maybe think about doing the release on Friday after lunch")
+
+
+async def test_long_queries_split_between_text_and_tool_calls_match_once(storage):
+    words = [f"w{i}x" for i in range(600)]  # more terms than one FTS5 MATCH gets (storage.fts)
+    session = Session.create(storage)
+    await session.append_message(text_msg("text", " ".join(words)))
+    await session.append_message(text_msg("split", " ".join(words[:-1]), {"arg": words[-1]}))
+    await session.append_message(text_msg("short", " ".join(words[:-2]), {"arg": words[-1]}))
+    assert [h["id"] for h in await session.search(" ".join(words))] == ["text", "split"]
+    assert [h["id"] for h in await session.search(" ".join(words[:-1]))] == ["split", "text"]
