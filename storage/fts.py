@@ -110,10 +110,7 @@ TOOLS_SUFFIX = "_tools"
 #: character already in the text is doubled, so :func:`stored_text` is exact.
 INDEX_BOUNDARY = "\u2063"
 
-_NON_CJK_WORD = "[^\\W_" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]"
-_SCRIPT_BOUNDARY = re.compile(
-    f"(?<={_NON_CJK_WORD})(?={_CJK_CHAR.pattern})|(?<={_CJK_CHAR.pattern})(?={_NON_CJK_WORD})"
-)
+_CJK_RUN = re.compile(_CJK_CHAR.pattern + "+")
 _STORED_BOUNDARY = re.compile(f"{INDEX_BOUNDARY}({INDEX_BOUNDARY}?)")
 
 
@@ -121,16 +118,28 @@ def indexed_text(text: str) -> str:
     """``text`` as given to a porter index: split where CJK meets other letters or digits.
 
     ASCII text comes back unchanged without a scan (the usual case); other
-    text costs two C-speed scans, plus a third when it holds CJK. Reversed
-    exactly by :func:`stored_text`.
+    text costs a C-speed scan, and text holding CJK a step per run of CJK
+    characters. Reversed exactly by :func:`stored_text`.
     """
     if text.isascii():
         return text
     if INDEX_BOUNDARY in text:
         text = text.replace(INDEX_BOUNDARY, INDEX_BOUNDARY * 2)
-    if _CJK_CHAR.search(text) is None:
+    pieces: list[str] = []
+    last, end = 0, len(text)
+    for run in _CJK_RUN.finditer(text):
+        start, stop = run.span()
+        # A run is maximal, so its neighbours are not CJK; isalnum() is unicode61's letters and digits.
+        if start and text[start - 1].isalnum():
+            pieces += (text[last:start], INDEX_BOUNDARY)
+            last = start
+        if stop < end and text[stop].isalnum():
+            pieces += (text[last:stop], INDEX_BOUNDARY)
+            last = stop
+    if not pieces:
         return text
-    return _SCRIPT_BOUNDARY.sub(INDEX_BOUNDARY, text)
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def stored_text(indexed: str) -> str:

@@ -90,3 +90,13 @@ async def test_a_stored_boundary_character_stays_in_messages_and_hits(storage):
     await session.append_message(msg("m1", text))
     assert [h["content"] for h in await session.search("a")] == [text]
     assert [h["content"] for h in await session.search("x")] == [text]
+
+
+def test_indexed_text_reads_back_exactly_for_any_mix():
+    import random
+
+    rng = random.Random(10)
+    alphabet = ["a", "Z", "1", "é", "東", "か", "한", INDEX_BOUNDARY, " ", "_", "-", "²", "\u0301"]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert stored_text(indexed_text(text)) == text, repr(text)
