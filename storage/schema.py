@@ -29,8 +29,8 @@ Table names follow the TypeScript original (``assistant_messages``,
   matches as it does); ``assistant_fts_tools`` holds, for each message with
   tool calls, its text (``content``) and the names and string inputs of its
   tool calls (``tools``), so tool calls are searchable without changing
-  that ranking (version 2; version 1 kept ``tools`` as a second column of
-  ``assistant_fts``);
+  that ranking; it is contentless (nothing reads its text back) (version 2;
+  version 1 kept ``tools`` as a second column of ``assistant_fts``);
 * porter indexes are given text split where CJK meets other letters or
   digits (``storage.fts.indexed_text``, version 2);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
@@ -172,7 +172,9 @@ CREATE VIRTUAL TABLE assistant_fts USING fts5(
     id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content,
     tokenize = 'porter unicode61'
 );
-CREATE VIRTUAL TABLE assistant_fts_tools USING fts5(content, tools, tokenize = 'porter unicode61');
+CREATE VIRTUAL TABLE assistant_fts_tools USING fts5(
+    content, tools, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);
 """
 
 
