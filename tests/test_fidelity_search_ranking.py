@@ -133,3 +133,27 @@ async def test_long_queries_split_between_text_and_tool_calls_match_once(storage
     await session.append_message(text_msg("short", " ".join(words[:-2]), {"arg": words[-1]}))
     assert [h["id"] for h in await session.search(" ".join(words))] == ["text", "split"]
     assert [h["id"] for h in await session.search(" ".join(words[:-1]))] == ["split", "text"]
+
+
+async def test_every_way_of_removing_messages_removes_their_tool_index_rows(storage):
+    manager = SessionManager.create(storage)
+    a, b = (await manager.create("a"))["id"], (await manager.create("b"))["id"]
+    for sid in (a, b):
+        await manager.append_all(sid, [text_msg("m1", "x", {"path": "one.md"}), text_msg("m2", "", {"path": "two.md"}),
+                                       text_msg("m3", "y", {"path": "three.md"})])
+
+    def tool_rows():
+        return storage.scalar("SELECT count(*) FROM assistant_fts_tools")
+
+    assert tool_rows() == 6
+    await manager.delete(a)
+    assert tool_rows() == 3
+    session = await manager.get_session(b)
+    await session.delete_messages(["m1"])
+    assert tool_rows() == 2
+    await session.update_message(text_msg("m2", "now text", {"path": "moved.md"}))
+    assert [h["id"] for h in await session.search("moved.md")] == ["m2"]
+    assert await session.search("two.md") == []
+    assert tool_rows() == 2
+    await session.clear_messages()
+    assert tool_rows() == 0
