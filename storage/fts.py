@@ -310,12 +310,11 @@ def _tool_matches_sql(
     """
     tools_table = f"{table}{TOOLS_SUFFIX}"
     rank = "1.0 / (1.0 - rank)"  # bm25 ranks are negative: (0, 1), in the same order
+    head = f"SELECT rowid, {rank} AS rank FROM {tools_table} WHERE {tools_table} MATCH ?"
     if len(porter) == 1:
-        head = f"SELECT rowid, {rank} AS rank FROM {tools_table} WHERE {tools_table} MATCH ?"
         params = [f"({porter[0]}) NOT content : ({porter[0]})"]
         conditions: list[str] = []
     else:
-        head = f"SELECT rowid, {rank} AS rank FROM {tools_table} WHERE {tools_table} MATCH ?"
         params = [porter[0], *porter[1:], *porter]
         conditions = [f"+rowid IN (SELECT rowid FROM {tools_table}(?))"] * (len(porter) - 1)
         text_match = f"SELECT rowid FROM {table} WHERE {table} MATCH ?" + "".join(
