@@ -748,10 +748,15 @@ class Session:
             _check_str(to_id, "to_id"),
         )
         self._history_changed()
-        return compaction_record(row)
+        return compaction_record(row, iso=True)
 
     async def get_compactions(self) -> list[dict[str, str]]:
-        """Every compaction record of this session, oldest first (ties in insertion order)."""
+        """Every compaction record of this session, oldest first (ties in insertion order).
+
+        ``createdAt`` is SQLite text, ``YYYY-MM-DD HH:MM:SS.SSS`` UTC (as the
+        original's, with milliseconds); :meth:`add_compaction` gives the same
+        instant as ISO-8601.
+        """
         return compaction_records(self._messages)
 
     async def compact(self) -> CompactResult | None:

@@ -10,8 +10,8 @@ Pure functions (no storage, no I/O) used by :class:`actors.session.Session`:
   skipping rows that are not valid messages (docs/behaviours.md §2);
   :func:`parse_path` reads a whole path fetched as one JSON array.
 * :func:`search_text` -- what ``assistant_fts.content`` indexes: the ``text``
-  parts joined by one space (docs/behaviours.md §2). :func:`tool_search_text` -- what the
-  ``tools`` column indexes: each tool part's name and every string inside
+  parts joined by one space (docs/behaviours.md §2). :func:`tool_search_text` -- what
+  ``assistant_fts_tools.tools`` indexes: each tool part's name and every string inside
   its ``input`` (our addition, so a search for a file a tool read finds the
   message; search results still show only :func:`search_text`).
 * :func:`apply_overlays` -- compaction overlays on read (docs/behaviours.md §8, branch-local:
@@ -305,12 +305,18 @@ def apply_overlays(messages: list[Message], compactions: list[CompactionRow]) ->
     return result
 
 
-def compaction_record(row: CompactionRow) -> dict[str, str]:
-    """A compaction row with the spec's keys: ``{id, summary, fromMessageId, toMessageId, createdAt}``."""
+def compaction_record(row: CompactionRow, *, iso: bool = False) -> dict[str, str]:
+    """A compaction row with the spec's keys: ``{id, summary, fromMessageId, toMessageId, createdAt}``.
+
+    ``createdAt`` is the stored SQLite text, ``YYYY-MM-DD HH:MM:SS.SSS`` UTC
+    (what the original's ``getCompactions()`` reads back, with milliseconds),
+    or with ``iso`` JavaScript ``Date`` text, ``YYYY-MM-DDTHH:MM:SS.SSSZ``
+    (what its ``addCompaction()`` returns).
+    """
     return {
         "id": row.id,
         "summary": row.summary,
         "fromMessageId": row.from_message_id,
         "toMessageId": row.to_message_id,
-        "createdAt": to_iso8601(row.created_at),
+        "createdAt": to_iso8601(row.created_at) if iso else row.created_at,
     }

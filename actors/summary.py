@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tokens import estimate_string_tokens, js_stringify, message_parts
+from .tokens import estimate_string_tokens, js_number, js_stringify, message_parts
 
 _SECTIONS = (
     "## Topic\n[What the conversation is about]\n\n"
@@ -135,8 +135,8 @@ def _js_string(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
-        return str(int(value))
+    if isinstance(value, (int, float)):
+        return js_number(value)
     return str(value)
 
 

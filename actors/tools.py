@@ -204,30 +204,57 @@ def _js_type(value: Any) -> str:
 
 
 def _problems(validator: Draft7Validator, args: Any) -> list[tuple[str, str]]:
-    """``[(field path, message)]`` in zod's wording, sorted by path."""
-    found: set[tuple[str, str]] = set()
+    """``[(field path, message)]`` as zod 4 reports them: one per field, in the schema's order.
+
+    An ``enum`` field is checked as zod's ``z.enum`` (a one-value enum as
+    ``z.literal``): missing or of any other type, it names its options
+    (``Invalid option: expected one of "a"|"b"``, ``Invalid input: expected
+    "a"``). Any other field reports its type (``Invalid input: expected
+    string, received undefined``).
+    """
+    found: dict[tuple[str, ...], str] = {}
     for error in validator.iter_errors(args):
-        path = ".".join(str(p) for p in error.absolute_path)
+        path = tuple(str(p) for p in error.absolute_path)
         if error.validator == "required" and isinstance(error.instance, Mapping):
             props = error.schema.get("properties", {})
             for name in error.validator_value:
                 if name not in error.instance:
-                    expected = props.get(name, {}).get("type", "value")
-                    where = f"{path}.{name}" if path else name
-                    found.add((where, f"Invalid input: expected {expected}, received undefined"))
-        elif error.validator == "enum":
-            options = "|".join(f'"{v}"' for v in error.validator_value)
-            found.add((path, f"Invalid option: expected one of {options}"))
-        elif error.validator == "type":
-            found.add((path, f"Invalid input: expected {error.validator_value}, received {_js_type(error.instance)}"))
+                    found[(*path, name)] = _zod_message(props.get(name, {}), _UNDEFINED)
+        elif error.validator in ("enum", "type"):
+            found[path] = _zod_message(error.schema, error.instance)
         else:
-            found.add((path, error.message))
-    # One problem per field, as zod reports: a wrong type hides the enum check.
-    by_path: dict[str, str] = {}
-    for path, message in sorted(found):
-        if path not in by_path or message.startswith("Invalid input: expected"):
-            by_path[path] = message
-    return sorted(by_path.items())
+            found.setdefault(path, error.message)
+    ordered = sorted(found.items(), key=lambda item: _schema_order(validator.schema, item[0]))
+    return [(".".join(path), message) for path, message in ordered]
+
+
+_UNDEFINED = object()
+
+
+def _zod_message(schema: Mapping[str, Any], value: Any) -> str:
+    """zod's message for ``value`` (or :data:`_UNDEFINED`) failing the property ``schema``."""
+    if "enum" in schema:
+        options = list(schema["enum"])
+        if len(options) == 1:
+            return f"Invalid input: expected {_zod_literal(options[0])}"
+        return "Invalid option: expected one of " + "|".join(_zod_literal(v) for v in options)
+    received = "undefined" if value is _UNDEFINED else _js_type(value)
+    return f"Invalid input: expected {schema.get('type', 'value')}, received {received}"
+
+
+def _zod_literal(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else _js_type(value) if value is None else str(value)
+
+
+def _schema_order(schema: Mapping[str, Any], path: tuple[str, ...]) -> tuple[int, ...]:
+    """Where ``path`` comes in the schema's property order (zod checks properties in that order)."""
+    order: list[int] = []
+    for name in path:
+        props = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+        names = list(props)
+        order.append(names.index(name) if name in props else len(names))
+        schema = props.get(name, {})
+    return tuple(order)
 
 
 # -- the Tool record -----------------------------------------------------------

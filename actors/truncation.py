@@ -29,7 +29,7 @@ from typing import Any, TypedDict
 
 from storage.errors import InvalidInputError, InvalidMessageError
 
-from .tokens import js_stringify
+from .tokens import MAX_SAFE_INTEGER, js_stringify
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def _measure(value: Any) -> str:
     """
     if isinstance(value, str):
         return value
-    if value is None or isinstance(value, (bool, int)):  # fast paths for common scalars
+    if value is None or isinstance(value, bool) or (type(value) is int and abs(value) <= MAX_SAFE_INTEGER):
         return "null" if value is None else "true" if value is True else "false" if value is False else str(value)
     try:
         return _compact_json(value)
@@ -116,8 +116,9 @@ def _json_problem(exc: BaseException) -> str:
     return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
-# A float JSON writes differently from JavaScript ("1.0", "1e+16") may be in the text.
-_PYTHON_FLOAT = re.compile(r"[0-9]\.0(?![0-9])|[0-9]e[+-]?[0-9]")
+# A number JSON writes differently from JavaScript ("1.0", "1e+16", "1e-07", an
+# integer beyond 2**53, which has 16 digits or more) may be in the text.
+_PYTHON_FLOAT = re.compile(r"[0-9]\.0(?![0-9])|[0-9]e[+-]?[0-9]|[0-9]{16}")
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -129,8 +130,7 @@ def _compact_json(value: Any) -> str:
         text = _ENCODER.encode(value)
     except TypeError:
         return js_stringify(value)  # e.g. a Mapping that is not a dict
-    maybe_float = ".0" in text or "e+" in text or "e-" in text  # cheap filter before the regex
-    return js_stringify(value) if maybe_float and _PYTHON_FLOAT.search(text) else text
+    return js_stringify(value) if _PYTHON_FLOAT.search(text) else text
 
 
 def _measured_length(value: Any) -> int:

@@ -23,7 +23,12 @@ For each session size it times, as medians in milliseconds:
   every append (docs/performance.md);
 * a batch of 1,000 messages stored with ``append_messages`` (one
   transaction, one broadcast) against 1,000 ``append_message`` calls, both
-  with a broadcaster, as a real agent has.
+  with a broadcaster, as a real agent has;
+* what indexing costs by kind of text: ``append_message`` of the usual
+  (ASCII) messages, of messages whose words are glued to CJK text (split
+  for the porter index by ``storage.fts.indexed_text``) and of messages
+  with a tool call (indexed a second time with their tool calls), and
+  ``indexed_text`` alone.
 
 Messages are ~20-word chunks of the tau-bench airline chats when
 ``/work/shared/data/chat/tau-bench/gpt-4o-airline.json`` exists, generated
@@ -205,7 +210,7 @@ def raw_recent(con, max_bytes: int) -> list:
 
 
 def raw_search_same_sql(con, query: str, limit: int = 20) -> list:
-    hits, params = fts.matching_rowids_sql(fts.parse_query(query), sql.FTS_TABLE)
+    hits, params = fts.matching_rowids_sql(fts.parse_query(query), sql.FTS_TABLE, tools=True)
     best = con.execute(sql._TOP_HITS.format(hits=hits), (*params, limit)).fetchall()
     seqs = "[" + ",".join(str(s) for s, _ in best) + "]"
     return con.execute(sql._HIT_ROWS, ("", seqs)).fetchall()
@@ -339,12 +344,46 @@ async def bench_search(storage: SqlStorage, session: Session, reads: int) -> Non
     print(f"\nsearch over {storage.scalar('SELECT count(*) FROM assistant_messages'):,} messages (limit 20)")
     for query in SEARCH_QUERIES:
         parsed = fts.parse_query(query)
-        hits, params = fts.matching_rowids_sql(parsed, sql.FTS_TABLE)
+        hits, params = fts.matching_rowids_sql(parsed, sql.FTS_TABLE, tools=True)
         matches = storage.scalar(f"SELECT count(*) FROM ({hits})", *params)
         ours = await time_async(lambda: session.search(query), reads)
         same = time_calls(lambda: raw_search_same_sql(con, query), reads)
         plain = time_calls(lambda: raw_search_plain(con, query), reads)
         row(f"search({query!r}) {matches:,} matches", ours, same, f"plain FTS ORDER BY rank {plain:.3f} ms")
+
+
+def glued_to_cjk(m: dict) -> dict:
+    """``m`` with CJK text glued to every other word (``重跑gen-itgc后`` style)."""
+    words = m["parts"][0]["text"].split()
+    text = " ".join(f"重跑{w}后" if i % 2 else w for i, w in enumerate(words))
+    return {**m, "parts": [{"type": "text", "text": text}]}
+
+
+def with_tool_call(m: dict) -> dict:
+    words = m["parts"][0]["text"].split()
+    call = {"type": "tool-get_reservation_details", "toolName": "get_reservation_details", "toolCallId": m["id"],
+            "state": "output-available", "input": {"reservation_id": words[0], "note": " ".join(words[:8])},
+            "output": "ok"}
+    return {**m, "parts": [*m["parts"], call]}
+
+
+async def bench_index_text(storage: SqlStorage, make: Messages, appends: int) -> None:
+    """append_message by kind of indexed text, in one run; then ``indexed_text`` alone."""
+    print(f"\nindexing cost by kind of text ({appends} appends each, same file)")
+    session = Session.create(storage)
+    counter = iter(range(10**9, 2 * 10**9))
+    plain = await time_async(lambda: session.append_message(make(next(counter))), appends)
+    glued = await time_async(lambda: session.append_message(glued_to_cjk(make(next(counter)))), appends)
+    tool = await time_async(lambda: session.append_message(with_tool_call(make(next(counter)))), appends)
+    print(f"  {'append_message, ASCII text':<44} {plain:9.3f} ms")
+    print(f"  {'append_message, words glued to CJK':<44} {glued:9.3f} ms  (x{glued / plain:.2f})")
+    print(f"  {'append_message, text + a tool call':<44} {tool:9.3f} ms  (x{tool / plain:.2f})")
+    ascii_text = make(1)["parts"][0]["text"]
+    cjk_text = glued_to_cjk(make(1))["parts"][0]["text"]
+    per_call = 1000
+    for name, text in (("ASCII", ascii_text), ("words glued to CJK", cjk_text)):
+        took = time_calls(lambda: [fts.indexed_text(text) for _ in range(per_call)], 11) / per_call
+        print(f"  {f'indexed_text(), {name} ({len(text)} chars)':<44} {took * 1000:9.3f} us")
 
 
 async def main() -> None:
@@ -365,6 +404,7 @@ async def main() -> None:
                 largest[0].close()
             largest = (storage, session)
         await bench_search(*largest, reads=args.reads)
+        await bench_index_text(largest[0], make, args.appends)
         largest[0].close()
 
 

@@ -170,8 +170,9 @@ class Field:
         wire: the name on the wire (``parentId``, ``ids``, ``q``).
         param: the :class:`Param` it fills.
         absent: when the request lacks it (a query value ``""`` counts as
-            absent): :data:`REQUIRED` -> 400 ``error``, :data:`OMIT` -> not
-            passed, :data:`DEFAULT` -> the parameter's default, else this value.
+            absent, except for a required one, which passes ``""``):
+            :data:`REQUIRED` -> 400 ``error``, :data:`OMIT` -> not passed,
+            :data:`DEFAULT` -> the parameter's default, else this value.
         error: the class of the 400 for a missing or mismatched value.
         check: the server refuses a value whose JSON type is not the schema's
             (``parentId must be a string or null, not int``).

@@ -22,6 +22,21 @@ the ``search_context`` tool through :class:`AgentSearchProvider`,
 The porter index is ``<table>`` and the trigram index ``<table>_cjk``; both
 use the owning row's integer key as their rowid. Only text that contains
 CJK characters is put in the trigram index (:func:`has_cjk`).
+
+Text reaches a porter index through :func:`indexed_text`, which splits it
+where CJK characters meet other letters or digits (``重跑gen-itgc后``
+becomes ``重跑 gen-itgc 后`` to the tokenizer), so a word glued to Chinese or
+Japanese text is found (``unicode61`` would make ``重跑gen`` one token).
+The split is an invisible separator (:data:`INDEX_BOUNDARY`) that
+:func:`stored_text` removes exactly, so a hit's text reads as written.
+
+Messages have a third index, ``<table>_tools`` (columns ``content`` and
+``tools``), holding the text *and* the tool calls of messages that have
+tool calls; ``<table>`` itself holds the text of messages that have text,
+and nothing else, as the original's does. FTS5's bm25 counts a row's
+length over all its columns, so text matches (ranked in ``<table>``) rank
+exactly as in the original; messages that need their tool calls to match
+come after them (see :func:`matching_rowids_sql`).
 """
 
 from __future__ import annotations
@@ -85,6 +100,53 @@ def has_cjk(text: str) -> bool:
 def _has_token_char(text: str) -> bool:
     # unicode61 keeps letters, numbers and private-use characters as token characters.
     return any(unicodedata.category(ch)[0] in "LN" or unicodedata.category(ch) == "Co" for ch in text)
+
+
+#: Suffix of a porter index's twin holding text and tool calls of messages with tool calls.
+TOOLS_SUFFIX = "_tools"
+
+#: Put between CJK and other letters or digits in text given to a porter index
+#: (U+2063 INVISIBLE SEPARATOR: a separator to ``unicode61``). A boundary
+#: character already in the text is doubled, so :func:`stored_text` is exact.
+INDEX_BOUNDARY = "\u2063"
+
+_CJK_RUN = re.compile(_CJK_CHAR.pattern + "+")
+_STORED_BOUNDARY = re.compile(f"{INDEX_BOUNDARY}({INDEX_BOUNDARY}?)")
+
+
+def indexed_text(text: str) -> str:
+    """``text`` as given to a porter index: split where CJK meets other letters or digits.
+
+    ASCII text comes back unchanged without a scan (the usual case); other
+    text costs a C-speed scan, and text holding CJK a step per run of CJK
+    characters. Reversed exactly by :func:`stored_text`.
+    """
+    if text.isascii():
+        return text
+    if INDEX_BOUNDARY in text:
+        text = text.replace(INDEX_BOUNDARY, INDEX_BOUNDARY * 2)
+    pieces: list[str] = []
+    last, end = 0, len(text)
+    for run in _CJK_RUN.finditer(text):
+        start, stop = run.span()
+        # A run is maximal, so its neighbours are not CJK; isalnum() is unicode61's letters and digits.
+        if start and text[start - 1].isalnum():
+            pieces += (text[last:start], INDEX_BOUNDARY)
+            last = start
+        if stop < end and text[stop].isalnum():
+            pieces += (text[last:stop], INDEX_BOUNDARY)
+            last = stop
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def stored_text(indexed: str) -> str:
+    """The text :func:`indexed_text` was given (a hit's ``content`` as written)."""
+    if INDEX_BOUNDARY not in indexed:
+        return indexed
+    return _STORED_BOUNDARY.sub(r"\1", indexed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +231,23 @@ def _match_chunks(terms: tuple[Term, ...] | list[Term]) -> list[str]:
     return [" ".join(t.fts_string for t in terms[i : i + size]) for i in range(0, len(terms), size)]
 
 
-def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]:
+def matching_rowids_sql(query: ParsedQuery, table: str, *, tools: bool = False) -> tuple[str, list[str]]:
     """SQL selecting ``(rowid, rank)`` of the rows of ``table`` matching every term.
 
     ``table`` is the porter FTS5 table; CJK terms are checked against
     ``<table>_cjk``: those of at least :data:`TRIGRAM_MIN_CHARS` characters
     by trigram ``MATCH``, shorter ones by substring search. ``rank`` is
-    FTS5's bm25 rank (lower is better) of the first :data:`MATCH_CHUNK_TERMS`
-    porter terms, else of the first long CJK terms, else ``0``. ``table``
-    must be a trusted identifier (a constant of this package), never user text.
+    FTS5's bm25 rank (lower is better; always negative) of the first
+    :data:`MATCH_CHUNK_TERMS` porter terms, else of the first long CJK
+    terms, else ``0``. ``table`` must be a trusted identifier (a constant of
+    this package), never user text.
+
+    With ``tools`` (messages), a row also matches when its text and tool
+    calls together hold every porter term (``<table>_tools``); such rows
+    are not text matches and come after all of them, with a rank in
+    ``(0, 1)`` that orders them by their bm25 in ``<table>_tools``. Text
+    matches keep ``<table>``'s own bm25, so tool calls never change their
+    order. (The CJK index already holds text and tool calls together.)
 
     Any number of terms works: the first chunk of terms drives the query and
     each further chunk is one ``+rowid IN (... MATCH ?)`` condition, which
@@ -197,23 +267,62 @@ def matching_rowids_sql(query: ParsedQuery, table: str) -> tuple[str, list[str]]
     params: list[str] = []
     if porter:
         head = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ?"
-        params.append(porter.pop(0))
+        params.append(porter[0])
     elif trigram:
         head = f"SELECT rowid, rank FROM {cjk_table} WHERE {cjk_table} MATCH ?"
         params.append(trigram.pop(0))
     else:
         head = f"SELECT rowid, 0 AS rank FROM {cjk_table} WHERE 1"
-    conditions = [f"+rowid IN (SELECT rowid FROM {table}(?))"] * len(porter)
-    conditions += [f"+rowid IN (SELECT rowid FROM {cjk_table}(?))"] * len(trigram)
-    params += porter + trigram
+    conditions = [f"+rowid IN (SELECT rowid FROM {table}(?))"] * (len(porter) - 1 if porter else 0)
+    params += porter[1:]
+    cjk_conditions, cjk_params = _cjk_conditions(cjk_table, trigram, short_cjk)
+    sql = head + "".join(f" AND {c}" for c in conditions + cjk_conditions)
+    params += cjk_params
+    if tools and porter:
+        tool_sql, tool_params = _tool_matches_sql(table, porter, cjk_conditions, cjk_params)
+        sql = f"{sql} UNION ALL {tool_sql}"
+        params += tool_params
+    return sql, params
+
+
+def _cjk_conditions(cjk_table: str, trigram: list[str], short_cjk: list[str]) -> tuple[list[str], list[str]]:
+    """Conditions (and their parameters) requiring the CJK terms in ``cjk_table``."""
+    conditions = [f"+rowid IN (SELECT rowid FROM {cjk_table}(?))"] * len(trigram)
+    params = list(trigram)
     if short_cjk:
         conditions.append(
             f"+rowid IN (SELECT c.rowid FROM {cjk_table} AS c WHERE NOT EXISTS "
             "(SELECT 1 FROM json_each(?) AS t WHERE instr(c.content, t.value) = 0))"
         )
         params.append(json.dumps(short_cjk, ensure_ascii=False))
-    sql = head + "".join(f" AND {c}" for c in conditions)
-    return sql, params
+    return conditions, params
+
+
+def _tool_matches_sql(
+    table: str, porter: list[str], cjk_conditions: list[str], cjk_params: list[str]
+) -> tuple[str, list[str]]:
+    """``(rowid, rank)`` of rows of ``<table>_tools`` matching every term that are not text matches.
+
+    A row of ``<table>_tools`` holds a message's text (``content``) as
+    ``<table>`` does, so "every porter term is in ``content``" is exactly
+    "a text match": for one chunk of terms that is excluded inside the FTS5
+    query (``(terms) NOT content : (terms)``), for more by rowid.
+    """
+    tools_table = f"{table}{TOOLS_SUFFIX}"
+    rank = "1.0 / (1.0 - rank)"  # bm25 ranks are negative: (0, 1), in the same order
+    head = f"SELECT rowid, {rank} AS rank FROM {tools_table} WHERE {tools_table} MATCH ?"
+    if len(porter) == 1:
+        params = [f"({porter[0]}) NOT content : ({porter[0]})"]
+        conditions: list[str] = []
+    else:
+        params = [porter[0], *porter[1:], *porter]
+        conditions = [f"+rowid IN (SELECT rowid FROM {tools_table}(?))"] * (len(porter) - 1)
+        text_match = f"SELECT rowid FROM {table} WHERE {table} MATCH ?" + "".join(
+            f" AND +rowid IN (SELECT rowid FROM {table}(?))" for _ in porter[1:]
+        )
+        conditions.append(f"+rowid NOT IN ({text_match})")
+    sql = head + "".join(f" AND {c}" for c in conditions + cjk_conditions)
+    return sql, params + cjk_params
 
 
 def index_rows(
@@ -222,44 +331,53 @@ def index_rows(
     text: str,
     *,
     extra: dict[str, str] | None = None,
-    indexed: dict[str, str] | None = None,
+    tools: str | None = None,
 ) -> list[tuple[str, tuple]]:
-    """Statements that put ``text`` under ``rowid`` in ``table`` (and its CJK twin).
+    """Statements that put ``text`` under ``rowid`` in ``table`` (and its twins).
 
     Args:
         table: porter FTS5 table (trusted identifier).
         rowid: the owning row's integer key.
-        text: the text to index in the ``content`` column.
+        text: the text to index in the ``content`` column (``""``: no row).
         extra: other (UNINDEXED) columns of ``table`` and their values.
-        indexed: other *indexed* columns of ``table`` and their text (e.g.
-            ``assistant_fts.tools``); a MATCH finds a row through any of
-            them. Their text also goes to the CJK twin (after ``text``).
+        tools: for tables with a ``<table>_tools`` twin (messages): the
+            names and inputs of the message's tool calls; when not ``""``
+            the twin gets a row with ``text`` and ``tools``.
 
-    Nothing is indexed when ``text`` and every ``indexed`` value are ``""``.
+    Porter rows get :func:`indexed_text`; the CJK twin gets ``text`` (and
+    ``tools`` after it) unchanged, when it holds CJK characters. Nothing is
+    indexed when ``text`` and ``tools`` are both ``""``.
 
     Returns:
         ``[(sql, params), ...]`` to run in the caller's transaction.
     """
-    searchable = [text, *(indexed or {}).values()]
-    if not any(searchable):
-        return []
-    cols = dict(extra or {})
-    cols["content"] = text
-    cols.update(indexed or {})
-    names = ", ".join(cols)
-    marks = ", ".join("?" for _ in cols)
-    stmts: list[tuple[str, tuple]] = [
-        (f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (rowid, *cols.values()))
-    ]
-    twin = "\n".join(t for t in searchable if t)
+    stmts: list[tuple[str, tuple]] = []
+    if text:
+        cols = dict(extra or {})
+        cols["content"] = indexed_text(text)
+        names = ", ".join(cols)
+        marks = ", ".join("?" for _ in cols)
+        stmts.append((f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (rowid, *cols.values())))
+    if tools:
+        stmts.append((
+            f"INSERT INTO {table}{TOOLS_SUFFIX} (rowid, content, tools) VALUES (?, ?, ?)",
+            (rowid, indexed_text(text), indexed_text(tools)),
+        ))
+    twin = "\n".join(t for t in (text, tools) if t)
     if has_cjk(twin):
         stmts.append((f"INSERT INTO {table}_cjk (rowid, content) VALUES (?, ?)", (rowid, twin)))
     return stmts
 
 
-def unindex_rows(table: str, rowid: int) -> list[tuple[str, tuple]]:
-    """Statements removing ``rowid`` from ``table`` and its CJK twin (no-op when absent)."""
-    return [
+def unindex_rows(table: str, rowid: int, *, tools: bool = False) -> list[tuple[str, tuple]]:
+    """Statements removing ``rowid`` from ``table`` and its twins (no-op when absent).
+
+    ``tools``: ``table`` has a ``<table>_tools`` twin (messages).
+    """
+    stmts = [
         (f"DELETE FROM {table} WHERE rowid = ?", (rowid,)),
         (f"DELETE FROM {table}_cjk WHERE rowid = ?", (rowid,)),
     ]
+    if tools:
+        stmts.append((f"DELETE FROM {table}{TOOLS_SUFFIX} WHERE rowid = ?", (rowid,)))
+    return stmts

@@ -8,8 +8,8 @@ transaction), so a failed write leaves nothing behind.
 
 Tables (``storage/schema.py``): ``assistant_messages`` keyed
 ``(session_id, id)`` with the integer ``seq`` as insertion order;
-``assistant_compactions``; ``assistant_fts`` (+ ``assistant_fts_cjk``) whose
-rowid is the message's ``seq``; ``assistant_config`` holding the row
+``assistant_compactions``; ``assistant_fts`` (+ ``assistant_fts_cjk``,
+``assistant_fts_tools``, see ``storage/fts.py``) whose rowid is the message's ``seq``; ``assistant_config`` holding the row
 ``(session_id, 'active_leaf', <message id>)``.
 
 Invariants the queries rely on:
@@ -96,9 +96,10 @@ class SearchRow:
 class NewMessage:
     """A message ready to store, as :meth:`MessageStore.append_chain` takes it.
 
-    ``content`` is the stored JSON, ``text`` and ``tools`` the text indexed
-    in the ``content`` and ``tools`` search columns (both ``""``: no search
-    row), ``tokens`` the message's estimated tokens (summed into ``path_tokens``).
+    ``content`` is the stored JSON, ``text`` the text indexed in
+    ``assistant_fts`` (``""``: no row there), ``tools`` the tool calls
+    indexed with the text in ``assistant_fts_tools`` (``""``: no row there),
+    ``tokens`` the message's estimated tokens (summed into ``path_tokens``).
     """
 
     id: str
@@ -309,11 +310,12 @@ SELECT h.rowid, h.rank FROM ({hits}) AS h CROSS JOIN assistant_messages AS m ON 
 WHERE m.session_id = ? ORDER BY h.rank, h.rowid LIMIT ?
 """
 # ``+m.session_id``: a filter on the few rows named, never a reason to walk a session index.
+# A message found through its tool calls alone has no text row: its content is ''.
 _HIT_ROWS = """
-SELECT m.seq, m.id, m.role, f.content, m.created_at
+SELECT m.seq, m.id, m.role, coalesce(f.content, ''), m.created_at
 FROM json_each(?2) AS j
 CROSS JOIN assistant_messages AS m ON m.seq = j.value
-CROSS JOIN assistant_fts AS f ON f.rowid = m.seq
+LEFT JOIN assistant_fts AS f ON f.rowid = m.seq
 WHERE +m.session_id = ?1
 """
 
@@ -561,7 +563,7 @@ class MessageStore:
         Raises:
             SearchQueryError: SQLite failed (never returned as an empty list).
         """
-        hits, params = fts.matching_rowids_sql(query, FTS_TABLE)
+        hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
         con = self.storage.connection
         try:
             best = con.execute(_TOP_HITS.format(hits=hits), (*params, limit)).fetchall()
@@ -578,8 +580,10 @@ class MessageStore:
         if not seqs:
             return []
         found = {
-            row[0]: SearchRow(*row[1:])
-            for row in self._rows(_HIT_ROWS, "[" + ",".join(map(str, seqs)) + "]")
+            seq: SearchRow(message_id, role, fts.stored_text(content), created_at)
+            for seq, message_id, role, content, created_at in self._rows(
+                _HIT_ROWS, "[" + ",".join(map(str, seqs)) + "]"
+            )
         }
         return [found[s] for s in seqs if s in found]
 
@@ -606,8 +610,9 @@ class MessageStore:
                 any other id not stored in this session -> a root.
             text: the text to index (``content`` column).
             tokens: the message's estimated tokens (summed into ``path_tokens``).
-            tools: tool names and inputs to index (``tools`` column). With
-                ``text`` and ``tools`` both ``""`` nothing is indexed.
+            tools: tool names and inputs to index (``assistant_fts_tools``,
+                with ``text``). With ``text`` and ``tools`` both ``""``
+                nothing is indexed.
 
         Returns:
             ``(inserted, parent)``: ``(True, <the parent used>)``, or
@@ -628,7 +633,7 @@ class MessageStore:
 
     def _index(self, seq: int, message_id: str, role: str, text: str, tools: str) -> None:
         extra = {"id": message_id, "session_id": self.session_id, "role": role}
-        self._run(fts.index_rows(FTS_TABLE, seq, text, extra=extra, indexed={"tools": tools}))
+        self._run(fts.index_rows(FTS_TABLE, seq, text, extra=extra, tools=tools))
 
     def append_chain(
         self, messages: Sequence[NewMessage], parent_id: str | None | _LatestLeaf
@@ -690,7 +695,7 @@ class MessageStore:
             place = places.place(seq, m.id, parent, _utf8_length(m.content), m.tokens)
             rows.append((seq, self.session_id, m.id, parent, parent_seq, m.role, m.content, *place))
             extra = {"id": m.id, "session_id": self.session_id, "role": m.role}
-            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, extra=extra, indexed={"tools": m.tools}):
+            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, extra=extra, tools=m.tools):
                 search_rows[sql].append(params)
             results.append((True, parent))
             taken.add(m.id)
@@ -742,7 +747,7 @@ class MessageStore:
             byte_delta, token_delta = _utf8_length(content) - old[0], tokens - old[1]
             if byte_delta or token_delta:
                 self._rows(_SHIFT_PATH_TOTALS, message_id, byte_delta, token_delta)
-            self._run(fts.unindex_rows(FTS_TABLE, seq))
+            self._run(fts.unindex_rows(FTS_TABLE, seq, tools=True))
             self._index(seq, message_id, role, text, tools)
             return True
 
@@ -767,7 +772,7 @@ class MessageStore:
                 moved.extend(child for (child,) in self._rows(_CHILD_IDS, message_id))
                 self._rows(_REPARENT, message_id, parent, parent_seq)
                 self.storage.connection.execute(_DELETE, (seq,))
-                self._run(fts.unindex_rows(FTS_TABLE, seq))
+                self._run(fts.unindex_rows(FTS_TABLE, seq, tools=True))
                 deleted.append(message_id)
             gone = set(deleted)
             self._recompute_places([child for child in moved if child not in gone])
@@ -791,7 +796,7 @@ class MessageStore:
         with self.storage.transaction():
             seqs = [row[0] for row in self._rows(_SESSION_SEQS)]
             for seq in seqs:
-                self._run(fts.unindex_rows(FTS_TABLE, seq))
+                self._run(fts.unindex_rows(FTS_TABLE, seq, tools=True))
             self._rows(_CLEAR_MESSAGES)
             self._rows(_CLEAR_COMPACTIONS)
             delete_config(self.storage, self.session_id, ACTIVE_LEAF_KEY)

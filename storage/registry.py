@@ -73,6 +73,7 @@ WHERE id = ? RETURNING {_COLUMNS}
 _DELETE_SESSION_ROWS = (
     f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
     f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
+    f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
     "DELETE FROM assistant_messages WHERE session_id = ?",
     "DELETE FROM assistant_compactions WHERE session_id = ?",
     "DELETE FROM assistant_config WHERE session_id = ?",
@@ -90,12 +91,13 @@ SELECT h.rowid FROM ({hits}) AS h CROSS JOIN assistant_messages AS m ON m.seq = 
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
 ORDER BY h.rank, h.rowid LIMIT ?
 """
-# The hits among the seqs of the JSON list ?1 that are messages of registered sessions.
+# The hits among the seqs of the JSON list ?1 that are messages of registered sessions
+# (content '' for a message found through its tool calls alone).
 _HIT_ROWS = """
-SELECT m.seq, m.id, m.role, f.content, m.created_at, m.session_id
+SELECT m.seq, m.id, m.role, coalesce(f.content, ''), m.created_at, m.session_id
 FROM json_each(?1) AS j
 CROSS JOIN assistant_messages AS m ON m.seq = j.value
-CROSS JOIN assistant_fts AS f ON f.rowid = m.seq
+LEFT JOIN assistant_fts AS f ON f.rowid = m.seq
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
 """
 _HIT_NAMES = ("id", "role", "content", "created_at", "session_id")
@@ -219,7 +221,7 @@ def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> 
     Raises:
         SearchQueryError: SQLite failed (never returned as an empty list).
     """
-    hits, params = fts.matching_rowids_sql(query, FTS_TABLE)
+    hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
     try:
         best = [seq for (seq,) in storage.exec(_TOP_HITS.format(hits=hits), *params, limit)]
         rows = _hit_rows(storage, best)
@@ -236,4 +238,6 @@ def _hit_rows(storage: SqlStorage, seqs: list[int]) -> list[dict[str, str]]:
     if not seqs:
         return []
     found = {row[0]: dict(zip(_HIT_NAMES, row[1:])) for row in storage.exec(_HIT_ROWS, json.dumps(seqs))}
+    for hit in found.values():
+        hit["content"] = fts.stored_text(hit["content"])
     return [found[seq] for seq in seqs if seq in found]

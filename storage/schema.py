@@ -24,8 +24,15 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   an ancestor; ``NULL`` on a root) so "is X on the path to Y" takes
   O(log depth) row reads; ``parent_seq`` is the parent's ``seq`` (kept
   with ``parent_id``), so a path is walked by rowid lookups;
-* ``assistant_fts`` indexes a message's text parts (``content``) and, in a
-  second column, the names and string inputs of its tool calls (``tools``);
+* ``assistant_fts`` indexes a message's text parts (``content``), one row
+  per message with text, exactly as the original's (so bm25 ranks text
+  matches as it does); ``assistant_fts_tools`` holds, for each message with
+  tool calls, its text (``content``) and the names and string inputs of its
+  tool calls (``tools``), so tool calls are searchable without changing
+  that ranking; it is contentless (nothing reads its text back) (version 2;
+  version 1 kept ``tools`` as a second column of ``assistant_fts``);
+* porter indexes are given text split where CJK meets other letters or
+  digits (``storage.fts.indexed_text``, version 2);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
   ``YYYY-MM-DD HH:MM:SS.SSS``;
 * ``assistant_sessions.updated_seq`` numbers the writes that set
@@ -42,6 +49,17 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Union
+
+import apsw
+
+from .fts import indexed_text
+
+#: One step of the ladder: SQL text, or a function given the connection
+#: (inside the migration's transaction) when SQL alone cannot do the step.
+Migration = Union[str, Callable[[apsw.Connection], None]]
 
 NOW_MS = "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"
 
@@ -148,8 +166,64 @@ CREATE TABLE _cf_alarm (
 );
 """
 
-#: The ladder. Index i holds the SQL that moves a file from version i to i+1.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2_TABLES = """
+ALTER TABLE assistant_fts RENAME TO assistant_fts_v1;
+CREATE VIRTUAL TABLE assistant_fts USING fts5(
+    id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content,
+    tokenize = 'porter unicode61'
+);
+CREATE VIRTUAL TABLE assistant_fts_tools USING fts5(
+    content, tools, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);
+"""
+
+
+def _v2(con: apsw.Connection) -> None:
+    """Version 2: tool calls in their own index; porter text split at CJK boundaries.
+
+    ``assistant_fts`` is rebuilt with the original's columns, holding only
+    rows with text; rows with tool calls are copied (text and tools) into
+    ``assistant_fts_tools``; every porter row, search entries included, is
+    re-indexed through :func:`storage.fts.indexed_text`. Rowids are kept.
+    Costs one pass over the full-text rows (a 100,000-message file: about
+    a second, once).
+    """
+    con.execute(_V2_TABLES)
+    reader = con.cursor()
+    con.executemany(
+        "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, ?, ?, ?)",
+        (
+            (rowid, message_id, session_id, role, indexed_text(text))
+            for rowid, message_id, session_id, role, text in reader.execute(
+                "SELECT rowid, id, session_id, role, content FROM assistant_fts_v1 WHERE content != ''"
+            )
+        ),
+    )
+    con.executemany(
+        "INSERT INTO assistant_fts_tools (rowid, content, tools) VALUES (?, ?, ?)",
+        (
+            (rowid, indexed_text(text), indexed_text(tools))
+            for rowid, text, tools in reader.execute(
+                "SELECT rowid, content, tools FROM assistant_fts_v1 WHERE tools != ''"
+            )
+        ),
+    )
+    con.execute("DROP TABLE assistant_fts_v1")
+    entries = [
+        (rowid, label, key, indexed_text(text))
+        for rowid, label, key, text in reader.execute("SELECT rowid, label, key, content FROM cf_agents_search_fts")
+        if indexed_text(text) != text
+    ]
+    for rowid, label, key, text in entries:
+        con.execute("DELETE FROM cf_agents_search_fts WHERE rowid = ?", (rowid,))
+        con.execute(
+            "INSERT INTO cf_agents_search_fts (rowid, label, key, content) VALUES (?, ?, ?, ?)",
+            (rowid, label, key, text),
+        )
+
+
+#: The ladder. Index i holds the step that moves a file from version i to i+1.
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)

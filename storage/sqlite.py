@@ -22,7 +22,7 @@ import apsw
 import apsw.bestpractice
 
 from .errors import SchemaTooNewError, StorageClosedError
-from .schema import MIGRATIONS
+from .schema import MIGRATIONS, Migration
 
 Durability = Literal["normal", "full"]
 
@@ -61,7 +61,7 @@ class SqlStorage:
         path: str | os.PathLike[str],
         *,
         durability: Durability = "normal",
-        migrations: Sequence[str] = MIGRATIONS,
+        migrations: Sequence[Migration] = MIGRATIONS,
         template: str | os.PathLike[str] | None = None,
     ) -> SqlStorage:
         """Open (creating if needed) the SQLite file at ``path`` and migrate it.
@@ -241,8 +241,12 @@ def _commit_hook(callback: Callable[[], object]) -> Callable[[], bool]:
     return hook
 
 
-def _migrate(con: apsw.Connection, path: str, migrations: Sequence[str]) -> None:
-    """Climb the ``user_version`` ladder in one transaction (or refuse a newer file)."""
+def _migrate(con: apsw.Connection, path: str, migrations: Sequence[Migration]) -> None:
+    """Climb the ``user_version`` ladder in one transaction (or refuse a newer file).
+
+    A step is SQL text, or a callable given the connection (inside the
+    transaction) for steps SQL alone cannot do.
+    """
     known = len(migrations)
     found = int(con.pragma("user_version"))
     if found > known:
@@ -253,11 +257,14 @@ def _migrate(con: apsw.Connection, path: str, migrations: Sequence[str]) -> None
         # Re-read inside the write transaction: another process may have migrated.
         found = int(con.pragma("user_version"))
         for step in migrations[found:]:
-            con.execute(step)
+            if callable(step):
+                step(con)  # a step that needs Python (e.g. re-indexing text)
+            else:
+                con.execute(step)
         con.pragma("user_version", known)
 
 
-def _seed_from_template(template: str, path: str, migrations: Sequence[str], durability: Durability) -> None:
+def _seed_from_template(template: str, path: str, migrations: Sequence[Migration], durability: Durability) -> None:
     """Create ``path`` as a byte copy of ``template`` (built first when missing)."""
     if not os.path.exists(template):
         _write_template(template, migrations)
@@ -275,7 +282,7 @@ def _seed_from_template(template: str, path: str, migrations: Sequence[str], dur
         _fsync_path(os.path.dirname(path) or ".")
 
 
-def _write_template(template: str, migrations: Sequence[str]) -> None:
+def _write_template(template: str, migrations: Sequence[Migration]) -> None:
     """Build a fully migrated, checkpointed database file at ``template``."""
     Path(template).parent.mkdir(parents=True, exist_ok=True)
     partial = f"{template}.{os.getpid()}.tmp"

@@ -227,6 +227,8 @@ def _field_value(method: ApiMethod, field: Field, call: Call) -> Any:
             value = call.int_arg(field.wire, schema.get("minimum", 0), schema.get("maximum", 10_000))
         else:
             value = call.text_arg(field.wire)
+            if value is None and field.absent is REQUIRED and field.wire in call.query:
+                value = ""  # present but blank (``?q=``): the actor judges it (a blank search finds nothing)
     else:
         found = call.object()
         if field.wire in found:  # null included: the actor judges it

@@ -41,7 +41,8 @@ async def test_add_compaction_returns_the_stored_record(session):
     assert uuid.UUID(record["id"]).version == 4
     assert (record["summary"], record["fromMessageId"], record["toMessageId"]) == ("Summary of m2..m4", "m2", "m4")
     assert ISO_MS.match(record["createdAt"])
-    assert await session.get_compactions() == [record]
+    # Read back as SQLite text (session-behaviours §8), the same instant.
+    assert await session.get_compactions() == [{**record, "createdAt": record["createdAt"][:-1].replace("T", " ")}]
 
 
 async def test_overlay_replaces_the_range_with_one_assistant_message(session):

@@ -258,8 +258,8 @@ async def test_ai_sdk_schema_is_draft_07_with_const_for_single_enums(tools):
     ({"label": "memory", "content": "x", "action": "merge"},
      'Error: invalid arguments for set_context: action: Invalid option: expected one of "replace"|"append"'),
     ({"label": 5, "content": None},
-     "Error: invalid arguments for set_context: content: Invalid input: expected string, received null; "
-     "label: Invalid input: expected string, received number"),
+     'Error: invalid arguments for set_context: label: Invalid option: expected one of "memory"|"notes"|"skills"|"knowledge"; '
+     "content: Invalid input: expected string, received null"),
     ({"label": "skills", "content": "x", "metadata": {"title": 7}},
      "Error: invalid arguments for set_context: metadata.title: Invalid input: expected string, received number"),
     ("memory", "Error: invalid arguments for set_context: Invalid input: expected object, received string"),
@@ -381,7 +381,7 @@ async def test_non_skill_and_non_search_labels_are_refused_by_the_handlers(tools
     assert await tools["search_context"].handler({"label": "memory", "query": "x"}) == \
         'Error: "memory" is not searchable. Searchable blocks: knowledge'
     assert await tools["load_context"].execute({"label": "memory", "key": "x"}) == \
-        'Error: invalid arguments for load_context: label: Invalid option: expected one of "skills"'
+        'Error: invalid arguments for load_context: label: Invalid input: expected "skills"'
 
 
 async def test_unload_context_results(session, tools):

@@ -405,13 +405,13 @@ def test_a_search_of_twenty_thousand_words_answers_within_half_a_second(http, se
 
 
 @pytest.mark.parametrize("body, result", [
-    (b"", 'Error: invalid arguments for set_context: content: Invalid input: expected string, received undefined; '
-          'label: Invalid input: expected string, received undefined'),
+    (b"", 'Error: invalid arguments for set_context: label: Invalid input: expected "memory"; '
+          'content: Invalid input: expected string, received undefined'),
     (b"[1, 2]", "Error: invalid arguments for set_context: Invalid input: expected object, received array"),
     (b'{"label": "memory", "content": "x", "action": "explode"}',
      'Error: invalid arguments for set_context: action: Invalid option: expected one of "replace"|"append"'),
     (b'{"label": "soul", "content": "x"}',
-     'Error: invalid arguments for set_context: label: Invalid option: expected one of "memory"'),
+     'Error: invalid arguments for set_context: label: Invalid input: expected "memory"'),
 ])
 def test_bad_tool_arguments_come_back_as_the_tool_result(http, body, result):
     response = http.post("/v1/sessions/tools/tools/set_context", content=body,

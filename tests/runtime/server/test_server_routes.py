@@ -289,7 +289,7 @@ async def test_tools_routes(client):
     assert (await call(client, "POST", f"{S}/tools/set_context", args))[:2] == (
         200, {"result": "Written to memory. Usage: 0% (3/1100 tokens)"})
     assert (await call(client, "POST", f"{S}/tools/set_context", {"label": "soul", "content": "x"}))[1] == {
-        "result": 'Error: invalid arguments for set_context: label: Invalid option: expected one of "memory"'}
+        "result": 'Error: invalid arguments for set_context: label: Invalid input: expected "memory"'}
     assert (await call(client, "POST", f"{S}/tools/load_context", {}))[:2] == (
         404, error("NotFoundError", "no tool named 'load_context'"))
 
