@@ -14,7 +14,10 @@ each offence as ``path:line``. The rules:
   (``storage.connection``, apsw connection methods such as
   ``set_commit_hook``) and run no query on a storage (``storage.sql``,
   ``.exec``, ``.scalar``) -- except :meth:`actors.Agent.sql`, the public
-  pass-through of a user's own SQL (a Durable Object's ``ctx.storage.sql``).
+  pass-through of a user's own SQL (a Durable Object's ``ctx.storage.sql``);
+* inside ``runtime``, each room imports only the rooms below it
+  (docs/architecture.md): the client neither the host nor the server, the
+  host not the server, and ``runtime.wire``/``runtime.api`` none of them.
 """
 
 from __future__ import annotations
@@ -186,6 +189,39 @@ def test_package_imports_point_one_way(package):
         for path in python_files(package)
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+#: Inside runtime, the rooms of docs/architecture.md: module prefix -> prefixes it must not import.
+RUNTIME_ROOMS = {
+    "runtime.wire": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
+    "runtime.api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
+    "runtime.client": ("runtime.host", "runtime.server", "runtime.cli", "actors", "quart", "hypercorn", "apsw"),
+    "runtime.host": ("runtime.server", "runtime.client", "runtime.cli"),
+    "runtime.server": ("runtime.client", "runtime.cli"),
+}
+
+
+def module_imports(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+    """``(dotted module, node)`` of every absolute import in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node
+
+
+@pytest.mark.parametrize("room", sorted(RUNTIME_ROOMS))
+def test_runtime_rooms_import_down_only(room):
+    folder = ROOT / Path(*room.split("."))
+    paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+    offenders = [
+        f"{where(path, node)}: import {name}"
+        for path in paths
+        for name, node in module_imports(parse(path))
+        if any(name == banned or name.startswith(banned + ".") for banned in RUNTIME_ROOMS[room])
+    ]
+    assert not offenders, f"{room} imports a room it must not:\n" + "\n".join(offenders)
 
 
 @pytest.mark.parametrize("package", SQL_FREE)
