@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# The throwaway Postgres server and its per-test databases (see tests/_postgres.py).
+from _postgres import pg_conn, pg_dsn, pg_empty_dsn, pg_server  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Fixtures copied into the repository (always present).

@@ -1,0 +1,26 @@
+"""Postgres storage: the spec's Postgres providers on its migration SQL (psycopg 3, run under trio).
+
+* :func:`create_schema` -- the spec's tables plus our columns and indexes
+  (:mod:`storage.postgres.schema`);
+* :class:`PostgresSessionProvider` -- one session's message tree, with the
+  semantics of the SQLite :class:`storage.messages.MessageStore`
+  (:mod:`storage.postgres.messages`);
+* :class:`PostgresContextProvider`, :class:`PostgresSearchProvider` --
+  context blocks and searchable entries (:mod:`storage.postgres.context`).
+
+Connections and how calls run under trio: :mod:`storage.postgres.connection`.
+Errors: :mod:`storage.postgres.errors`.
+"""
+
+from .errors import PostgresError, PostgresInputError, PostgresUnavailableError
+from .messages import PostgresSessionProvider
+from .schema import SCHEMA_VERSION, create_schema
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PostgresError",
+    "PostgresInputError",
+    "PostgresSessionProvider",
+    "PostgresUnavailableError",
+    "create_schema",
+]
