@@ -40,8 +40,9 @@ closed unmerged). The two ways left were measured on a local server
 import trio (DESIGN.md); under trio anyio dispatches to trio's threads.
 
 Cancellation: a call whose task is cancelled still runs to its end in the
-worker (``abandon_on_cancel=False``), so its transaction commits or rolls
-back as a whole; the cancellation is delivered after.
+worker (``abandon_on_cancel=False``) and returns its result, so its
+transaction commits or rolls back as a whole; the cancellation takes
+effect at the task's next checkpoint.
 
 Several tasks sharing one connection are serialised per connection (a
 ``threading.Lock`` held for the whole call), since one connection carries

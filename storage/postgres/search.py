@@ -18,8 +18,10 @@ bound parameter, never as ``tsquery`` text). How a term matches a row:
 Terms are sent as ``text[]`` arrays, :data:`TERMS_PER_CONDITION` to one
 condition, so a query of any length is a handful of conditions (a single
 ``tsquery`` of thousands of terms would nest too deep). Rank: ``ts_rank``
-of the first chunk of terms (higher is better), ``0`` for a query of CJK
-terms only; callers order by rank, then insertion order.
+of the first chunk of terms, divided by ``1 + log(length)`` so that, as
+with FTS5's bm25, a shorter text with the same matches ranks higher
+(higher is better); ``0`` for a query of CJK terms only. Callers order by
+rank, then insertion order.
 
 A term whose words Postgres' parser drops entirely (no lexeme) is ignored
 rather than required.
@@ -79,7 +81,7 @@ def match(query: ParsedQuery) -> Match:
         tsquery = _TSQUERY.format(name=name)
         where.append(f"search_tsv @@ {tsquery}")
         if i == 0:
-            rank = f"ts_rank(search_tsv, {tsquery})"
+            rank = f"ts_rank(search_tsv, {tsquery}, 1)"
     cjk = [_like_pattern(t.text) for t in query.cjk_terms]
     if cjk:
         where.append("cjk_content <> ''")
