@@ -13,6 +13,8 @@ from .sqlite import SqlStorage
 
 #: Names served lazily from :mod:`storage.postgres`.
 _POSTGRES_EXPORTS = (
+    "PostgresContextProvider",
+    "PostgresSearchProvider",
     "PostgresSessionProvider",
 )
 

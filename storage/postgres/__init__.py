@@ -12,14 +12,17 @@ Connections and how calls run under trio: :mod:`storage.postgres.connection`.
 Errors: :mod:`storage.postgres.errors`.
 """
 
+from .context import PostgresContextProvider, PostgresSearchProvider
 from .errors import PostgresError, PostgresInputError, PostgresUnavailableError
 from .messages import PostgresSessionProvider
 from .schema import SCHEMA_VERSION, create_schema
 
 __all__ = [
     "SCHEMA_VERSION",
+    "PostgresContextProvider",
     "PostgresError",
     "PostgresInputError",
+    "PostgresSearchProvider",
     "PostgresSessionProvider",
     "PostgresUnavailableError",
     "create_schema",
