@@ -108,33 +108,35 @@ _DROP_ACTIVE_LEAF = f"DELETE FROM assistant_config WHERE session_id = %(s)s AND 
 # The path from %(leaf)s up to its root; depth 0 is the leaf. Each step needs an older parent.
 # Each step is a LATERAL primary-key lookup (LIMIT 1 keeps it from being flattened into a
 # join): a plain join lets the planner hash the whole session at every step when
-# statistics are missing or stale (O(n^2): 14 s for a 10,000-message path).
-_PATH = """
-WITH RECURSIVE path (seq, parent_id, depth) AS (
-    SELECT seq, parent_id, 0 FROM assistant_messages WHERE session_id = %(s)s AND id = %(leaf)s
+# statistics are missing or stale (O(n^2): 14 s for a 10,000-message path). The walk
+# carries the columns a read needs (``{columns}``), so no second lookup per row.
+_WALK = """
+WITH RECURSIVE path (seq, parent_id, depth, {names}) AS (
+    SELECT seq, parent_id, 0, {columns} FROM assistant_messages WHERE session_id = %(s)s AND id = %(leaf)s
     UNION ALL
-    SELECT m.seq, m.parent_id, p.depth + 1 FROM path AS p
-    CROSS JOIN LATERAL (SELECT seq, parent_id FROM assistant_messages
+    SELECT m.seq, m.parent_id, p.depth + 1, {m_names} FROM path AS p
+    CROSS JOIN LATERAL (SELECT seq, parent_id, {columns} FROM assistant_messages
                         WHERE session_id = %(s)s AND id = p.parent_id AND seq < p.seq LIMIT 1) AS m
 )
 """
-_PATH_ROWS = _PATH + """
-SELECT m.id, m.role, m.content, octet_length(m.content) AS bytes, m.tokens
-FROM path JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
-"""
-_PATH_STATS = _PATH + """
-SELECT m.id, m.role, octet_length(m.content) AS bytes, m.tokens
-FROM path JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
-"""
-_PLACE = _PATH + """
-SELECT count(*) AS depth, coalesce(sum(octet_length(m.content)), 0) AS bytes
-FROM path JOIN assistant_messages AS m ON m.seq = path.seq
-"""
-_PATH_JSON = _PATH + f""",
-rows AS (SELECT path.depth, m.content FROM path JOIN assistant_messages AS m ON m.seq = path.seq)
-SELECT (SELECT count(*) FROM rows) AS n,
-       CASE WHEN (SELECT coalesce(sum(octet_length(content) + 1), 0) FROM rows) <= {PATH_JSON_MAX_BYTES}
-            THEN (SELECT '[' || coalesce(string_agg(content, ',' ORDER BY depth), '') || ']' FROM rows)
+_COLUMNS = {"id": "id", "role": "role", "content": "content", "tokens": "tokens", "bytes": "octet_length(content)"}
+
+
+def _walk(*names: str) -> str:
+    return _WALK.format(
+        names=", ".join(names),
+        columns=", ".join(f"{_COLUMNS[n]} AS {n}" for n in names),
+        m_names=", ".join(f"m.{n}" for n in names),
+    )
+
+
+_PATH_ROWS = _walk("content") + "SELECT content FROM path ORDER BY depth DESC"
+_PATH_STATS = _walk("id", "role", "bytes", "tokens") + "SELECT id, role, bytes, tokens FROM path ORDER BY depth DESC"
+_PLACE = _walk("bytes") + "SELECT count(*) AS depth, coalesce(sum(bytes), 0) AS bytes FROM path"
+_PATH_JSON = _walk("content") + f"""
+SELECT (SELECT count(*) FROM path) AS n,
+       CASE WHEN (SELECT coalesce(sum(octet_length(content) + 1), 0) FROM path) <= {PATH_JSON_MAX_BYTES}
+            THEN (SELECT '[' || coalesce(string_agg(content, ',' ORDER BY depth), '') || ']' FROM path)
        END AS text
 """
 # The newest rows of the path that fit: the leaf, then each parent while the window has
