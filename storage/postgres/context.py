@@ -25,7 +25,7 @@ from typing import Any
 from ..fts import parse_query
 from .connection import Operation, Query, runner_for
 from .errors import PostgresInputError
-from .messages import NOW_MS
+from .message_sql import NOW_MS
 from .search import match
 from .values import MAX_VALUE_BYTES, check_text
 

@@ -41,7 +41,9 @@ What it does not mirror from ``MessageStore``: ``storage`` (a shared SQLite
 transaction other writes can join; here each call is its own transaction),
 ``token_places`` and ``ancestor_at_depth`` (the SQLite file's jump
 pointers; :meth:`~PostgresSessionProvider.path_tokens` walks the path
-instead). Added: :meth:`~PostgresSessionProvider.count`.
+instead). Added: :meth:`~PostgresSessionProvider.count` and the spec's
+:meth:`~PostgresSessionProvider.search_messages` (user text in, hits
+``{id, role, content, createdAt}`` out).
 """
 
 from __future__ import annotations
@@ -50,8 +52,18 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
-from ..fts import ParsedQuery
-from ..messages import LATEST_LEAF, OVERLAY_PREFIX, CompactionRow, NewMessage, PathTokens, SearchRow, _LatestLeaf
+from ..fts import ParsedQuery, parse_query
+from ..messages import (
+    LATEST_LEAF,
+    OVERLAY_PREFIX,
+    CompactionRow,
+    NewMessage,
+    PathTokens,
+    SearchRow,
+    _LatestLeaf,
+    to_iso8601,
+)
+from . import message_sql as sql
 from .connection import Many, Operation, Query, runner_for
 from .errors import PostgresInputError
 from .search import match
@@ -65,150 +77,6 @@ from .values import (
     check_text,
     search_text,
 )
-
-#: ``assistant_config.key`` of the persisted active leaf (as in the SQLite file).
-ACTIVE_LEAF_KEY = "active_leaf"
-#: Paths whose JSON exceeds this many bytes are not read as one array (see ``path_json``).
-PATH_JSON_MAX_BYTES = 500_000_000
-
-#: Millisecond "now" of an insert; ``created_at`` as the SQLite store's text.
-NOW_MS = "date_trunc('milliseconds', clock_timestamp())"
-
-
-def _stamp(column: str) -> str:
-    return f"to_char(coalesce({column}, 'epoch') AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS')"
-
-
-# -- SQL ---------------------------------------------------------------------------------
-
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext('durable_sessions.messages'), hashtext(%(s)s))"
-_GET = "SELECT content FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s"
-_COUNT = "SELECT count(*) AS n FROM assistant_messages WHERE session_id = %(s)s"
-
-# A scalar subquery, not NOT EXISTS: the planner cannot turn it into a hash anti-join over
-# the whole session (which it picks when statistics are missing); it probes the child index.
-_CHILDLESS = """(SELECT 1 FROM assistant_messages AS k
-                 WHERE k.session_id = %(s)s AND k.parent_id = m.id LIMIT 1) IS NULL"""
-_ACTIVE_LEAF = f"""
-SELECT m.id FROM assistant_config AS c
-JOIN assistant_messages AS m ON m.session_id = c.session_id AND m.id = c.value
-WHERE c.session_id = %(s)s AND c.key = '{ACTIVE_LEAF_KEY}' AND {_CHILDLESS}
-"""
-_NEWEST_LEAF = f"""
-SELECT m.id FROM assistant_messages AS m WHERE m.session_id = %(s)s AND {_CHILDLESS}
-ORDER BY m.created_at DESC, m.seq DESC LIMIT 1
-"""
-_LATEST_LEAF = f"SELECT coalesce(({_ACTIVE_LEAF}), ({_NEWEST_LEAF})) AS id"
-_SET_ACTIVE_LEAF = f"""
-INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, '{ACTIVE_LEAF_KEY}', %(leaf)s)
-ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
-"""
-_DROP_ACTIVE_LEAF = f"DELETE FROM assistant_config WHERE session_id = %(s)s AND key = '{ACTIVE_LEAF_KEY}'"
-
-# The path from %(leaf)s up to its root; depth 0 is the leaf. Each step needs an older parent.
-# Each step is a LATERAL primary-key lookup (LIMIT 1 keeps it from being flattened into a
-# join): a plain join lets the planner hash the whole session at every step when
-# statistics are missing or stale (O(n^2): 14 s for a 10,000-message path). The walk
-# carries the columns a read needs (``{columns}``), so no second lookup per row.
-_WALK = """
-WITH RECURSIVE path (seq, parent_id, depth, {names}) AS (
-    SELECT seq, parent_id, 0, {columns} FROM assistant_messages WHERE session_id = %(s)s AND id = %(leaf)s
-    UNION ALL
-    SELECT m.seq, m.parent_id, p.depth + 1, {m_names} FROM path AS p
-    CROSS JOIN LATERAL (SELECT seq, parent_id, {columns} FROM assistant_messages
-                        WHERE session_id = %(s)s AND id = p.parent_id AND seq < p.seq LIMIT 1) AS m
-)
-"""
-_COLUMNS = {"id": "id", "role": "role", "content": "content", "tokens": "tokens", "bytes": "octet_length(content)"}
-
-
-def _walk(*names: str) -> str:
-    return _WALK.format(
-        names=", ".join(names),
-        columns=", ".join(f"{_COLUMNS[n]} AS {n}" for n in names),
-        m_names=", ".join(f"m.{n}" for n in names),
-    )
-
-
-_PATH_ROWS = _walk("content") + "SELECT content FROM path ORDER BY depth DESC"
-_PATH_STATS = _walk("id", "role", "bytes", "tokens") + "SELECT id, role, bytes, tokens FROM path ORDER BY depth DESC"
-_PLACE = _walk("bytes") + "SELECT count(*) AS depth, coalesce(sum(bytes), 0) AS bytes FROM path"
-_PATH_JSON = _walk("content") + f"""
-SELECT (SELECT count(*) FROM path) AS n,
-       CASE WHEN (SELECT coalesce(sum(octet_length(content) + 1), 0) FROM path) <= {PATH_JSON_MAX_BYTES}
-            THEN (SELECT '[' || coalesce(string_agg(content, ',' ORDER BY depth), '') || ']' FROM path)
-       END AS text
-"""
-# The newest rows of the path that fit: the leaf, then each parent while the window has
-# fewer than %(min_rows)s rows or the parent still fits %(max_bytes)s.
-_WINDOW = """
-WITH RECURSIVE w (seq, parent_id, used, n) AS (
-    SELECT seq, parent_id, octet_length(content)::bigint, 1 FROM assistant_messages
-    WHERE session_id = %(s)s AND id = %(leaf)s
-    UNION ALL
-    SELECT m.seq, m.parent_id, w.used + m.bytes, w.n + 1 FROM w
-    CROSS JOIN LATERAL (SELECT seq, parent_id, octet_length(content) AS bytes FROM assistant_messages
-                        WHERE session_id = %(s)s AND id = w.parent_id AND seq < w.seq LIMIT 1) AS m
-    WHERE w.n < %(min_rows)s OR w.used + m.bytes <= %(max_bytes)s
-)
-SELECT w.parent_id, m.content FROM w JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
-"""
-_CHILDREN = """
-SELECT content FROM assistant_messages WHERE session_id = %(s)s AND parent_id = %(id)s ORDER BY created_at, seq
-"""
-
-_INSERT = f"""
-INSERT INTO assistant_messages
-    (session_id, id, parent_id, role, content, text_content, tools_content, tokens, created_at)
-VALUES (%(s)s, %(id)s, %(parent)s, %(role)s, %(content)s, %(text)s, %(tools)s, %(tokens)s, {NOW_MS})
-"""
-_APPEND = f"""
-WITH new AS ({_INSERT} ON CONFLICT (session_id, id) DO NOTHING RETURNING id),
-leaf AS (
-    INSERT INTO assistant_config (session_id, key, value) SELECT %(s)s, '{ACTIVE_LEAF_KEY}', id FROM new
-    ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
-)
-SELECT id FROM new
-"""
-_STORED_IDS = "SELECT id FROM assistant_messages WHERE session_id = %(s)s AND id = ANY(%(ids)s::text[])"
-_UPDATE = """
-UPDATE assistant_messages SET role = %(role)s, content = %(content)s, text_content = %(text)s,
-    tools_content = %(tools)s, tokens = %(tokens)s
-WHERE session_id = %(s)s AND id = %(id)s RETURNING seq
-"""
-# Delete one message and hand its children to its parent, in one statement.
-_DELETE = """
-WITH gone AS (
-    DELETE FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s RETURNING parent_id
-), moved AS (
-    UPDATE assistant_messages SET parent_id = (SELECT parent_id FROM gone)
-    WHERE session_id = %(s)s AND parent_id = %(id)s AND EXISTS (SELECT 1 FROM gone)
-)
-SELECT count(*) AS n FROM gone
-"""
-_CLEAR = f"""
-WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(s)s),
-compactions AS (DELETE FROM assistant_compactions WHERE session_id = %(s)s)
-{_DROP_ACTIVE_LEAF}
-"""
-
-_COMPACTION_COLUMNS = f"seq, id, summary, from_message_id, to_message_id, {_stamp('created_at')} AS created_text"
-_ADD_COMPACTION = f"""
-INSERT INTO assistant_compactions (id, session_id, summary, from_message_id, to_message_id, created_at)
-VALUES (%(id)s, %(s)s, %(summary)s, %(from)s, %(to)s, {NOW_MS})
-RETURNING {_COMPACTION_COLUMNS}
-"""
-_COMPACTIONS = f"""
-SELECT {_COMPACTION_COLUMNS} FROM assistant_compactions WHERE session_id = %(s)s ORDER BY created_at, seq
-"""
-_COMPACTION_END = "SELECT to_message_id FROM assistant_compactions WHERE session_id = %(s)s AND id = %(id)s"
-
-_SEARCH = f"""
-SELECT id, role, text_content, {_stamp('created_at')} AS created_text
-FROM assistant_messages WHERE session_id = %(s)s AND {{where}}
-ORDER BY {{rank}} DESC, seq LIMIT %(limit)s
-"""
-
 
 def _compaction(row: dict[str, Any]) -> CompactionRow:
     return CompactionRow(
@@ -273,7 +141,7 @@ class PostgresSessionProvider:
 
     async def get(self, message_id: str) -> str | None:
         """The stored JSON of ``message_id``, or ``None``."""
-        return await self._read(self._one(_GET, id=check_text(message_id, "message_id")))
+        return await self._read(self._one(sql.GET, id=check_text(message_id, "message_id")))
 
     async def exists(self, message_id: str) -> bool:
         """``True`` when ``message_id`` is stored in this session."""
@@ -281,15 +149,15 @@ class PostgresSessionProvider:
 
     async def count(self) -> int:
         """Number of messages stored in this session."""
-        return int(await self._read(self._one(_COUNT)))
+        return int(await self._read(self._one(sql.COUNT)))
 
     async def latest_leaf(self) -> str | None:
         """Id of the latest leaf: the active leaf, else the newest childless message; ``None`` if empty."""
-        return await self._read(self._one(_LATEST_LEAF))
+        return await self._read(self._one(sql.LATEST_LEAF))
 
     async def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
-        rows = await self._read(self._rows(_PATH_ROWS, leaf=check_text(leaf_id, "leaf_id")))
+        rows = await self._read(self._rows(sql.PATH_ROWS, leaf=check_text(leaf_id, "leaf_id")))
         return [row["content"] for row in rows]
 
     async def path_json(self, leaf_id: str) -> tuple[str, int] | None:
@@ -299,14 +167,14 @@ class PostgresSessionProvider:
         not one JSON value makes the text fail to parse into ``count``
         values, and the caller reads :meth:`path_contents` instead).
         ``("[]", 0)`` for an unknown leaf; ``None`` when the path's JSON
-        exceeds :data:`PATH_JSON_MAX_BYTES`.
+        exceeds :data:`~storage.postgres.message_sql.PATH_JSON_MAX_BYTES`.
         """
-        [row] = await self._read(self._rows(_PATH_JSON, leaf=check_text(leaf_id, "leaf_id")))
+        [row] = await self._read(self._rows(sql.PATH_JSON, leaf=check_text(leaf_id, "leaf_id")))
         return None if row["text"] is None else (row["text"], row["n"])
 
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
-        rows = await self._read(self._rows(_PATH_STATS, leaf=check_text(leaf_id, "leaf_id")))
+        rows = await self._read(self._rows(sql.PATH_STATS, leaf=check_text(leaf_id, "leaf_id")))
         return [(row["id"], row["role"], row["bytes"]) for row in rows]
 
     async def path_ids(self, leaf_id: str) -> list[str]:
@@ -315,7 +183,7 @@ class PostgresSessionProvider:
 
     async def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)``: its path's row count and JSON bytes; ``None`` if not stored."""
-        [row] = await self._read(self._rows(_PLACE, leaf=check_text(message_id, "message_id")))
+        [row] = await self._read(self._rows(sql.PLACE, leaf=check_text(message_id, "message_id")))
         return None if row["depth"] == 0 else (row["depth"], int(row["bytes"]))
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
@@ -334,16 +202,17 @@ class PostgresSessionProvider:
             "max_bytes": check_number(max_bytes, "max_bytes"),
             "min_rows": check_int(min_rows, "min_rows"),
         }
-        rows = await self._read(self._rows(_WINDOW, **params))
+        rows = await self._read(self._rows(sql.WINDOW, **params))
         return [row["content"] for row in rows], bool(rows) and rows[0]["parent_id"] is not None
 
     async def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
-        return [row["content"] for row in await self._read(self._rows(_CHILDREN, id=check_text(message_id, "message_id")))]
+        rows = await self._read(self._rows(sql.CHILDREN, id=check_text(message_id, "message_id")))
+        return [row["content"] for row in rows]
 
     async def compactions(self) -> list[CompactionRow]:
         """Every compaction row of the session, oldest first (``created_at``, then ``seq``)."""
-        return [_compaction(row) for row in await self._read(self._rows(_COMPACTIONS))]
+        return [_compaction(row) for row in await self._read(self._rows(sql.COMPACTIONS))]
 
     async def path_tokens(self, leaf_id: str) -> PathTokens | None:
         """Token total of the path root -> ``leaf_id`` and the overlays that apply on it.
@@ -358,8 +227,8 @@ class PostgresSessionProvider:
         leaf_id = check_text(leaf_id, "leaf_id")
 
         def op() -> Operation[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-            path = yield self._q(_PATH_STATS, leaf=leaf_id)
-            compactions = (yield self._q(_COMPACTIONS)) if path else []
+            path = yield self._q(sql.PATH_STATS, leaf=leaf_id)
+            compactions = (yield self._q(sql.COMPACTIONS)) if path else []
             return path, compactions
 
         path, rows = await self._read(op())
@@ -380,24 +249,47 @@ class PostgresSessionProvider:
                 f"query must be a parsed query (storage.fts.parse_query), not {type(query).__name__}", field="query"
             )
         found = match(query)
-        sql = _SEARCH.format(where=found.where, rank=found.rank)
-        rows = await self._read(self._rows(sql, limit=check_int(limit, "limit"), **found.params))
+        statement = sql.SEARCH.format(where=found.where, rank=found.rank)
+        rows = await self._read(self._rows(statement, limit=check_int(limit, "limit"), **found.params))
         return [SearchRow(row["id"], row["role"], row["text_content"], row["created_text"]) for row in rows]
+
+    async def search_messages(self, query: str, limit: int = 20) -> list[dict[str, str]]:
+        """The spec's ``searchMessages``: :meth:`search` of the user text ``query``.
+
+        Returns:
+            Up to ``limit`` hits, best first, as ``{"id", "role", "content",
+            "createdAt"}`` (ISO-8601 UTC with milliseconds); ``[]`` for a
+            query with no searchable term (nothing is sent).
+
+        Raises:
+            PostgresInputError: ``query`` is not a string or ``limit`` not an int >= 0.
+        """
+        if not isinstance(query, str):
+            raise PostgresInputError(f"query must be a string, not {type(query).__name__}", field="query")
+        if check_int(limit, "limit") < 0:
+            raise PostgresInputError("limit must be >= 0", field="limit")
+        parsed = parse_query(query)
+        if parsed is None or limit == 0:
+            return []
+        return [
+            {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
+            for r in await self.search(parsed, limit)
+        ]
 
     # -- writes --------------------------------------------------------------------------
 
     def _resolve_parent(self, parent_id: str | None | _LatestLeaf) -> Operation[str | None]:
         """The parent an append under ``parent_id`` uses (see :meth:`append`)."""
         if parent_id is LATEST_LEAF:
-            return (yield from self._one(_LATEST_LEAF))
+            return (yield from self._one(sql.LATEST_LEAF))
         if parent_id is None:
             return None
-        if parent_id.startswith(OVERLAY_PREFIX) and (yield from self._one(_GET, id=parent_id)) is None:
-            end = yield from self._one(_COMPACTION_END, id=parent_id[len(OVERLAY_PREFIX) :])
+        if parent_id.startswith(OVERLAY_PREFIX) and (yield from self._one(sql.GET, id=parent_id)) is None:
+            end = yield from self._one(sql.COMPACTION_END, id=parent_id[len(OVERLAY_PREFIX) :])
             if end is None:
-                return (yield from self._one(_LATEST_LEAF))
+                return (yield from self._one(sql.LATEST_LEAF))
             parent_id = end
-        return parent_id if (yield from self._one(_GET, id=parent_id)) is not None else None
+        return parent_id if (yield from self._one(sql.GET, id=parent_id)) is not None else None
 
     def _row(self, message_id: Any, role: Any, content: Any, text: Any, tools: Any, tokens: Any) -> dict[str, Any]:
         """The checked column values of one message row (raises before anything is sent)."""
@@ -446,9 +338,9 @@ class PostgresSessionProvider:
         parent_id = self._check_parent(parent_id)
 
         def op() -> Operation[tuple[bool, str | None]]:
-            yield self._q(_LOCK)
+            yield self._q(sql.LOCK)
             parent = yield from self._resolve_parent(parent_id)
-            inserted = yield Query(_APPEND, {**row, "parent": parent})
+            inserted = yield Query(sql.APPEND, {**row, "parent": parent})
             return (True, parent) if inserted else (False, None)
 
         return await self._write(op())
@@ -493,10 +385,10 @@ class PostgresSessionProvider:
             raise PostgresInputError(f"messages[{index}]: {exc}", field=field) from None
 
     def _chain(self, rows: list[dict[str, Any]], parent_id: str | None | _LatestLeaf) -> Operation[list[tuple[bool, str | None]]]:
-        yield self._q(_LOCK)
+        yield self._q(sql.LOCK)
         parent = yield from self._resolve_parent(parent_id)
         ids = [r["id"] for r in rows if not r["id"].startswith(OVERLAY_PREFIX)]
-        taken = {r["id"] for r in (yield self._q(_STORED_IDS, ids=ids))} if ids else set()
+        taken = {r["id"] for r in (yield self._q(sql.STORED_IDS, ids=ids))} if ids else set()
         results: list[tuple[bool, str | None]] = []
         new: list[dict[str, Any]] = []
         for row in rows:
@@ -513,14 +405,14 @@ class PostgresSessionProvider:
                 taken.add(message_id)
                 parent = message_id
         if new:
-            yield Many(_INSERT, new)
-            yield self._q(_SET_ACTIVE_LEAF, leaf=new[-1]["id"])
+            yield Many(sql.INSERT, new)
+            yield self._q(sql.SET_ACTIVE_LEAF, leaf=new[-1]["id"])
         return results
 
     def _overlay_end(self, overlay_id: str, current: str | None) -> Operation[str | None]:
         """Where a chain goes on after ``overlay_id``: the last message its compaction covers, else ``current``."""
-        end = yield from self._one(_COMPACTION_END, id=overlay_id[len(OVERLAY_PREFIX) :])
-        if end is not None and (yield from self._one(_GET, id=end)) is not None:
+        end = yield from self._one(sql.COMPACTION_END, id=overlay_id[len(OVERLAY_PREFIX) :])
+        if end is not None and (yield from self._one(sql.GET, id=end)) is not None:
             return end
         return current
 
@@ -534,8 +426,8 @@ class PostgresSessionProvider:
         row = self._row(message_id, role, content, text, tools, tokens)
 
         def op() -> Operation[bool]:
-            yield self._q(_LOCK)
-            return bool((yield Query(_UPDATE, row)))
+            yield self._q(sql.LOCK)
+            return bool((yield Query(sql.UPDATE, row)))
 
         return await self._write(op())
 
@@ -554,14 +446,14 @@ class PostgresSessionProvider:
         ids = list(dict.fromkeys(check_text(i, "message_ids") for i in message_ids))
 
         def op() -> Operation[list[str]]:
-            yield self._q(_LOCK)
+            yield self._q(sql.LOCK)
             deleted = []
             for message_id in ids:
-                [row] = yield self._q(_DELETE, id=message_id)
+                [row] = yield self._q(sql.DELETE, id=message_id)
                 if row["n"]:
                     deleted.append(message_id)
-            if deleted and (yield from self._one(_ACTIVE_LEAF)) is None:
-                yield self._q(_DROP_ACTIVE_LEAF)
+            if deleted and (yield from self._one(sql.ACTIVE_LEAF)) is None:
+                yield self._q(sql.DROP_ACTIVE_LEAF)
             return deleted
 
         return await self._write(op()) if ids else []
@@ -570,8 +462,8 @@ class PostgresSessionProvider:
         """Delete every message and compaction of the session and its active leaf, in one statement."""
 
         def op() -> Operation[None]:
-            yield self._q(_LOCK)
-            yield self._q(_CLEAR)
+            yield self._q(sql.LOCK)
+            yield self._q(sql.CLEAR)
 
         await self._write(op())
 
@@ -587,7 +479,7 @@ class PostgresSessionProvider:
             "from": check_text(from_id, "from_id"),
             "to": check_text(to_id, "to_id"),
         }
-        [row] = await self._write(self._rows(_ADD_COMPACTION, **params))
+        [row] = await self._write(self._rows(sql.ADD_COMPACTION, **params))
         return _compaction(row)
 
 

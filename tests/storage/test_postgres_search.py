@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from storage.fts import parse_query
-from storage.postgres import PostgresSessionProvider
+from storage.postgres import PostgresInputError, PostgresSessionProvider
 from storage.postgres.values import SEARCH_TEXT_MAX_BYTES
 
 
@@ -170,3 +171,19 @@ async def test_search_text_is_cut_to_fit_a_tsvector(store):
     [hit] = await store.search(parse_query(words[0]), 1)
     assert len(hit.content.encode()) <= SEARCH_TEXT_MAX_BYTES and text.startswith(hit.content)
     assert await ids(store, words[-1]) == []
+
+
+async def test_search_messages_gives_the_spec_hits(store):
+    await fill(store, {"a": "where is my flight", "b": "flights are late"})
+    hits = await store.search_messages("flight", 10)
+    assert [(h["id"], h["role"], h["content"]) for h in hits] == [
+        ("b", "user", "flights are late"),  # the shorter text first
+        ("a", "user", "where is my flight"),
+    ]
+    assert all(set(h) == {"id", "role", "content", "createdAt"} for h in hits)
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", h["createdAt"]) for h in hits)
+    assert await store.search_messages("  ", 10) == [] and await store.search_messages("flight", 0) == []
+    with pytest.raises(PostgresInputError, match="query must be a string"):
+        await store.search_messages(None)
+    with pytest.raises(PostgresInputError, match="limit must be >= 0"):
+        await store.search_messages("x", -1)
