@@ -1,9 +1,10 @@
-"""Persistence for durable-sessions: one SQLite file per actor (apsw, FTS5).
+"""Persistence for durable-sessions: one SQLite file per actor (apsw, FTS5), and Postgres.
 
-Synchronous code with no trio import; knows nothing of actors or the runtime.
-The public surface is what this module re-exports. :mod:`storage.errors`
-(the project's one exception tree) and :mod:`storage.shapes` load without
-SQLite; the rest is imported on first use.
+Synchronous SQLite code with no trio import; knows nothing of actors or the
+runtime. The public surface is what this module re-exports.
+:mod:`storage.errors` (the project's one exception tree) and
+:mod:`storage.shapes` load without SQLite; the rest is imported on first
+use, so ``import storage`` loads neither apsw nor psycopg.
 """
 
 from __future__ import annotations
@@ -13,9 +14,23 @@ from typing import Any
 
 from storage.errors import SchemaTooNewError, SearchQueryError, StorageClosedError, StorageError
 
-_LAZY = {"SqlStorage": "storage.sqlite"}
+_LAZY = {
+    "SqlStorage": "storage.sqlite",
+    "PostgresContextProvider": "storage.postgres",
+    "PostgresSearchProvider": "storage.postgres",
+    "PostgresSessionProvider": "storage.postgres",
+}
 
-__all__ = ["SchemaTooNewError", "SearchQueryError", "SqlStorage", "StorageClosedError", "StorageError"]
+__all__ = [
+    "PostgresContextProvider",
+    "PostgresSearchProvider",
+    "PostgresSessionProvider",
+    "SchemaTooNewError",
+    "SearchQueryError",
+    "SqlStorage",
+    "StorageClosedError",
+    "StorageError",
+]
 
 
 def __getattr__(name: str) -> Any:

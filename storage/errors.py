@@ -21,7 +21,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     ├── StorageError                      a fault of a file or of the code        [500]
     │   ├── SchemaTooNewError                file written by a newer version       [500]
     │   ├── StorageClosedError               use after ``close()``                 [500]
-    │   └── SearchQueryError                 SQLite failed while searching         [500]
+    │   ├── SearchQueryError                 SQLite failed while searching         [500]
+    │   ├── DatabaseError                    Postgres refused or failed a statement [500]
+    │   └── StorageUnavailableError          the database cannot be reached (retryable) [503]
     ├── ActorRuntimeError                 the actor host refused or failed a call [500]
     │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
     │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
@@ -154,6 +156,27 @@ class SearchQueryError(StorageError):
     signals a fault (a damaged index, a bug), never a malformed query; it is
     raised rather than turned into an empty result (docs/deviations.md #9).
     """
+
+
+class DatabaseError(StorageError):
+    """An external database (Postgres) refused or failed a statement.
+
+    The call's transaction was rolled back: nothing of it was written. A
+    missing schema or permission, or a bug, rather than a passing fault.
+    """
+
+
+class StorageUnavailableError(StorageError):
+    """The database cannot be reached: the connection was lost mid-call, the
+    server is down or restarting, no connection was free within the timeout,
+    or the transaction lost a serialization race.
+
+    Nothing of the call was committed; a retry (once the database is back)
+    can succeed. Servers answer 503 with ``Retry-After``.
+    """
+
+    status = 503
+    retryable = True
 
 
 # -- the actor host ------------------------------------------------------------------------

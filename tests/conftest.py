@@ -8,6 +8,9 @@ import pytest
 
 from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, claude_code_log_files, missing_reason, shared_data_dir
 
+# The throwaway Postgres server and its per-test databases (tests/support/postgres.py).
+from tests.support.postgres import pg_conn, pg_dsn, pg_empty_dsn, pg_server  # noqa: F401
+
 
 @pytest.fixture
 def shared_data() -> Path:

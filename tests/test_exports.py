@@ -19,7 +19,10 @@ import pytest
 from tests.support.processes import run_fresh_python
 
 PUBLIC_SURFACE = {
-    "storage": ["SchemaTooNewError", "SearchQueryError", "SqlStorage", "StorageClosedError", "StorageError"],
+    "storage": [
+        "PostgresContextProvider", "PostgresSearchProvider", "PostgresSessionProvider", "SchemaTooNewError",
+        "SearchQueryError", "SqlStorage", "StorageClosedError", "StorageError",
+    ],
     "actors": [
         "Agent", "AgentContext", "AgentContextProvider", "AgentSearchProvider", "AlarmInfo", "BlockConfig",
         "CompactionConfig", "CompactionError", "ConflictError", "ConnectionLike", "ContextBlock", "ContextBlockError",

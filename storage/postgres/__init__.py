@@ -1,0 +1,32 @@
+"""Postgres storage: the spec's Postgres providers on its migration SQL (psycopg 3, run under trio).
+
+* :func:`create_schema` -- the spec's tables plus our columns and indexes
+  (:mod:`storage.postgres.schema`);
+* :class:`PostgresSessionProvider` -- one session's message tree, with the
+  semantics of the SQLite :class:`storage.messages.MessageStore`
+  (:mod:`storage.postgres.messages`);
+* :class:`PostgresContextProvider`, :class:`PostgresSearchProvider` --
+  context blocks and searchable entries (:mod:`storage.postgres.context`).
+
+Connections and how calls run under trio: :mod:`storage.postgres.connection`.
+Errors come from :mod:`storage.errors`: :class:`~storage.errors.InvalidInputError` for a value
+Postgres cannot hold, :class:`~storage.errors.StorageUnavailableError` (503) when it cannot be
+reached, :class:`~storage.errors.DatabaseError` when it refuses a statement.
+"""
+
+from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+
+from .context import PostgresContextProvider, PostgresSearchProvider
+from .messages import PostgresSessionProvider
+from .schema import SCHEMA_VERSION, create_schema
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "DatabaseError",
+    "InvalidInputError",
+    "PostgresContextProvider",
+    "PostgresSearchProvider",
+    "PostgresSessionProvider",
+    "StorageUnavailableError",
+    "create_schema",
+]

@@ -1,0 +1,151 @@
+"""Context blocks and searchable entries in Postgres: the spec's two context providers.
+
+* :class:`PostgresContextProvider` -- a writable block stored as one
+  ``cf_agents_context_blocks`` row keyed by ``label`` (a block's memory,
+  a cached system prompt). The async twin of ``actors.AgentContextProvider``.
+* :class:`PostgresSearchProvider` -- a searchable block over
+  ``cf_agents_search_entries``: keyed entries filed under the block label,
+  shared by every session using that label, searched with the one query
+  syntax (:mod:`storage.postgres.search`). The async twin of
+  ``actors.AgentSearchProvider``: the same ``get`` / ``search`` / ``set``
+  results.
+
+Both take ``init(label)`` from the context engine as the SQLite ones do.
+Values are checked before anything is sent
+(:mod:`storage.postgres.values`); an entry whose words overflow Postgres'
+1 MB ``tsvector`` is refused with
+:class:`~storage.errors.InvalidInputError` (``field="content"``)
+and nothing is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.errors import InvalidInputError
+
+from ..fts import parse_query
+from .connection import Operation, Query, runner_for
+from .message_sql import NOW_MS
+from .search import match
+from .values import MAX_VALUE_BYTES, check_text
+
+#: Most entries one :meth:`PostgresSearchProvider.search` returns (as the SQLite provider).
+SEARCH_LIMIT = 10
+
+_READ_BLOCK = "SELECT content FROM cf_agents_context_blocks WHERE label = %(label)s"
+_WRITE_BLOCK = f"""
+INSERT INTO cf_agents_context_blocks (label, content, updated_at) VALUES (%(label)s, %(content)s, {NOW_MS})
+ON CONFLICT (label) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at
+"""
+_COUNT_ENTRIES = "SELECT count(*) AS n FROM cf_agents_search_entries WHERE label = %(label)s"
+_UPSERT_ENTRY = f"""
+INSERT INTO cf_agents_search_entries (label, key, content, created_at, updated_at)
+VALUES (%(label)s, %(key)s, %(content)s, {NOW_MS}, {NOW_MS})
+ON CONFLICT (label, key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at
+"""
+_SEARCH_ENTRIES = """
+SELECT key, content FROM cf_agents_search_entries WHERE label = %(label)s AND {where}
+ORDER BY {rank} DESC, seq LIMIT %(limit)s
+"""
+
+
+def _rows(sql: str, params: dict[str, Any]) -> Operation[list[dict[str, Any]]]:
+    return (yield Query(sql, params))
+
+
+class PostgresContextProvider:
+    """A writable context block stored as one ``cf_agents_context_blocks`` row.
+
+    Args:
+        conn: a ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool``, or
+            an object with ``execute(query, args)``.
+        key: the row's ``label``; when ``None`` or ``""`` the block label
+            given to :meth:`init` is used (an explicit key is never replaced).
+
+    Raises (every method): ``InvalidInputError`` (a value Postgres cannot
+    store), ``StorageUnavailableError`` (connection failed; nothing written).
+    """
+
+    def __init__(self, conn: Any, key: str | None = None) -> None:
+        self.key = "" if key is None else check_text(key, "key")
+        self.conn = conn
+        self._runner = runner_for(conn)
+
+    def init(self, label: str) -> None:
+        """Use ``label`` as the row key unless a key was given."""
+        if not self.key:
+            self.key = check_text(label, "label")
+
+    async def get(self) -> str | None:
+        """The block's content, or ``None`` when no row exists."""
+        rows = await self._runner.run(_rows(_READ_BLOCK, {"label": self.key}), write=False)
+        return rows[0]["content"] if rows else None
+
+    async def set(self, content: str) -> None:
+        """Insert or replace the row (``updated_at`` = now, ms)."""
+        params = {"label": self.key, "content": check_text(content, "content", max_bytes=MAX_VALUE_BYTES)}
+        await self._runner.run(_rows(_WRITE_BLOCK, params), write=True)
+
+
+class PostgresSearchProvider:
+    """A searchable block over ``cf_agents_search_entries``, filed under the block label.
+
+    Args:
+        conn: a ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool``, or
+            an object with ``execute(query, args)``.
+
+    Raises (every method): as :class:`PostgresContextProvider`.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.label = ""
+        self.conn = conn
+        self._runner = runner_for(conn)
+
+    def init(self, label: str) -> None:
+        """File entries under ``label`` (the block's label)."""
+        self.label = check_text(label, "label")
+
+    async def get(self) -> str | None:
+        """``"<n> entries indexed."`` (also for 1), or ``None`` with no entries."""
+        rows = await self._runner.run(_rows(_COUNT_ENTRIES, {"label": self.label}), write=False)
+        count = rows[0]["n"]
+        return f"{count} entries indexed." if count else None
+
+    async def search(self, query: str) -> str | None:
+        """Best :data:`SEARCH_LIMIT` matches as ``[<key>]\\n<content>`` joined by a blank line, or ``None``.
+
+        ``query`` follows :func:`storage.fts.parse_query` (NUL characters and
+        lone surrogates separate words); a query with no searchable term
+        gives ``None`` without querying.
+        """
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string, not {type(query).__name__}", field="query")
+        parsed = parse_query(query)
+        if parsed is None:
+            return None
+        found = match(parsed)
+        sql = _SEARCH_ENTRIES.format(where=found.where, rank=found.rank)
+        params = {"label": self.label, "limit": SEARCH_LIMIT, **found.params}
+        rows = await self._runner.run(_rows(sql, params), write=False)
+        return "\n\n".join(f"[{r['key']}]\n{r['content']}" for r in rows) if rows else None
+
+    async def set(self, key: str, content: str) -> None:
+        """Insert or replace entry ``key`` (a new key keeps nothing; an old one keeps ``created_at``).
+
+        Raises:
+            InvalidInputError: also when the content's words overflow the
+                1 MB ``tsvector`` limit (``field="content"``); nothing is stored.
+        """
+        params = {
+            "label": self.label,
+            "key": check_text(key, "key"),
+            "content": check_text(content, "content", max_bytes=MAX_VALUE_BYTES),
+        }
+        try:
+            await self._runner.run(_rows(_UPSERT_ENTRY, params), write=True)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"content of entry {key!r} cannot be indexed by Postgres: {exc}", field="content"
+            ) from exc
