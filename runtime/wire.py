@@ -44,10 +44,10 @@ SESSIONS_PREFIX = "/v1/sessions/"
 TRANSCRIPTS_PREFIX = "/v1/transcripts"
 
 __all__ = [
-    "DEFAULT_MAX_BODY_BYTES", "JSON", "LATEST_LEAF", "MAIN_SUBPATH", "MAX_SESSION_ID_BYTES", "MSGPACK",
-    "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id", "decode_body", "encode_body", "encode_entry",
-    "error_from_payload", "error_payload", "media_type", "parse_session_key", "payload_for", "quote_segment",
-    "status_of", "unquote_segment",
+    "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "HOP_HEADER", "JSON", "LATEST_LEAF", "MAIN_SUBPATH",
+    "MAX_SESSION_ID_BYTES", "MSGPACK", "OWNER_HEADER", "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id",
+    "decode_body", "encode_body", "encode_entry", "error_from_payload", "error_payload", "media_type",
+    "parse_session_key", "payload_for", "quote_segment", "status_of", "unquote_segment",
 ]
 
 
@@ -225,3 +225,16 @@ def check_session_id(session_id: str) -> str:
             f"session_id is {size} UTF-8 bytes; the limit is {MAX_SESSION_ID_BYTES}", field="session_id"
         )
     return session_id
+
+
+# -- several hosts (``serve --cluster``) ------------------------------------------------------
+
+#: Request header a host adds when it forwards a request to the actor's owner (value: its host id).
+#: An owner never forwards a request that carries it again: it answers 503 instead.
+HOP_HEADER = "X-Durable-Sessions-Hop"
+#: Response header of a cluster host naming the advertised URL of the session's owner, so a
+#: client that knows that URL can send the session's next requests there directly.
+OWNER_HEADER = "X-Durable-Sessions-Owner"
+#: WebSocket close code asking the client to connect again (RFC 6455 registry: "Service Restart"):
+#: the session's owner moved or stopped; any host of the cluster serves the new socket.
+CLOSE_RECONNECT = 1012

@@ -195,6 +195,7 @@ def test_package_imports_point_one_way(package):
 RUNTIME_ROOMS = {
     "runtime.wire": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
     "runtime.api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
+    "runtime.wsclient": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
     "runtime.client": ("runtime.host", "runtime.server", "runtime.cli", "actors", "quart", "hypercorn", "apsw"),
     "runtime.host": ("runtime.server", "runtime.client", "runtime.cli"),
     "runtime.server": ("runtime.client", "runtime.cli"),

@@ -10,6 +10,16 @@ Works under trio and asyncio (httpx and anyio pick up the running loop)::
             async for event in events:
                 ...
 
+Several hosts of one cluster (``serve --cluster``) are given as a list of
+URLs, or one comma-separated string (``$DURABLE_SESSIONS_URL`` too)::
+
+    SessionsClient(["http://10.0.0.1:8801", "http://10.0.0.2:8801", "http://10.0.0.3:8801"])
+
+A request goes to the session's owner when a host has named it (the
+``X-Durable-Sessions-Owner`` header), else to the first URL that answers;
+when a host stops answering, the call moves to another one within bounds
+(:mod:`runtime.client.failover` says which calls may be repeated).
+
 A :class:`SessionHandle` has the Session's method names and returns what
 the in-process :class:`actors.session_agent.SessionAgent` returns (lists,
 dicts, strings, booleans; ``None`` where the Session gives ``None``).
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -36,8 +47,25 @@ import httpx
 import msgpack
 
 from runtime.api import METHODS, request_for
-from runtime.client.websocket import ConnectionClosed, WebSocketConnection
-from runtime.wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
+from runtime.client.failover import (
+    IDEMPOTENT_HTTP,
+    NOT_RUN_ERRORS,
+    RETRY_SAFE,
+    Endpoints,
+    parse_retry_after,
+    parse_urls,
+)
+from runtime.wire import (
+    CLOSE_RECONNECT,
+    JSON,
+    MSGPACK,
+    OWNER_HEADER,
+    SESSIONS_PREFIX,
+    encode_body,
+    error_from_payload,
+    quote_segment,
+)
+from runtime.wsclient import ConnectionClosed, WebSocketConnection
 from storage.shapes import LATEST_LEAF
 
 __all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
@@ -47,29 +75,57 @@ DEFAULT_URL = "http://127.0.0.1:8787"
 #: Seconds an idle pooled connection is kept; shorter than the server's keep-alive
 #: timeout (``ServerSettings.keep_alive_timeout_s``), so the client always closes first.
 KEEPALIVE_EXPIRY_S = 5.0
+#: Longest single wait a client with several URLs honours from a ``Retry-After`` header (seconds).
+MAX_RETRY_WAIT_S = 5.0
 Message = dict[str, Any]
+
+#: Transport errors raised before the request left: the call certainly did not run.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: Transport errors after which the call may or may not have run.
+_MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.WriteTimeout)
 
 
 class SessionsClient:
-    """HTTP client of a durable-sessions server.
+    """HTTP client of a durable-sessions server, or of several hosts of one cluster.
 
     Args:
-        url: the server's base URL (default ``$DURABLE_SESSIONS_URL`` or :data:`DEFAULT_URL`).
+        url: the server's base URL, or several (a sequence, or one string of
+            comma-separated URLs); default ``$DURABLE_SESSIONS_URL`` or :data:`DEFAULT_URL`.
         token: bearer token (default ``$DURABLE_SESSIONS_TOKEN``; ``None`` for none).
         timeout: seconds per request (``None``: no limit).
         encoding: ``"json"`` or ``"msgpack"`` for request and response bodies.
         transport: an ``httpx`` transport (tests, custom networking).
+        retries: how many times one call may be sent again to another host
+            (see :mod:`runtime.client.failover`); default 0 with one URL (every
+            failure is raised at once, as before) and ``3 * len(urls)`` with several.
+        failover_s: the most seconds one call spends moving between hosts,
+            waits included (default: ``timeout``, or 30 without one).
+
+    Attributes:
+        url: the first URL; ``urls``: all of them.
 
     Use it as an async context manager; calls outside it raise ``RuntimeError``.
+
+    Raises:
+        ValueError: a bad ``encoding``, ``retries``, or URL.
     """
 
     def __init__(
-        self, url: str | None = None, *, token: str | None = None, timeout: float | None = 30.0,
-        encoding: str = "json", transport: httpx.AsyncBaseTransport | None = None,
+        self, url: str | Sequence[str] | None = None, *, token: str | None = None, timeout: float | None = 30.0,
+        encoding: str = "json", transport: httpx.AsyncBaseTransport | None = None, retries: int | None = None,
+        failover_s: float | None = None,
     ) -> None:
         if encoding not in ("json", "msgpack"):
             raise ValueError(f"encoding must be 'json' or 'msgpack', not {encoding!r}")
-        self.url = (url or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL).rstrip("/")
+        self.urls = parse_urls(url or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL)
+        self.url = self.urls[0]
+        if retries is None:
+            retries = 0 if len(self.urls) == 1 else 3 * len(self.urls)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be a non-negative integer, not {retries!r}")
+        self.retries = retries
+        self.failover_s = failover_s if failover_s is not None else (timeout if timeout is not None else 30.0)
+        self.endpoints = Endpoints(self.urls)
         self.token = token if token is not None else os.environ.get("DURABLE_SESSIONS_TOKEN") or None
         self._media = MSGPACK if encoding == "msgpack" else JSON
         self._timeout = timeout
@@ -105,24 +161,74 @@ class SessionsClient:
         """A handle on session ``session_id`` (any string of 1-512 UTF-8 bytes). Creates nothing."""
         return SessionHandle(self, session_id)
 
-    async def request(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
-        """Send one request to ``path`` (under the base URL) and return the decoded body.
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None,
+        retry_safe: bool | None = None,
+    ) -> Any:
+        """Send one request to ``path`` (under a base URL) and return the decoded body.
+
+        Args:
+            retry_safe: whether the call may be sent again when it is unknown
+                whether it ran (default: ``method`` is idempotent in HTTP:
+                GET, HEAD, OPTIONS, PUT, DELETE). See :mod:`runtime.client.failover`.
 
         Raises:
             RuntimeError: the client is not open.
             Exception: the error the server answered with, as its own class.
-            httpx.TransportError: the server could not be reached.
+            httpx.TransportError: no host could be reached (the last failure).
         """
         if self._http is None or self._closed:
             raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
         content = None if body is None else encode_body(body, self._media)
         headers = {"Content-Type": self._media} if content is not None else None
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        response = await self._http.request(method, path, content=content, headers=headers, params=query)
-        payload = _decode(response)
-        if response.status_code >= 400:
-            raise error_from_payload(response.status_code, payload)
-        return payload
+        if retry_safe is None:
+            retry_safe = method.upper() in IDEMPOTENT_HTTP
+        key = _session_key(path)
+        started = time.monotonic()
+        attempt, url = 0, None
+        while True:
+            url = self.endpoints.pick(key, avoid=url)
+            wait = 0.0
+            try:
+                response = await self._http.request(method, url + path, content=content, headers=headers,
+                                                    params=query)
+            except _NOT_SENT:
+                self.endpoints.failed(url)
+                if not self._may_retry(attempt, started, 0.0):
+                    raise
+                wait = _backoff(attempt) if self._all_failed() else 0.0
+            except _MAYBE_SENT:
+                self.endpoints.failed(url)
+                if not (retry_safe and self._may_retry(attempt, started, 0.0)):
+                    raise
+            else:
+                self.endpoints.answered(url)
+                if key is not None:
+                    self.endpoints.learn_owner(key, response.headers.get(OWNER_HEADER))
+                payload = _decode(response)
+                if response.status_code < 400:
+                    return payload
+                error = error_from_payload(response.status_code, payload)
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                if response.status_code != 503 or retry_after is None:
+                    raise error
+                if key is not None and response.headers.get(OWNER_HEADER) is None:
+                    self.endpoints.forget_owner(key)
+                wait = min(retry_after, MAX_RETRY_WAIT_S)
+                not_run = type(error).__name__ in NOT_RUN_ERRORS
+                if not ((retry_safe or not_run) and self._may_retry(attempt, started, wait)):
+                    raise error
+            attempt += 1
+            if wait:
+                await anyio.sleep(wait)
+
+    def _may_retry(self, attempt: int, started: float, wait: float) -> bool:
+        """Whether one more attempt fits the retry count and the failover time."""
+        return attempt < self.retries and time.monotonic() - started + wait < self.failover_s
+
+    def _all_failed(self) -> bool:
+        return self.endpoints.all_failed()
 
     async def health(self) -> dict[str, Any]:
         """``{"status": "ok"}`` from ``GET /v1/health`` (no token needed)."""
@@ -146,8 +252,22 @@ class SessionsClient:
         body = {"sessionIds": list(session_ids)} if session_ids else {}
         return (await self.request("POST", "/v1/actors:hibernate", body=body))["hibernated"]
 
-    def websocket_url(self, path: str) -> str:
-        return ("ws" + self.url[4:] if self.url.startswith("http") else self.url) + path
+    def websocket_url(self, path: str, base: str | None = None) -> str:
+        """``path`` under ``base`` (default: the first URL) with a ``ws(s)://`` scheme."""
+        base = base or self.url
+        return ("ws" + base[4:] if base.startswith("http") else base) + path
+
+
+def _session_key(path: str) -> str | None:
+    """The encoded session id of a session route's path (the key of owner hints), else ``None``."""
+    if not path.startswith(SESSIONS_PREFIX):
+        return None
+    return path[len(SESSIONS_PREFIX):].split("/", 1)[0] or None
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds to wait before another attempt when no host could be reached: 0.05 s doubling to 1 s."""
+    return min(1.0, 0.05 * 2 ** min(attempt, 5))
 
 
 def _decode(response: httpx.Response) -> Any:
@@ -195,7 +315,7 @@ class SessionHandle:
         catch = route.not_found.catch if route.not_found else ()
         try:
             reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
-                                              params=request.query)
+                                              params=request.query, retry_safe=name in RETRY_SAFE)
         except catch:
             return route.not_found.when
         return None if route.result_key is None else reply[route.result_key]
@@ -314,17 +434,18 @@ class SessionHandle:
         if args and params:
             raise TypeError("pass positional or keyword arguments, not both")
         body = {"method": method, "params": list(args) if args else params}
-        return (await self.client.request("POST", f"{self.path}/rpc", body=body))["result"]
+        reply = await self.client.request("POST", f"{self.path}/rpc", body=body, retry_safe=method in RETRY_SAFE)
+        return reply["result"]
 
     # -- WebSocket ------------------------------------------------------------------------------------------
 
-    def websocket(self) -> SessionSocket:
+    def websocket(self, *, reconnect: bool = True) -> SessionSocket:
         """A WebSocket to this session: RPC calls (:meth:`SessionSocket.call`) and broadcasts."""
-        return SessionSocket(self)
+        return SessionSocket(self, reconnect=reconnect)
 
-    def events(self) -> SessionSocket:
+    def events(self, *, reconnect: bool = True) -> SessionSocket:
         """The session's broadcasts as they happen: ``async with s.events() as events: async for e in events``."""
-        return SessionSocket(self)
+        return SessionSocket(self, reconnect=reconnect)
 
 
 class SessionSocket:
@@ -335,10 +456,26 @@ class SessionSocket:
     Iterating yields each broadcast, parsed from JSON when it is JSON, and
     stops when the server closes the socket. Broadcasts not consumed are
     kept, up to ``max_buffered`` (the oldest are dropped beyond).
+
+    Reconnection: a socket the server closes with 1012 (the session's owner
+    moved or stopped; :data:`runtime.wire.CLOSE_RECONNECT`) connects again, to
+    another host when the client has several URLs, and iteration goes on;
+    with several URLs a socket that drops (1006), or whose host goes away
+    (1001) or fails (1011), does too. Broadcasts sent while it was away are
+    not replayed (read the history to catch up); calls that were waiting for
+    an answer raise :class:`ConnectionClosed`. ``reconnect=False`` turns this
+    off; ``reconnects`` counts the times it happened.
     """
 
-    def __init__(self, handle: SessionHandle, *, max_buffered: int = 10_000) -> None:
+    #: Close codes after which a socket connects again: always, and when the client has several URLs.
+    RECONNECT_CODES = frozenset({CLOSE_RECONNECT})
+    FAILOVER_CODES = frozenset({CLOSE_RECONNECT, 1001, 1006, 1011})
+
+    def __init__(self, handle: SessionHandle, *, max_buffered: int = 10_000, reconnect: bool = True) -> None:
         self.handle = handle
+        self.reconnect = reconnect
+        self.reconnects = 0
+        self.url: str | None = None  # the base URL of the host the socket is connected to
         self._ws: WebSocketConnection | None = None
         self._group: Any = None
         self._next_id = 0
@@ -346,11 +483,10 @@ class SessionSocket:
         self._events: deque[Any] = deque(maxlen=max_buffered)
         self._arrived = anyio.Event()
         self._closed: BaseException | None = None
+        self._closing = False
 
     async def __aenter__(self) -> SessionSocket:
-        client = self.handle.client
-        headers = [("Authorization", f"Bearer {client.token}")] if client.token else []
-        self._ws = await WebSocketConnection.connect(client.websocket_url(f"{self.handle.path}/ws"), headers=headers)
+        self._ws = await self._connect()
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         self._group.start_soon(self._read)
@@ -361,23 +497,78 @@ class SessionSocket:
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(None, None, None)
 
+    async def _connect(self) -> WebSocketConnection:
+        """Open the socket on the session's owner if known, else on the first URL that accepts it.
+
+        Raises:
+            OSError: no URL accepted a connection within the client's retries and failover time.
+            Exception: a host refused the socket with an HTTP error (raised at once).
+        """
+        client = self.handle.client
+        key = quote_segment(self.handle.session_id)
+        headers = [("Authorization", f"Bearer {client.token}")] if client.token else []
+        started = time.monotonic()
+        attempt, url = 0, None
+        while True:
+            url = client.endpoints.pick(key, avoid=url)
+            try:
+                ws = await WebSocketConnection.connect(client.websocket_url(f"{self.handle.path}/ws", url),
+                                                       headers=headers)
+            except OSError:
+                client.endpoints.failed(url)
+                if not client._may_retry(attempt, started, 0.0):
+                    raise
+                attempt += 1
+                if client.endpoints.all_failed():
+                    await anyio.sleep(_backoff(attempt))
+                continue
+            client.endpoints.answered(url)
+            self.url = url
+            return ws
+
     async def aclose(self) -> None:
         """Close the socket (idempotent)."""
+        self._closing = True
         if self._ws is not None:
             with anyio.CancelScope(shield=True):
                 await self._ws.aclose()
 
+    def _should_reconnect(self, closed: ConnectionClosed) -> bool:
+        if not self.reconnect or self._closing:
+            return False
+        codes = self.FAILOVER_CODES if len(self.handle.client.urls) > 1 else self.RECONNECT_CODES
+        return closed.code in codes
+
     async def _read(self) -> None:
         try:
             while True:
-                self._dispatch(await self._ws.receive())
-        except ConnectionClosed as closed:
-            self._closed = closed
+                try:
+                    while True:
+                        self._dispatch(await self._ws.receive())
+                except ConnectionClosed as closed:
+                    if not self._should_reconnect(closed):
+                        self._closed = closed
+                        return
+                    self._fail_waiting(closed)
+                    if closed.code != CLOSE_RECONNECT and self.url is not None:
+                        self.handle.client.endpoints.failed(self.url)
+                    try:
+                        self._ws = await self._connect()
+                    except Exception:  # noqa: BLE001 - no host took the socket: it stays closed
+                        self._closed = closed
+                        return
+                    self.reconnects += 1
         finally:
             self._closed = self._closed or ConnectionClosed(1006)
-            for event, _ in self._waiting.values():
-                event.set()
+            self._fail_waiting(self._closed)
             self._arrived.set()
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        """Wake every call waiting for an answer on the socket that closed; they raise ``error``."""
+        for event, box in self._waiting.values():
+            if not box:
+                box.append(error)
+            event.set()
 
     def _dispatch(self, frame: str | bytes) -> None:
         value = _parse(frame)
@@ -394,10 +585,13 @@ class SessionSocket:
 
         Raises:
             RuntimeError: the socket is not open (use ``async with``).
-            ConnectionClosed: the socket closed before the answer came.
+            ConnectionClosed: the socket closed before the answer came (the
+                call may or may not have run).
         """
         if self._ws is None or self._group is None:
             raise RuntimeError("use `async with handle.websocket() as socket:` before calling")
+        if self._closed is not None:
+            raise self._closed
         self._next_id += 1
         call_id = self._next_id
         event, box = anyio.Event(), []
@@ -410,6 +604,8 @@ class SessionSocket:
             del self._waiting[call_id]
         if not box:
             raise self._closed or ConnectionClosed(1006)
+        if isinstance(box[0], BaseException):
+            raise box[0]
         if "error" in box[0]:
             raise error_from_payload(400, {"error": box[0]["error"]})
         return box[0]["result"]
