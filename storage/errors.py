@@ -32,7 +32,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── InvalidArgumentsError (TypeError) arguments do not fit the method      [400]
     │   ├── ActorOverloadedError              too many calls waiting (retryable)   [429]
     │   ├── TransactionLeftOpenError          a call ended inside a transaction    [500]
-    │   └── HostClosedError                   the host is shutting down (retryable) [503]
+    │   ├── HostClosedError                   the host is shutting down (retryable) [503]
+    │   ├── NotOwnerError                     another host owns the actor; not run (retryable) [503]
+    │   └── OwnerUnreachableError             the owner stopped answering mid-call (retryable) [503]
     └── HttpError                         the HTTP layer refused a request        [500]
         ├── UnauthorizedError                missing or wrong bearer token         [401]
         ├── RouteNotFoundError               no such route                         [404]
@@ -264,6 +266,44 @@ class HostClosedError(ActorRuntimeError):
     """The host is closed or closing; the call was not (or not fully) run.
 
     A retry against a running host can succeed.
+    """
+
+    status = 503
+    retryable = True
+
+
+class NotOwnerError(ActorRuntimeError):
+    """Another host of the cluster owns the actor and its lease is live; nothing was run here.
+
+    A host raises it before touching the actor; the server forwards the call
+    to ``owner_url``. A client sees it only when that did not work out (the
+    request was already forwarded once, or the owner stayed unreachable):
+    the call did not run, and a retry, on any host, can succeed.
+
+    Attributes:
+        owner: the owner's host id (``None`` when unknown).
+        owner_url: the owner's advertised base URL (``None`` when unknown).
+        lease_expires_in: seconds until the owner's lease runs out unless
+            renewed (``None`` when unknown).
+    """
+
+    status = 503
+    retryable = True
+
+    def __init__(self, message: str, *, owner: str | None = None, owner_url: str | None = None,
+                 lease_expires_in: float | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.owner_url = owner_url
+        self.lease_expires_in = lease_expires_in
+
+
+class OwnerUnreachableError(ActorRuntimeError):
+    """The actor's owner stopped answering while a forwarded call was with it.
+
+    Whether the call ran is unknown: repeat it only when repeating is safe
+    (a read, an idempotent write, an append with the same message ids). Once
+    the owner's lease runs out another host takes the actor over.
     """
 
     status = 503

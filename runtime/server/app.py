@@ -23,8 +23,15 @@ path segment; ``id_from_name`` maps them to actor ids, so no client string
 becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
 Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
 of the error's class (400 bad input, 401 token, 404 unknown, 409 conflict,
-413 too large, 429 overloaded, 503 shutting down); anything else is a bug:
-500 with a reference to the logged traceback, never the traceback itself.
+413 too large, 429 overloaded, 503 shutting down or unavailable, with
+``Retry-After``); anything else is a bug: 500 with a reference to the logged
+traceback, never the traceback itself.
+
+In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
+given), a session request this host does not own is forwarded to the
+owner and a WebSocket relayed to it (:mod:`runtime.server.forwarding`,
+:mod:`runtime.server.relay`); answers about a session name the owner's URL
+in ``X-Durable-Sessions-Owner``.
 
 WebSockets follow the Durable Object hibernation model: the host holds the
 socket while its actor hibernates, and the next frame wakes the actor. A
@@ -63,16 +70,19 @@ from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.server.config import ServerSettings
+from runtime.server.forwarding import Forwarder, retry_after
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
-from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found
+from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found
 from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 from runtime.server.websocket import WebSocketEndpoint
 from runtime.wire import (
     DEFAULT_MAX_BODY_BYTES,
+    HOP_HEADER,
     JSON,
     MSGPACK,
+    OWNER_HEADER,
     check_session_id,
     decode_body,
     encode_body,
@@ -98,6 +108,8 @@ DEFAULT_NAMESPACE = "sessions"
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
+#: Largest frame a WebSocket relay accepts from the owner (answers are not bounded by the body limit).
+RELAY_MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
 
 
 def bind_sessions(
@@ -139,11 +151,17 @@ class SessionsServer:
         app: the quart-trio app.
         metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
         closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
+        forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
-    def __init__(self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
+        forwarder: Forwarder | None = None,
+    ) -> None:
         if token:
             self.check_token(token)
+        self.forwarder = forwarder
+        self.relay_max_message_bytes = RELAY_MAX_MESSAGE_BYTES
         self.host = host
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
@@ -234,14 +252,21 @@ class SessionsServer:
 
     def _error(self, error: BaseException) -> Response:
         status, body = describe_error(error)
+        return self._respond(status, body, self.error_headers(error, status))
+
+    @staticmethod
+    def error_headers(error: BaseException, status: int) -> dict[str, str]:
+        """The headers of an error answer: ``WWW-Authenticate`` (401), ``Allow`` (405), ``Retry-After`` (429, 503)."""
         headers = {}
         if status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         elif status == 429:
             headers["Retry-After"] = "1"
+        elif status == 503:
+            headers["Retry-After"] = retry_after(error)
         elif status == 405 and getattr(error, "allowed", None):
             headers["Allow"] = ", ".join(error.allowed)
-        return self._respond(status, body, headers)
+        return headers
 
     # -- plain routes -----------------------------------------------------------------------------------
 
@@ -306,14 +331,46 @@ class SessionsServer:
             if route is None:
                 raise _no_route(request.path, values)
             g.route = route.name
-            body = None
-            if route.has_body:
-                body = await self._read_body()
-            call = Call(self.namespace.get(actor_id), values, request.args, body)
-            status, payload = await route.handler(call)
+            if self.forwarder is not None:
+                return await self._session_in_cluster(actor_id, route, values)
+            status, payload = await self._session_call(actor_id, route, values)
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
             return self._error(exc)
         return self._respond(status, payload)
+
+    async def _session_call(self, actor_id: ActorId, route: Route, values: dict[str, str],
+                            empty_reads: bool = True) -> tuple[int, Any]:
+        body = None
+        if route.has_body:
+            body = await self._read_body()
+        call = Call(self.namespace.get(actor_id), values, request.args, body, empty_reads=empty_reads)
+        return await route.handler(call)
+
+    async def _session_in_cluster(self, actor_id: ActorId, route: Route, values: dict[str, str]) -> Response:
+        """Answer here when this host owns the actor, else forward to the owner (:mod:`runtime.server.forwarding`)."""
+        forwarder = self.forwarder
+
+        async def local() -> Response:
+            # A never-written session may live at another host: no empty answer without asking the owner.
+            status, payload = await self._session_call(actor_id, route, values, empty_reads=False)
+            return self._respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if status < 400 else None)
+
+        async def remote(url: str) -> Response:
+            try:
+                body = await request.get_data()
+            except RequestEntityTooLarge:
+                raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
+            headers = {name.lower(): value for name, value in request.headers.items()}
+            answer = await forwarder.forward(url, request.method, _raw_path(), request.query_string, headers, body)
+            return Response(answer.content, status=answer.status, headers=answer.headers)
+
+        return await forwarder.answer(actor_id, HOP_HEADER in request.headers, local, remote)
+
+def _raw_path() -> str:
+    """The request's path as the client sent it (percent-encoding kept)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else request.path
+
 
 class _RestConverter(PathConverter):
     """The rest of the path, which may start with ``/`` (an empty session id gets a 400, not a 404)."""

@@ -66,12 +66,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Call:
-    """One matched request: the actor's stub, decoded path values, query and body."""
+    """One matched request: the actor's stub, decoded path values, query and body.
+
+    ``empty_reads``: answer a read of a session with no file here from the
+    class's ``EMPTY_READS`` (off in a cluster, where another host may hold it).
+    """
 
     stub: ActorStub
     values: dict[str, str]
     query: Mapping[str, str]
     body: Any = None
+    empty_reads: bool = True
 
     def object(self) -> dict[str, Any]:
         """The body as an object (``{}`` when empty).
@@ -93,7 +98,7 @@ class Call:
         in and no file is created: a mistyped session id leaves nothing on disk.
         """
         namespace = self.stub.namespace
-        empty = getattr(namespace.agent_class, "EMPTY_READS", None)
+        empty = getattr(namespace.agent_class, "EMPTY_READS", None) if self.empty_reads else None
         if empty and method in empty and not namespace.exists(self.stub.id):
             return copy.deepcopy(empty[method])
         return await self.stub.call(method, *args, **kwargs)

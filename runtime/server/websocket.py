@@ -14,6 +14,12 @@ code 1008 when a broadcast finds :data:`PEER_QUEUE_FRAMES` frames queued or
 the queued frames exceed :data:`PEER_QUEUE_BODIES` body limits in size
 (replies to its own calls wait for room in the first case). A frame over the
 body limit is answered with a ``PayloadTooLargeError`` frame.
+
+In a cluster, a socket for a session another host owns is relayed to that
+owner (:mod:`runtime.server.relay`); a peer the host drops because the
+session moved away (:meth:`_Peer.close`), and every peer when the host
+shuts down, is closed with 1012 (:data:`~runtime.wire.CLOSE_RECONNECT`):
+connect again, to any host.
 """
 
 from __future__ import annotations
@@ -29,8 +35,19 @@ from quart import Response, websocket
 
 from actors.agent import callable_method
 from runtime.host.ids import ActorId
+from runtime.server.relay import open_upstream, relay_frames
 from runtime.server.routes import call_method, describe_error
-from runtime.wire import DEFAULT_MAX_BODY_BYTES, JSON, MSGPACK, decode_body, encode_body, unquote_segment
+from runtime.wire import (
+    CLOSE_RECONNECT,
+    DEFAULT_MAX_BODY_BYTES,
+    HOP_HEADER,
+    JSON,
+    MSGPACK,
+    decode_body,
+    encode_body,
+    unquote_segment,
+)
+from runtime.wsclient import WebSocketConnection
 from storage.errors import (
     InvalidInputError,
     PayloadTooLargeError,
@@ -71,6 +88,18 @@ class _Peer:
         self.overflowed = trio.Event()
         self.max_queued = max_queued
         self.queued = 0  # length of the frames in the queue
+        self.close_requested = trio.Event()
+        self.close_code: tuple[int, str] = (CLOSE_RECONNECT, "")
+
+    def close(self, code: int = CLOSE_RECONNECT, reason: str = "") -> None:
+        """Close the socket soon with ``code`` (without blocking; the first request wins).
+
+        The host calls it with 1012 when the actor's ownership moves to another
+        host of a cluster: the client connects again and reaches the new owner.
+        """
+        if not self.close_requested.is_set():
+            self.close_code = (code, reason)
+            self.close_requested.set()
 
     def send(self, message: str | bytes) -> None:
         """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
@@ -128,10 +157,23 @@ class WebSocketEndpoint:
             if segments != ["ws"]:
                 raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
             peer = _Peer(PEER_QUEUE_BODIES * self.server.max_body_bytes)
-            await self.server.namespace.connect(actor_id, peer)
+            if self.server.forwarder is None:
+                await self.server.namespace.connect(actor_id, peer)
+                upstream = None
+            else:
+                upstream = await self._connect_in_cluster(actor_id, peer)
         except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
             status, body = describe_error(exc)
-            return Response(encode_body(body, JSON), status=status, content_type=JSON)
+            return Response(encode_body(body, JSON), status=status, content_type=JSON,
+                            headers=self.server.error_headers(exc, status))
+        if upstream is not None:
+            try:
+                await websocket.accept()
+                await relay_frames(upstream, self.server.closing, self.server.forwarder.lease_s)
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    await upstream.aclose()
+            return None
         try:
             await websocket.accept()
             await self._run_peer(actor_id, peer)
@@ -139,6 +181,20 @@ class WebSocketEndpoint:
             with trio.CancelScope(shield=True):
                 await self._disconnect(actor_id, peer)
         return None
+
+    async def _connect_in_cluster(self, actor_id: ActorId, peer: _Peer) -> WebSocketConnection | None:
+        """Hold ``peer`` here when this host owns the session (``None``), else open the relay to the owner."""
+        forwarder = self.server.forwarder
+        headers = {name.lower(): value for name, value in websocket.headers.items()}
+
+        async def local() -> None:
+            await self.server.namespace.connect(actor_id, peer)
+
+        async def remote(url: str) -> WebSocketConnection:
+            return await open_upstream(forwarder, url, websocket.path, websocket.query_string, headers,
+                                       self.server.relay_max_message_bytes)
+
+        return await forwarder.answer(actor_id, HOP_HEADER in websocket.headers, local, remote)
 
     async def _run_peer(self, actor_id: ActorId, peer: _Peer) -> None:
         close: list[tuple[int, str]] = []
@@ -158,8 +214,18 @@ class WebSocketEndpoint:
                 close.append((code, reason))
                 nursery.cancel_scope.cancel()
                 scope.cancel()
-            nursery.start_soon(wait, self.server.closing, CLOSE_GOING_AWAY, "server shutting down")
+            if self.server.forwarder is None:
+                nursery.start_soon(wait, self.server.closing, CLOSE_GOING_AWAY, "server shutting down")
+            else:  # the session lives on at another host of the cluster
+                nursery.start_soon(wait, self.server.closing, CLOSE_RECONNECT, "host shutting down; connect again")
             nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
+
+            async def requested() -> None:
+                await peer.close_requested.wait()
+                close.append(peer.close_code)
+                nursery.cancel_scope.cancel()
+                scope.cancel()
+            nursery.start_soon(requested)
 
     async def _pump(self, peer: _Peer) -> None:
         async for frame in peer.inbox:

@@ -375,3 +375,9 @@ async def test_requests_during_shutdown_get_503(client, app):
     assert (await call(client, "GET", f"{S}/messages"))[:2] == (
         503, error("ServiceUnavailableError", "the server is shutting down"))
     assert (await call(client, "GET", "/v1/health"))[0] == 200
+
+
+async def test_a_503_says_when_to_retry(client, app):
+    app.extensions["durable_sessions"].closing.set()
+    status, _, response = await call(client, "POST", f"{S}/messages", {"message": msg("m1", "hi")})
+    assert (status, response.headers["Retry-After"]) == (503, "1")
