@@ -33,8 +33,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── ActorOverloadedError              too many calls waiting (retryable)   [429]
     │   ├── TransactionLeftOpenError          a call ended inside a transaction    [500]
     │   ├── HostClosedError                   the host is shutting down (retryable) [503]
-    │   ├── NotOwnerError                     another host owns the actor; not run (retryable) [503]
-    │   └── OwnerUnreachableError             the owner stopped answering mid-call (retryable) [503]
+    │   ├── NotOwnerError                     another host owns the actor; not run here (retryable) [503]
+    │   └── OwnershipLostError                the actor moved while the call ran; nothing kept (retryable) [503]
     └── HttpError                         the HTTP layer refused a request        [500]
         ├── UnauthorizedError                missing or wrong bearer token         [401]
         ├── RouteNotFoundError               no such route                         [404]
@@ -42,7 +42,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── PayloadTooLargeError             body (or frame) over the limit        [413]
         ├── UnsupportedMediaTypeError        neither JSON nor msgpack              [415]
         ├── InternalServerError              a bug; details only in the log        [500]
-        └── ServiceUnavailableError          the server is shutting down (retryable) [503]
+        ├── ServiceUnavailableError          the server is shutting down (retryable) [503]
+        └── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -273,37 +274,43 @@ class HostClosedError(ActorRuntimeError):
 
 
 class NotOwnerError(ActorRuntimeError):
-    """Another host of the cluster owns the actor and its lease is live; nothing was run here.
+    """Cluster mode: another live host owns the actor, so this host did not run the call.
 
-    A host raises it before touching the actor; the server forwards the call
-    to ``owner_url``. A client sees it only when that did not work out (the
-    request was already forwarded once, or the owner stayed unreachable):
-    the call did not run, and a retry, on any host, can succeed.
+    Raised by the actor host *before* anything of the call ran and before any
+    file was touched, so forwarding the same call to ``owner_url`` (or
+    retrying it anywhere later) is always safe. Servers forward it; a client
+    that sees it may retry after ``retry_after_s``.
 
     Attributes:
-        owner: the owner's host id (``None`` when unknown).
-        owner_url: the owner's advertised base URL (``None`` when unknown).
-        lease_expires_in: seconds until the owner's lease runs out unless
-            renewed (``None`` when unknown).
+        actor: ``<namespace>/<hex>`` of the actor.
+        owner_url: the owner host's advertised URL (``None`` when rebuilt from an error body).
+        owner_host: the owner's host id.
+        retry_after_s: seconds until the owner's lease expires if it is not renewed
+            (at least 1): after that any host may take the actor over.
     """
 
     status = 503
     retryable = True
+    actor: str | None = None
+    owner_url: str | None = None
+    owner_host: str | None = None
+    retry_after_s: float = 1.0
 
-    def __init__(self, message: str, *, owner: str | None = None, owner_url: str | None = None,
-                 lease_expires_in: float | None = None) -> None:
-        super().__init__(message)
-        self.owner = owner
+    def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
+                 retry_after_s: float = 1.0) -> None:
+        super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
+        self.actor = actor
         self.owner_url = owner_url
-        self.lease_expires_in = lease_expires_in
+        self.owner_host = owner_host
+        self.retry_after_s = max(1.0, retry_after_s)
 
 
-class OwnerUnreachableError(ActorRuntimeError):
-    """The actor's owner stopped answering while a forwarded call was with it.
+class OwnershipLostError(ActorRuntimeError):
+    """Cluster mode: another host took the actor over while this call ran here.
 
-    Whether the call ran is unknown: repeat it only when repeating is safe
-    (a read, an idempotent write, an append with the same message ids). Once
-    the owner's lease runs out another host takes the actor over.
+    Nothing the call wrote was kept (its writes were refused by the fence and
+    the local copy is discarded); the call's other effects may have happened.
+    A retry reaches the new owner.
     """
 
     status = 503
@@ -359,6 +366,18 @@ class InternalServerError(HttpError):
 
 class ServiceUnavailableError(HttpError):
     """The server is shutting down; retry against a running one."""
+
+    status = 503
+    retryable = True
+
+
+class OwnerUnreachableError(HttpError):
+    """The actor's owner stopped answering while a forwarded call was with it.
+
+    Whether the call ran is unknown: repeat it only when repeating is safe
+    (a read, an idempotent write, an append with the same message ids). Once
+    the owner's lease runs out another host takes the actor over.
+    """
 
     status = 503
     retryable = True

@@ -5,6 +5,7 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE]
+                             [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
@@ -19,6 +20,13 @@ Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 (also written as JSON to ``--ready-file``) and stops gracefully on SIGINT or
 SIGTERM: it stops accepting, lets running requests finish, closes
 WebSockets and every actor file, and exits 0.
+
+``serve --cluster postgresql://...`` joins a cluster of hosts sharing that
+database (docs/cluster.md): any host answers any session, forwarding to the
+session's owner. At start the host keeps trying to reach Postgres for
+``connect_timeout_s`` (default 30 s, ``[cluster]`` in the configuration
+file), logging each failure, and only then listens; if Postgres stays
+unreachable it exits with status 1 and one line saying so.
 
 Exit status: 0 success, 1 a failure at run time (server error, failed
 import), 2 bad usage or configuration.
@@ -43,6 +51,7 @@ from tqdm import tqdm
 from actors.agent import Agent
 from actors.session_agent import SessionAgent
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
+from runtime.cli.cluster import serve_cluster
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.client import SessionsClient
@@ -74,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--app", help="your own actor class as module:Class (an actors.Agent subclass)")
     run.add_argument("--ready-file", type=Path, dest="ready_file",
                      help="write {url, urls, pid} as JSON here once listening")
+    run.add_argument("--cluster", metavar="POSTGRES_URL",
+                     help="join the cluster of hosts sharing this Postgres database (see docs/cluster.md)")
+    run.add_argument("--host-id", dest="host_id", help="this host's id in the cluster (default: random per start)")
+    run.add_argument("--advertise", metavar="URL",
+                     help="the URL other hosts reach this one at (default: http://<bound address>)")
+    run.add_argument("--lease", type=float, dest="lease_s",
+                     help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -162,7 +178,7 @@ def load_agent_class(spec: str) -> type[Agent]:
 def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability
-    )
+    ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
         require_token_for(config.server.bind, token)
@@ -174,6 +190,8 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 async def _serve(args: argparse.Namespace) -> int:
     config, token = _serve_config(args)
     agent_class = load_agent_class(args.app) if args.app else SessionAgent
+    if config.cluster is not None:
+        return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
     settings = config.server
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -195,8 +213,8 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _announce(urls: list[str], data: Path, ready_file: Path | None) -> None:
-    print(f"durable-sessions: serving {urls[0]} (data: {data})", flush=True)
+def _announce(urls: list[str], data: Path, ready_file: Path | None, extra: str = "") -> None:
+    print(f"durable-sessions: serving {urls[0]} (data: {data}{extra})", flush=True)
     if ready_file is not None:
         partial_file = ready_file.with_name(ready_file.name + ".tmp")
         partial_file.write_text(json.dumps({"url": urls[0], "urls": urls, "pid": os.getpid()}), encoding="utf-8")

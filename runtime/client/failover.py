@@ -52,8 +52,9 @@ RETRY_SAFE = frozenset({
 #: Session API methods a repeat could apply twice (appending text to a block, running a tool,
 #: compacting): never repeated unless the host said the first attempt did not run.
 NOT_RETRY_SAFE = frozenset({"append_context_block", "execute_tool", "compact", "add_compaction"})
-#: Error types of a 503 answer that mean the call did not run at all, so any call may be repeated.
-NOT_RUN_ERRORS = frozenset({"NotOwnerError", "ServiceUnavailableError", "HostClosedError"})
+#: Error types of a 503 answer that mean the call did not run, or that nothing it wrote was kept (the
+#: actor moved while it ran), so any call may be repeated.
+NOT_RUN_ERRORS = frozenset({"NotOwnerError", "ServiceUnavailableError", "HostClosedError", "OwnershipLostError"})
 #: HTTP methods whose repeat leaves the same state (RFC 9110 idempotent methods).
 IDEMPOTENT_HTTP = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: Most owner hints kept (one per session; the least recently used goes first).

@@ -52,6 +52,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -98,7 +100,9 @@ from storage.errors import (
     UnauthorizedError,
 )
 
-__all__ = ["DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "create_app", "require_token_for", "serve"]
+__all__ = [
+    "DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "bind_socket", "create_app", "require_token_for", "serve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -478,23 +482,36 @@ async def serve(
     token: str | None = None,
     namespace: str = DEFAULT_NAMESPACE,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    forwarder: Forwarder | None = None,
+    listen_socket: socket.socket | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``host`` on ``settings.bind`` until ``shutdown_trigger()`` returns (default: forever).
 
     ``task_status.started(urls)`` reports the bound addresses, e.g.
     ``["http://127.0.0.1:41234"]``. On shutdown, WebSockets are closed with
-    1001, the listener stops accepting, and requests already running finish
-    (within ``settings.graceful_timeout_s``) before this returns.
+    1001 (1012 in a cluster), the listener stops accepting, and requests
+    already running finish (within ``settings.graceful_timeout_s``) before this returns.
+
+    Args:
+        forwarder: cluster mode: how calls reach the actors' owners (closed on return).
+        listen_socket: a socket already bound to ``settings.bind`` (a cluster
+            host binds first to learn its port before it joins); ``serve``
+            takes it over and closes it. ``None``: bind here.
 
     Raises:
         ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
     """
     settings = settings or ServerSettings()
     require_token_for(settings.bind, token)
-    server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes)
+    server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
+                            forwarder=forwarder)
     config = HypercornConfig()
-    config.bind = [settings.bind]
+    if listen_socket is None:
+        config.bind = [settings.bind]
+    else:  # hypercorn wraps the descriptor in a socket of its own, which it closes: hand it a duplicate
+        config.bind = [f"fd://{os.dup(listen_socket.fileno())}"]
+        listen_socket.close()
     config.graceful_timeout = settings.graceful_timeout_s
     config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
@@ -507,4 +524,32 @@ async def serve(
         await shutdown_trigger()
         server.closing.set()
 
-    await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+    try:
+        await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+    finally:
+        if forwarder is not None:
+            with trio.CancelScope(shield=True):
+                await forwarder.aclose()
+
+
+def bind_socket(bind: str) -> tuple[socket.socket, str]:
+    """A TCP socket bound to ``bind`` (``host:port``; port 0 picks one) and the ``host:port`` it got.
+
+    Hand it to :func:`serve` as ``listen_socket``.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, no permission).
+    """
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, int(port)))
+    except BaseException:
+        sock.close()
+        raise
+    bound_host, bound_port = sock.getsockname()[:2]
+    return sock, (f"[{bound_host}]" if family == socket.AF_INET6 else bound_host) + f":{bound_port}"

@@ -43,23 +43,37 @@ Unknown keys are errors, so a typo never passes silently::
     tail_token_budget = 20000
     min_tail_messages = 2
 
+Several hosts sharing one Postgres (``serve --cluster``; the section's
+presence turns cluster mode on, command-line flags override its keys)::
+
+    [cluster]
+    postgres = "postgresql://sessions@db.internal/sessions"  # the shared database
+    host_id = "n1"               # default: a new random id at every start
+    advertise = "http://10.0.0.5:8801"  # how the other hosts reach this one
+                                 # (default: http://<bind>; required with a wildcard bind)
+    lease_s = 10                 # seconds an owner holds an actor without renewing
+    connect_timeout_s = 30       # at start, how long to keep trying to reach Postgres
+
 The bearer token is never read from this file: pass ``--token`` or set
-``DURABLE_SESSIONS_TOKEN``.
+``DURABLE_SESSIONS_TOKEN``; keep the Postgres password out of it too
+(``PGPASSWORD`` or ``~/.pgpass``, read by libpq).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
 from runtime.wire import DEFAULT_MAX_BODY_BYTES
 from storage.errors import InvalidInputError
 
-__all__ = ["ConfigError", "HostConfig", "ServerSettings", "load_config"]
+__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "load_config"]
 
 DURABILITIES = ("normal", "full")
 
@@ -114,12 +128,80 @@ class ServerSettings:
         object.__setattr__(self, "data", Path(self.data))
 
 
+#: Default lease length of a cluster (seconds): how long a dead owner's actors wait before moving.
+DEFAULT_LEASE_S = 10.0
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Cluster mode (``[cluster]``; ``--cluster`` and its flags override it).
+
+    Attributes:
+        postgres: libpq connection string or ``postgresql://`` URL of the shared database.
+        host_id: this host's id in the cluster (``None``: a random one per start).
+        advertise: this host's base URL as the other hosts reach it
+            (``None``: ``http://`` + the bound address; see :meth:`advertise_url`).
+        lease_s: seconds an owner holds an actor without renewing it; a dead
+            host's actors move after at most this long.
+        connect_timeout_s: at start, seconds to keep trying to reach Postgres
+            before giving up (exit status 1).
+    """
+
+    postgres: str
+    host_id: str | None = None
+    advertise: str | None = None
+    lease_s: float = DEFAULT_LEASE_S
+    connect_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.postgres, str) or not self.postgres.strip():
+            raise ConfigError("cluster.postgres must be a Postgres connection string or postgresql:// URL")
+        if self.host_id is not None and (not isinstance(self.host_id, str) or not _HOST_ID.fullmatch(self.host_id)):
+            raise ConfigError(f"cluster.host_id must be 1-64 letters, digits, '.', '_', '-', not {self.host_id!r}")
+        if self.advertise is not None:
+            _check_url(self.advertise, "cluster.advertise")
+            object.__setattr__(self, "advertise", self.advertise.rstrip("/"))
+        for name in ("lease_s", "connect_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"cluster.{name} must be a positive number of seconds, not {value!r}")
+        object.__setattr__(self, "lease_s", float(self.lease_s))
+
+    def advertise_url(self, bound: str) -> str:
+        """The URL to advertise: ``advertise``, else ``http://`` + ``bound`` (the ``host:port`` listened on).
+
+        Raises:
+            ConfigError: no ``advertise`` and ``bound`` is a wildcard address
+                (``0.0.0.0``, ``::``) no other host could reach.
+        """
+        if self.advertise is not None:
+            return self.advertise
+        host = bound.rsplit(":", 1)[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            raise ConfigError(f"listening on {bound} (every address): set cluster.advertise (--advertise) to the "
+                              "URL the other hosts reach this one at")
+        return f"http://{bound}"
+
+
+_HOST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: The command-line flag of each cluster setting (for error messages).
+_CLUSTER_FLAGS = {"host_id": "--host-id", "advertise": "--advertise", "lease_s": "--lease"}
+
+
+def _check_url(value: Any, name: str) -> None:
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        raise ConfigError(f"{name} must be a base URL such as http://10.0.0.5:8801, not {value!r}")
+
+
 @dataclass(frozen=True)
 class HostConfig:
-    """A loaded configuration: ``server`` settings and the ``session`` every actor gets."""
+    """A loaded configuration: ``server`` settings, the ``session`` every actor gets, and ``cluster``
+    (``None``: a single host)."""
 
     server: ServerSettings = field(default_factory=ServerSettings)
     session: SessionConfig = field(default_factory=SessionConfig)
+    cluster: ClusterSettings | None = None
 
     def with_overrides(self, **changes: Any) -> HostConfig:
         """A copy with the ``server`` fields in ``changes`` replaced (``None`` values are ignored).
@@ -128,7 +210,26 @@ class HostConfig:
             ConfigError: a replaced value is invalid.
         """
         kept = {k: v for k, v in changes.items() if v is not None}
-        return HostConfig(replace(self.server, **kept), self.session)
+        return HostConfig(replace(self.server, **kept), self.session, self.cluster)
+
+    def with_cluster(self, postgres: str | None = None, **changes: Any) -> HostConfig:
+        """A copy with cluster mode from ``postgres`` (or the file's) and the fields in ``changes``
+        replaced (``None`` values are ignored); unchanged when neither gives a database.
+
+        Raises:
+            ConfigError: a replaced value is invalid.
+        """
+        kept = {k: v for k, v in changes.items() if v is not None}
+        if postgres is not None:
+            kept["postgres"] = postgres
+        if self.cluster is None:
+            if "postgres" not in kept:
+                if kept:
+                    flag = _CLUSTER_FLAGS.get(next(iter(kept)), next(iter(kept)))
+                    raise ConfigError(f"{flag} needs --cluster (or a [cluster] section)")
+                return self
+            return HostConfig(self.server, self.session, ClusterSettings(**kept))
+        return HostConfig(self.server, self.session, replace(self.cluster, **kept))
 
 
 def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
@@ -150,14 +251,15 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     try:
-        _only(data, {"server", "session"}, "")
+        _only(data, {"server", "session", "cluster"}, "")
         server = _server(_table(data, "server"), base)
         session = _session(_table(data, "session"), base)
+        cluster = _cluster(data["cluster"]) if "cluster" in data else None
     except InvalidInputError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return HostConfig(server, session)
+    return HostConfig(server, session, cluster)
 
 
 def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -179,6 +281,15 @@ def _server(table: dict[str, Any], base: Path) -> ServerSettings:
     if "data" in values:
         values["data"] = base / str(values["data"])
     return ServerSettings(**values)
+
+
+def _cluster(table: Any) -> ClusterSettings:
+    if not isinstance(table, dict):
+        raise ConfigError("cluster must be a table")
+    _only(table, {f.name for f in fields(ClusterSettings)}, "cluster.")
+    if "postgres" not in table:
+        raise ConfigError("cluster.postgres is missing (the shared database's connection string)")
+    return ClusterSettings(**table)
 
 
 def _session(table: dict[str, Any], base: Path) -> SessionConfig:

@@ -5,7 +5,7 @@ any other host sends it on to the owner over HTTP and hands back the
 owner's answer unchanged (status, body, the headers that matter). A host
 learns who owns an actor from :class:`~storage.errors.NotOwnerError`, which
 its actor host raises before touching anything (the owner's advertised URL
-and the seconds its lease has left), and remembers that owner until the
+and the seconds its lease has left, at least 1), and remembers that owner until the
 lease would run out, so the next requests for the actor are forwarded at
 once without asking Postgres.
 
@@ -135,13 +135,13 @@ class Forwarder:
         url = (error.owner_url or "").rstrip("/") or None
         if url is None or url == self.advertise_url:
             return None
-        left = error.lease_expires_in if error.lease_expires_in is not None else self.lease_s
+        left = error.retry_after_s if error.retry_after_s is not None else self.lease_s
         self._owners[(actor_id.namespace, actor_id.hex)] = (url, trio.current_time() + max(0.0, left))
         return url
 
     def lease_left(self, actor_id: ActorId, error: NotOwnerError | None) -> float:
         """Seconds until the owner's lease has surely run out (at most ``lease_s``), margin included."""
-        left = error.lease_expires_in if error is not None and error.lease_expires_in is not None else None
+        left = error.retry_after_s if error is not None and error.retry_after_s is not None else None
         if left is None:
             found = self._owners.get((actor_id.namespace, actor_id.hex))
             left = found[1] - trio.current_time() if found is not None else self.lease_s
@@ -235,15 +235,15 @@ class Forwarder:
                 wait = self.lease_left(actor_id, error)
                 self.forget(actor_id)
                 if trio.current_time() + wait > waited_until:
-                    raise NotOwnerError(
-                        f"the session's owner {owner} does not answer ({gone}); its lease runs out in "
-                        f"{wait:.1f} s, then any host takes the session over", owner_url=owner,
-                        lease_expires_in=wait,
-                    ) from None
+                    raise NotOwnerError(_describe(actor_id), owner, retry_after_s=wait) from gone
                 logger.info("owner %s of %s does not answer; waiting %.2f s for its lease", owner, actor_id.hex, wait)
                 await trio.sleep(wait)
                 owner, error = None, None
-        raise NotOwnerError(f"ownership of the session kept moving during {MAX_ROUNDS} attempts; retry")
+        raise NotOwnerError(_describe(actor_id), None)
+
+
+def _describe(actor_id: ActorId) -> str:
+    return f"{actor_id.namespace}/{actor_id.hex}"
 
 
 def error_type(content: bytes, content_type: str | None) -> str | None:
@@ -258,7 +258,7 @@ def error_type(content: bytes, content_type: str | None) -> str | None:
 
 def retry_after(error: BaseException) -> str:
     """The ``Retry-After`` value (whole seconds, at least 1) for a retryable 503 ``error``."""
-    seconds = getattr(error, "lease_expires_in", None)
+    seconds = getattr(error, "retry_after_s", None)
     if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
         return "1"
     return str(max(1, math.ceil(seconds)))

@@ -7,7 +7,7 @@ import pytest
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig
 from runtime.server.app import require_token_for
-from runtime.server.config import ConfigError, HostConfig, ServerSettings, load_config
+from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings, load_config
 
 FULL = """
 [server]
@@ -86,7 +86,7 @@ def test_compaction_can_be_switched_off(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     ("[server]\nbnd = 'x'\n", "unknown key server.bnd (allowed: bind, data, durability, graceful_timeout_s, "
                               "idle_timeout_s, keep_alive_timeout_s, max_active, max_body_bytes, max_pending_calls)"),
-    ("[serve]\n", "unknown key serve (allowed: server, session)"),
+    ("[serve]\n", "unknown key serve (allowed: cluster, server, session)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
     ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),
     ("[server]\nidle_timeout_s = 0\n", "server.idle_timeout_s must be a positive number of seconds, not 0"),
@@ -129,3 +129,59 @@ def test_other_binds_refuse_to_start_without_a_token(bind):
     with pytest.raises(ValueError, match=re.escape(f"refusing to serve {bind} without a token: set")):
         require_token_for(bind, None)
     require_token_for(bind, "secret")
+
+
+# -- [cluster] ------------------------------------------------------------------------------------------
+
+
+def test_the_cluster_section_turns_cluster_mode_on(tmp_path):
+    assert load_config(None).cluster is None
+    config = load_config(write(tmp_path, """
+[cluster]
+postgres = "postgresql://sessions@db.internal/sessions"
+host_id = "n1"
+advertise = "http://10.0.0.5:8801/"
+lease_s = 4
+connect_timeout_s = 2.5
+"""))
+    assert config.cluster == ClusterSettings("postgresql://sessions@db.internal/sessions", host_id="n1",
+                                             advertise="http://10.0.0.5:8801", lease_s=4.0, connect_timeout_s=2.5)
+    assert config.cluster.advertise_url("127.0.0.1:8801") == "http://10.0.0.5:8801"
+    defaults = load_config(write(tmp_path, "[cluster]\npostgres = 'dbname=s'\n")).cluster
+    assert (defaults.host_id, defaults.advertise, defaults.lease_s) == (None, None, 10.0)
+    assert defaults.advertise_url("127.0.0.1:8801") == "http://127.0.0.1:8801"
+    assert defaults.advertise_url("[::1]:8801") == "http://[::1]:8801"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[cluster]\nhost_id = 'n1'\n", "cluster.postgres is missing"),
+    ("[cluster]\npostgres = ''\n", "cluster.postgres must be a Postgres connection string"),
+    ("[cluster]\npostgres = 'dbname=s'\nlease_s = 0\n", "cluster.lease_s must be a positive number of seconds, not 0"),
+    ("[cluster]\npostgres = 'dbname=s'\nhost_id = 'a b'\n", "cluster.host_id must be 1-64 letters"),
+    ("[cluster]\npostgres = 'dbname=s'\nadvertise = '10.0.0.5:8801'\n", "cluster.advertise must be a base URL"),
+    ("[cluster]\npostgres = 'dbname=s'\nadvertise = 'http://h:1/x'\n", "cluster.advertise must be a base URL"),
+    ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n", "unknown key cluster.leases (allowed: advertise, "
+                                                       "connect_timeout_s, host_id, lease_s, postgres)"),
+    ("cluster = 3\n", "cluster must be a table"),
+])
+def test_bad_cluster_settings_name_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(write(tmp_path, text))
+
+
+def test_cluster_flags_override_the_file_and_need_a_database():
+    assert HostConfig().with_cluster(None) == HostConfig()
+    config = HostConfig().with_cluster("dbname=s", host_id="n2", advertise=None, lease_s=3)
+    assert config.cluster == ClusterSettings("dbname=s", host_id="n2", lease_s=3.0)
+    assert config.with_cluster(None, lease_s=5).cluster.lease_s == 5.0
+    assert config.with_overrides(bind="127.0.0.1:0").cluster == config.cluster
+    with pytest.raises(ConfigError, match="--host-id needs --cluster"):
+        HostConfig().with_cluster(None, host_id="n2")
+    with pytest.raises(ConfigError, match="--lease needs --cluster"):
+        HostConfig().with_cluster(None, lease_s=2)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:8801", "[::]:8801"])
+def test_a_wildcard_bind_needs_an_advertised_url(bind):
+    with pytest.raises(ConfigError, match="set cluster.advertise"):
+        ClusterSettings("dbname=s").advertise_url(bind)

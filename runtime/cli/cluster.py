@@ -1,0 +1,151 @@
+"""``durable-sessions serve --cluster``: a host that joins the cluster sharing one Postgres database.
+
+The order of a start, and why:
+
+1. **Bind** the listening socket (``--bind``; port 0 picks one), so the
+   address this host advertises to the others (``--advertise``, default
+   ``http://<bound address>``) is known before it joins.
+2. **Join**: open the actor host in cluster mode (it connects to Postgres
+   and registers this host). When Postgres cannot be reached the host keeps
+   trying, logging each failure, for ``connect_timeout_s`` (default 30 s;
+   a cluster started together with its database needs a moment); then the
+   command exits with status 1 and one line naming the database (never its
+   password). A connection string that does not parse is bad
+   configuration: exit status 2.
+3. **Serve** on the bound socket with a
+   :class:`~runtime.server.forwarding.Forwarder` (requests and WebSockets for
+   sessions other hosts own go to them) until SIGINT or SIGTERM; then the
+   host stops accepting, lets running requests finish, closes its
+   WebSockets with 1012 (clients connect again elsewhere) and leaves the
+   cluster, releasing its actors so other hosts take them at once.
+
+Claude Agent SDK transcripts (``/v1/transcripts``) are not served in cluster
+mode: their host-level catalog is local to one host.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import socket
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+
+from actors.agent import Agent
+from runtime.host.actor_host import ActorHost, open_host
+from runtime.server.app import bind_sessions, bind_socket, serve
+from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings
+from runtime.server.forwarding import Forwarder
+from storage.errors import StorageUnavailableError
+
+__all__ = ["ClusterUnreachableError", "describe_database", "new_host_id", "serve_cluster"]
+
+logger = logging.getLogger("durable_sessions")
+
+#: First and longest pause between attempts to reach Postgres at start (seconds).
+FIRST_RETRY_S, MAX_RETRY_S = 0.25, 2.0
+
+
+class ClusterUnreachableError(Exception):
+    """Postgres could not be reached within ``connect_timeout_s`` at start (exit status 1)."""
+
+
+def new_host_id() -> str:
+    """A host id for this process start: ``<hostname>-<6 hex>`` (at most 64 characters)."""
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:50] or "host"
+    return f"{name}-{secrets.token_hex(3)}"
+
+
+def describe_database(dsn: str) -> str:
+    """``host:port/dbname`` of a connection string or URL, without user or password.
+
+    Raises:
+        ConfigError: the string does not parse.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        reason = " ".join(str(exc).split())
+        raise ConfigError(f"cluster.postgres does not parse as a Postgres connection string: {reason}") from None
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or params.get('user') or ''}"
+
+
+async def serve_cluster(
+    config: HostConfig, token: str | None, agent_class: type[Agent], ready_file: Path | None,
+    announce: Callable[..., None],
+) -> int:
+    """Run one cluster host until SIGINT or SIGTERM (see the module docstring); the exit status.
+
+    Raises:
+        ConfigError: bad cluster settings (a wildcard bind without
+            ``advertise``, a connection string that does not parse).
+        ClusterUnreachableError: Postgres stayed unreachable for ``connect_timeout_s``.
+        OSError: the address cannot be bound.
+    """
+    settings, cluster = config.server, config.cluster
+    database = describe_database(cluster.postgres)
+    listen, bound = bind_socket(settings.bind)
+    try:
+        advertise = cluster.advertise_url(bound)
+        host_id = cluster.host_id or new_host_id()
+        async with AsyncExitStack() as stack:
+            host = await _join(stack, settings, cluster, host_id, advertise, database)
+            bind_sessions(host, config.session, agent_class=agent_class)
+            forwarder = Forwarder(host_id=host_id, advertise_url=advertise, lease_s=cluster.lease_s)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+                async def shutdown_trigger() -> None:
+                    async for signum in signals:
+                        logger.info("received %s: leaving the cluster", signal.Signals(signum).name)
+                        return
+
+                async with trio.open_nursery() as nursery:
+                    urls = await nursery.start(partial(
+                        serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
+                        forwarder=forwarder, listen_socket=listen))
+                    listen = None
+                    announce(urls, settings.data, ready_file, f"; cluster host {host_id} at {advertise}, "
+                             f"database {database}")
+    finally:
+        if listen is not None:
+            listen.close()
+    print("durable-sessions: stopped", flush=True)
+    return 0
+
+
+async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: ClusterSettings, host_id: str,
+                advertise: str, database: str) -> ActorHost:
+    """Open the actor host in cluster mode, retrying while Postgres is unreachable (bounded)."""
+    deadline = trio.current_time() + cluster.connect_timeout_s
+    pause = FIRST_RETRY_S
+    while True:
+        try:
+            return await stack.enter_async_context(open_host(
+                settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
+                durability=settings.durability, max_pending_calls=settings.max_pending_calls,
+                **host_cluster_options(cluster, host_id, advertise)))
+        except StorageUnavailableError as exc:
+            if trio.current_time() + pause > deadline:
+                raise ClusterUnreachableError(
+                    f"cannot reach Postgres at {database} (tried for {cluster.connect_timeout_s:g} s): {exc}"
+                ) from None
+            logger.warning("cannot reach Postgres at %s yet (%s); trying again in %.2g s", database, exc, pause)
+            await trio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_S)
+
+
+def host_cluster_options(cluster: ClusterSettings, host_id: str, advertise: str) -> dict[str, Any]:
+    """The keyword arguments that put :func:`~runtime.host.actor_host.open_host` in cluster mode."""
+    from runtime.host.cluster import ClusterOptions  # cluster-core's host side
+
+    return {"cluster": ClusterOptions(dsn=cluster.postgres, host_id=host_id, address=advertise,
+                                      lease_s=cluster.lease_s)}
