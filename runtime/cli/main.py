@@ -51,7 +51,7 @@ from tqdm import tqdm
 from actors.agent import Agent
 from actors.session_agent import SessionAgent
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
-from runtime.cli.cluster import serve_cluster
+from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.client import SessionsClient
@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ClusterUnreachableError as exc:
+        print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - one line for the user; details at debug level

@@ -10,7 +10,8 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 
 * ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
-* ``GET /v1/actors`` -- ``host.statistics()`` as an object;
+* ``GET /v1/actors`` -- ``host.statistics()`` as an object (in a cluster, with
+  ``"cluster"``: host id, advertised URL, requests forwarded, lease counters);
 * ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
   sessions' actors, or every active actor; answers ``{"hibernated": n}``;
 * ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below);
@@ -80,6 +81,7 @@ from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 from runtime.server.websocket import WebSocketEndpoint
 from runtime.wire import (
+    CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
     HOP_HEADER,
     JSON,
@@ -167,6 +169,10 @@ class SessionsServer:
         self.forwarder = forwarder
         self.relay_max_message_bytes = RELAY_MAX_MESSAGE_BYTES
         self.host = host
+        cluster = getattr(host, "cluster", None)
+        if forwarder is not None and cluster is not None:
+            forwarder.lookup = forwarder.lookup or cluster.owner_of
+            cluster.add_release_listener(self._released)
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
@@ -272,6 +278,17 @@ class SessionsServer:
             headers["Allow"] = ", ".join(error.allowed)
         return headers
 
+    def _released(self, actor_id: ActorId, reason: str) -> None:
+        """Cluster mode: this host stopped owning ``actor_id`` (``reason``): its WebSockets go, with 1012.
+
+        Broadcasts from the actor's next owner would not reach them; the
+        clients connect again and reach it, wherever it is.
+        """
+        for conn in self.host.connections_of(actor_id):
+            close = getattr(conn, "close", None)
+            if close is not None:
+                close(CLOSE_RECONNECT, f"the session moved ({reason}); connect again")
+
     # -- plain routes -----------------------------------------------------------------------------------
 
     async def _health(self) -> Response:
@@ -284,7 +301,20 @@ class SessionsServer:
         stats = self.host.statistics()
         body = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
         body["namespaces"] = sorted(self.host.namespaces)
+        if self.forwarder is not None:
+            body["cluster"] = self._cluster_statistics()
         return self._respond(200, body)
+
+    def _cluster_statistics(self) -> dict[str, Any]:
+        """Cluster mode: this host's id and URL, what it forwarded, and its actor host's cluster counters."""
+        forwarder = self.forwarder
+        found: dict[str, Any] = {"hostId": forwarder.host_id, "advertiseUrl": forwarder.advertise_url,
+                                 "forwarded": forwarder.forwarded}
+        cluster = getattr(self.host, "cluster", None)
+        stats = cluster.statistics() if cluster is not None else None
+        if stats is not None:
+            found.update({name: getattr(stats, name) for name in stats.__dataclass_fields__})
+        return found
 
     async def _hibernate(self) -> Response:
         try:
@@ -365,7 +395,8 @@ class SessionsServer:
             except RequestEntityTooLarge:
                 raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
             headers = {name.lower(): value for name, value in request.headers.items()}
-            answer = await forwarder.forward(url, request.method, _raw_path(), request.query_string, headers, body)
+            answer = await forwarder.forward(url, request.method, _raw_path(), request.query_string, headers, body,
+                                             actor_id)
             return Response(answer.content, status=answer.status, headers=answer.headers)
 
         return await forwarder.answer(actor_id, HOP_HEADER in request.headers, local, remote)

@@ -21,9 +21,12 @@ The rules:
   over -- all within :attr:`Forwarder.max_wait_s`; past that the answer is
   503 with ``Retry-After``.
 * **An owner that stops mid-call** (the connection breaks after the request
-  left): whether the call ran is unknown, so it is not repeated here; the
-  answer is :class:`~storage.errors.OwnerUnreachableError` (503,
-  ``Retry-After``) and the client repeats it when that is safe.
+  left, or the owner goes silent -- paused, cut off -- and its lease runs
+  out without a renewal while the call is with it): whether the call ran
+  is unknown, so it is not repeated here; the answer is
+  :class:`~storage.errors.OwnerUnreachableError` (503, ``Retry-After``) and
+  the client repeats it when that is safe. An owner that is merely slow
+  keeps renewing its lease, and the call waits for it.
 * **Where the owner is.** Every answer about a session in cluster mode
   carries :data:`~runtime.wire.OWNER_HEADER` with the owner's advertised URL
   (when known), so a client that lists that URL sends the session's next
@@ -41,6 +44,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 import trio
@@ -65,6 +69,17 @@ CONNECT_TIMEOUT_S = 2.0
 
 #: Times one request goes round "the owner moved" before the host gives up with a 503.
 MAX_ROUNDS = 4
+
+
+class OwnerRecord(Protocol):
+    """What a lookup of the actor's owner gives (``HostCluster.owner_of``): its URL and lease left."""
+
+    address: str | None
+    remaining_ms: int
+
+
+#: ``await lookup(actor_id)``: the actor's owner as Postgres records it now (``None``: never activated).
+OwnerLookup = Callable[[ActorId], Awaitable["OwnerRecord | None"]]
 
 
 class OwnerGone(Exception):
@@ -96,13 +111,17 @@ class Forwarder:
         forward_timeout_s: the longest a forwarded call may take at the
             owner (``None``: no limit; a call may legitimately run long).
         max_connections: connections kept to all other hosts together.
+        lookup: asks Postgres who owns an actor now (``HostCluster.owner_of``);
+            with it, a call that an owner holds past a lease it did not renew
+            is given up (see the module docstring). Settable later.
     """
 
     def __init__(
         self, *, host_id: str, advertise_url: str, lease_s: float, max_wait_s: float | None = None,
-        forward_timeout_s: float | None = None, max_connections: int = 512,
+        forward_timeout_s: float | None = None, max_connections: int = 512, lookup: OwnerLookup | None = None,
     ) -> None:
         self.host_id = host_id
+        self.lookup = lookup
         self.advertise_url = advertise_url.rstrip("/")
         self.lease_s = lease_s
         self.max_wait_s = max_wait_s if max_wait_s is not None else lease_s + 2.0
@@ -155,10 +174,13 @@ class Forwarder:
 
     async def forward(
         self, url: str, method: str, path: str, query: bytes, headers: Mapping[str, str], body: bytes,
+        actor_id: ActorId | None = None,
     ) -> ForwardedAnswer:
         """Send one request to the owner at ``url`` and return its answer.
 
         Args:
+            actor_id: the actor the call is for: while the owner holds the call,
+                its lease is watched (with :attr:`lookup`).
             path: the path as the client sent it (percent-encoded).
             query: the raw query string.
             headers: the client's request headers (only those in
@@ -173,7 +195,11 @@ class Forwarder:
         sent[HOP_HEADER] = self.host_id
         target = url + path + (("?" + query.decode("latin-1")) if query else "")
         try:
-            response = await self._http.request(method, target, content=body, headers=sent)
+            if actor_id is None or self.lookup is None:
+                response = await self._http.request(method, target, content=body, headers=sent)
+            else:
+                response = await self._watched(actor_id, url, self._http.request(
+                    method, target, content=body, headers=sent))
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise OwnerGone(f"{url}: {exc or type(exc).__name__}") from None
         except httpx.TransportError as exc:
@@ -188,6 +214,42 @@ class Forwarder:
         passed = {name: response.headers[name] for name in FORWARDED_RESPONSE_HEADERS if name in response.headers}
         passed.setdefault(OWNER_HEADER, response.headers.get(OWNER_HEADER, url))
         return ForwardedAnswer(response.status_code, response.content, passed)
+
+    async def _watched(self, actor_id: ActorId, url: str, request: Awaitable[httpx.Response]) -> httpx.Response:
+        """``await request``, given up when ``url`` stops holding the actor's lease meanwhile.
+
+        Raises:
+            OwnerUnreachableError: the owner's lease ran out (or moved) while the call was with it.
+        """
+        result: list[Any] = []
+        async with trio.open_nursery() as nursery:
+
+            async def send() -> None:
+                result.append(await request)
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                pause = self.lease_s
+                while True:
+                    await trio.sleep(pause)
+                    try:
+                        owner = await self.lookup(actor_id)
+                    except DurableSessionsError:  # Postgres unreachable: the owner cannot be judged now
+                        pause = self.lease_s / 3
+                        continue
+                    address = (owner.address or "").rstrip("/") if owner is not None else ""
+                    if address != url or owner.remaining_ms <= 0:
+                        break
+                    pause = max(owner.remaining_ms / 1000, self.lease_s / 3) + LEASE_MARGIN_S
+                logger.warning("owner %s of %s holds a call past its lease; giving the call up", url, actor_id.hex)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(send)
+            nursery.start_soon(watch)
+        if not result:
+            raise OwnerUnreachableError(
+                f"the session's owner {url} stopped renewing its lease during the call; it may or may not have run")
+        return result[0]
 
     async def answer(
         self, actor_id: ActorId, forwarded: bool,
