@@ -147,5 +147,6 @@ def host_cluster_options(cluster: ClusterSettings, host_id: str, advertise: str)
     """The keyword arguments that put :func:`~runtime.host.actor_host.open_host` in cluster mode."""
     from runtime.host.cluster import ClusterOptions  # cluster-core's host side
 
+    tuning = {} if cluster.snapshot_bytes is None else {"snapshot_min_bytes": cluster.snapshot_bytes}
     return {"cluster": ClusterOptions(dsn=cluster.postgres, advertise_url=advertise, host_id=host_id,
-                                      lease_s=cluster.lease_s)}
+                                      lease_s=cluster.lease_s, **tuning)}

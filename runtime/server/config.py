@@ -53,6 +53,7 @@ presence turns cluster mode on, command-line flags override its keys)::
                                  # (default: http://<bind>; required with a wildcard bind)
     lease_s = 10                 # seconds an owner holds an actor without renewing
     connect_timeout_s = 30       # at start, how long to keep trying to reach Postgres
+    snapshot_bytes = 1048576     # log bytes after an actor's snapshot that make a new one
 
 The bearer token is never read from this file: pass ``--token`` or set
 ``DURABLE_SESSIONS_TOKEN``; keep the Postgres password out of it too
@@ -145,6 +146,9 @@ class ClusterSettings:
             host's actors move after at most this long.
         connect_timeout_s: at start, seconds to keep trying to reach Postgres
             before giving up (exit status 1).
+        snapshot_bytes: log bytes after an actor's newest snapshot that make
+            its owner store a new one (``None``: the host's default, 1 MiB);
+            a new owner replays at most about this much.
     """
 
     postgres: str
@@ -152,6 +156,7 @@ class ClusterSettings:
     advertise: str | None = None
     lease_s: float = DEFAULT_LEASE_S
     connect_timeout_s: float = 30.0
+    snapshot_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.postgres, str) or not self.postgres.strip():
@@ -166,6 +171,9 @@ class ClusterSettings:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"cluster.{name} must be a positive number of seconds, not {value!r}")
         object.__setattr__(self, "lease_s", float(self.lease_s))
+        value = self.snapshot_bytes
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"cluster.snapshot_bytes must be a positive integer, not {value!r}")
 
     def advertise_url(self, bound: str) -> str:
         """The URL to advertise: ``advertise``, else ``http://`` + ``bound`` (the ``host:port`` listened on).

@@ -143,9 +143,11 @@ host_id = "n1"
 advertise = "http://10.0.0.5:8801/"
 lease_s = 4
 connect_timeout_s = 2.5
+snapshot_bytes = 4096
 """))
     assert config.cluster == ClusterSettings("postgresql://sessions@db.internal/sessions", host_id="n1",
-                                             advertise="http://10.0.0.5:8801", lease_s=4.0, connect_timeout_s=2.5)
+                                             advertise="http://10.0.0.5:8801", lease_s=4.0, connect_timeout_s=2.5,
+                                             snapshot_bytes=4096)
     assert config.cluster.advertise_url("127.0.0.1:8801") == "http://10.0.0.5:8801"
     defaults = load_config(write(tmp_path, "[cluster]\npostgres = 'dbname=s'\n")).cluster
     assert (defaults.host_id, defaults.advertise, defaults.lease_s) == (None, None, 10.0)
@@ -161,7 +163,8 @@ connect_timeout_s = 2.5
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = '10.0.0.5:8801'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = 'http://h:1/x'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n", "unknown key cluster.leases (allowed: advertise, "
-                                                       "connect_timeout_s, host_id, lease_s, postgres)"),
+                                                       "connect_timeout_s, host_id, lease_s, postgres, snapshot_bytes)"),
+    ("[cluster]\npostgres = 'dbname=s'\nsnapshot_bytes = 0\n", "cluster.snapshot_bytes must be a positive integer"),
     ("cluster = 3\n", "cluster must be a table"),
 ])
 def test_bad_cluster_settings_name_the_key(tmp_path, text, message):
