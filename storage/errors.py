@@ -32,7 +32,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── InvalidArgumentsError (TypeError) arguments do not fit the method      [400]
     │   ├── ActorOverloadedError              too many calls waiting (retryable)   [429]
     │   ├── TransactionLeftOpenError          a call ended inside a transaction    [500]
-    │   └── HostClosedError                   the host is shutting down (retryable) [503]
+    │   ├── HostClosedError                   the host is shutting down (retryable) [503]
+    │   ├── NotOwnerError                     another host owns the actor; not run here (retryable) [503]
+    │   └── OwnershipLostError                the actor moved while the call ran; nothing kept (retryable) [503]
     └── HttpError                         the HTTP layer refused a request        [500]
         ├── UnauthorizedError                missing or wrong bearer token         [401]
         ├── RouteNotFoundError               no such route                         [404]
@@ -264,6 +266,50 @@ class HostClosedError(ActorRuntimeError):
     """The host is closed or closing; the call was not (or not fully) run.
 
     A retry against a running host can succeed.
+    """
+
+    status = 503
+    retryable = True
+
+
+class NotOwnerError(ActorRuntimeError):
+    """Cluster mode: another live host owns the actor, so this host did not run the call.
+
+    Raised by the actor host *before* anything of the call ran and before any
+    file was touched, so forwarding the same call to ``owner_url`` (or
+    retrying it anywhere later) is always safe. Servers forward it; a client
+    that sees it may retry after ``retry_after_s``.
+
+    Attributes:
+        actor: ``<namespace>/<hex>`` of the actor.
+        owner_url: the owner host's advertised URL (``None`` when rebuilt from an error body).
+        owner_host: the owner's host id.
+        retry_after_s: seconds until the owner's lease expires if it is not renewed
+            (at least 1): after that any host may take the actor over.
+    """
+
+    status = 503
+    retryable = True
+    actor: str | None = None
+    owner_url: str | None = None
+    owner_host: str | None = None
+    retry_after_s: float = 1.0
+
+    def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
+                 retry_after_s: float = 1.0) -> None:
+        super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
+        self.actor = actor
+        self.owner_url = owner_url
+        self.owner_host = owner_host
+        self.retry_after_s = max(1.0, retry_after_s)
+
+
+class OwnershipLostError(ActorRuntimeError):
+    """Cluster mode: another host took the actor over while this call ran here.
+
+    Nothing the call wrote was kept (its writes were refused by the fence and
+    the local copy is discarded); the call's other effects may have happened.
+    A retry reaches the new owner.
     """
 
     status = 503
