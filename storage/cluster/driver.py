@@ -127,6 +127,7 @@ class PgConnection:
         self._conn = conn
         self._lock = anyio.Lock()
         self.statement_timeout_s = statement_timeout_s
+        self.used = False  # a statement ran on it (it may have sat idle since)
 
     @classmethod
     async def connect(cls, dsn: str, *, timeout_s: float, statement_timeout_s: float) -> PgConnection:
@@ -176,6 +177,7 @@ class PgConnection:
             DatabaseError: the server refused the statement.
         """
         async with self._lock:
+            self.used = True
             try:
                 with anyio.fail_after(self.statement_timeout_s if timeout_s is None else timeout_s):
                     cursor = self._conn.cursor()
@@ -289,7 +291,20 @@ class PgPool:
             self._slots.release()
 
     async def execute(self, sql: str, params: Params = None, **kwargs: Any) -> list[tuple[Any, ...]]:
-        """Run one statement on any free connection (see :meth:`PgConnection.execute`)."""
+        """Run one statement on any free connection (see :meth:`PgConnection.execute`).
+
+        A connection that sat idle may have died with a restarted server: when
+        the statement fails as unavailable on such a connection, it runs once
+        more on a new one. Every statement sent through the pool is safe to
+        repeat (reads, lease updates keyed by epoch, fenced or conflict-free inserts).
+        """
+        async with self.connection() as conn:
+            reused = conn.used
+            try:
+                return await conn.execute(sql, params, **kwargs)
+            except StorageUnavailableError:
+                if not reused or not conn.broken:
+                    raise
         async with self.connection() as conn:
             return await conn.execute(sql, params, **kwargs)
 

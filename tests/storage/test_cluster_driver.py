@@ -88,10 +88,18 @@ async def test_nothing_listening_is_unavailable_fast():
 async def test_pool_reconnects_after_a_server_restart(pg_server, pg_empty_dsn):
     pool = PgPool(pg_empty_dsn, size=2, connect_timeout_s=5, statement_timeout_s=5)
     assert await pool.execute("SELECT 1") == [(1,)]
+    async with pool.connection() as conn:
+        idle = conn
     pg_server.restart("immediate")
-    with pytest.raises(StorageUnavailableError):
-        await pool.execute("SELECT 1")  # the idle connection died with the server
-    assert await pool.execute("SELECT 3") == [(3,)]
+    assert await pool.execute("SELECT 3") == [(3,)]  # the idle connection died: one more try on a new one
+    assert idle.broken
+    pg_server.stop("immediate")
+    try:
+        with pytest.raises(StorageUnavailableError, match="connecting"):
+            await pool.execute("SELECT 1")
+    finally:
+        pg_server.start()
+    assert await pool.execute("SELECT 4") == [(4,)]
     pool.close()
 
 
