@@ -56,7 +56,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.cluster import ClusterHost, wait_until  # noqa: E402
+from tests.support.cluster_hosts import ClusterHost, wait_until  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.processes import cli_env  # noqa: E402
 

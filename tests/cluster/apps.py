@@ -3,7 +3,7 @@
 :class:`Recorder` is the session actor with its activations and alarm
 deliveries (and the start of :meth:`Recorder.slow_append`) written down,
 one line per event (``<pid> <actor hex> ...``) appended to
-``$DS_TEST_EVENTS/<kind>.txt`` (see :mod:`tests.support.cluster`): the
+``$DS_TEST_EVENTS/<kind>.txt`` (see :mod:`tests.support.cluster_hosts`): the
 hosts are separate processes, so the count of activations cluster-wide is
 the number of lines.
 """

@@ -1,0 +1,117 @@
+"""The cluster's tables in Postgres, created idempotently.
+
+``ds_cluster_meta``  ``key -> value``: ``schema_version`` and ``cluster_id``
+                     (a random UUID; an actor file remembers which cluster
+                     its log belongs to).
+``ds_hosts``         one row per running host: ``host_id`` (random per process
+                     start), ``address`` (the URL other hosts forward to) and
+                     a host lease, renewed with the actors' leases.
+``ds_actors``        one row per actor ever activated in the cluster, and the
+                     *fence*: ``owner`` (a host id, ``NULL`` once released),
+                     ``owner_address``, ``epoch`` (+1 on every acquisition: the
+                     fencing token), ``lease_expires`` (Postgres time),
+                     ``last_seq`` (the newest log entry), ``tail_bytes`` (log
+                     bytes after the newest snapshot) and ``base_version``
+                     (the actor-file schema version its log starts from).
+``ds_log``           the durable log: ``(actor_id, seq)`` -> the writer's
+                     ``epoch`` and a SQLite session ``changeset`` (an empty
+                     one where the entry is a snapshot).
+``ds_snapshots``     whole actor files, ``zlib`` of ``sqlite3_serialize``, each
+                     covering the log up to and including ``seq``.
+``ds_alarms``        the cluster-wide alarm index: one row per actor with an
+                     alarm, written in the statement of the log entry that
+                     changed it.
+
+Actor ids are ``<namespace>/<64 hex>``. Everything runs in one transaction
+under an advisory lock, so hosts starting together do not race; a database
+of a newer cluster schema is refused.
+"""
+
+from __future__ import annotations
+
+from storage.errors import SchemaTooNewError
+
+from .driver import PgConnection
+
+#: Version of the cluster tables this code writes (``ds_cluster_meta.schema_version``).
+CLUSTER_SCHEMA_VERSION = 1
+
+_LOCK_KEY = 0x64735F636C  # "ds_cl": one advisory lock for schema changes
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS ds_cluster_meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ds_hosts (
+    host_id       text PRIMARY KEY,
+    address       text NOT NULL,
+    started_at    timestamptz NOT NULL DEFAULT now(),
+    lease_expires timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ds_actors (
+    actor_id      text PRIMARY KEY,
+    owner         text,
+    owner_address text,
+    epoch         bigint NOT NULL,
+    lease_expires timestamptz NOT NULL,
+    last_seq      bigint NOT NULL DEFAULT 0,
+    tail_bytes    bigint NOT NULL DEFAULT 0,
+    base_version  integer NOT NULL
+) WITH (fillfactor = 70);
+CREATE TABLE IF NOT EXISTS ds_log (
+    actor_id  text   NOT NULL,
+    seq       bigint NOT NULL,
+    epoch     bigint NOT NULL,
+    changeset bytea  NOT NULL,
+    PRIMARY KEY (actor_id, seq)
+);
+ALTER TABLE ds_log ALTER COLUMN changeset SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS ds_snapshots (
+    actor_id       text    NOT NULL,
+    seq            bigint  NOT NULL,
+    epoch          bigint  NOT NULL,
+    schema_version integer NOT NULL,
+    image          bytea   NOT NULL,
+    PRIMARY KEY (actor_id, seq)
+);
+ALTER TABLE ds_snapshots ALTER COLUMN image SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS ds_alarms (
+    actor_id     text PRIMARY KEY,
+    scheduled_ms bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ds_alarms_due ON ds_alarms (scheduled_ms);
+INSERT INTO ds_cluster_meta (key, value) VALUES ('cluster_id', gen_random_uuid()::text)
+    ON CONFLICT (key) DO NOTHING;
+INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '1')
+    ON CONFLICT (key) DO NOTHING;
+"""
+
+_READ_META = "SELECT key, value FROM ds_cluster_meta WHERE key IN ('cluster_id', 'schema_version')"
+
+
+async def create_cluster_schema(conn: PgConnection) -> str:
+    """Create the cluster tables if missing; return the cluster id.
+
+    Idempotent and safe to run from several hosts at once.
+
+    Raises:
+        SchemaTooNewError: the database holds a newer cluster schema.
+        StorageUnavailableError, DatabaseError: see :class:`PgConnection`.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        meta = await _read_meta(conn)
+        found = int(meta.get("schema_version", 0))
+        if found > CLUSTER_SCHEMA_VERSION:
+            raise SchemaTooNewError("the cluster tables in Postgres", found, CLUSTER_SCHEMA_VERSION)
+        await conn.execute(_DDL)
+        meta = await _read_meta(conn)
+    return meta["cluster_id"]
+
+
+async def _read_meta(conn: PgConnection) -> dict[str, str]:
+    exists = await conn.execute("SELECT to_regclass('ds_cluster_meta') IS NOT NULL")
+    if not exists[0][0]:
+        return {}
+    return dict(await conn.execute(_READ_META))

@@ -1,0 +1,173 @@
+"""Every statement the cluster sends to Postgres (``%(name)s`` parameters).
+
+Postgres' ``now()`` is the only clock compared across hosts: lease expiries
+are written and tested by the server. A host keeps its own deadline for each
+lease with its monotonic clock, started *before* the granting statement was
+sent (:mod:`storage.cluster.ownership`).
+
+**Why the fence is an UPDATE.** Each write updates the actor's ``ds_actors``
+row (``epoch`` and ``last_seq`` checked in its ``WHERE``) in the same
+statement that inserts the log row. The UPDATE takes the row lock, so a
+concurrent takeover (:data:`ACQUIRE`, which also updates the row) either
+waits for the write to commit and then sees it (``last_seq``), or commits
+first, and the write then re-checks the new row version and matches nothing.
+A check that only reads the row (``WHERE EXISTS``) is not safe: it reads the
+statement's snapshot, and a takeover committing between that snapshot and the
+write's commit goes unnoticed (FINDINGS Q5A).
+"""
+
+_LEASE = "now() + %(lease_ms)s * interval '1 millisecond'"
+
+#: Take a free or expired actor, or re-take one this host owns (creating its row).
+#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version), or no row.
+ACQUIRE = f"""
+INSERT INTO ds_actors AS a (actor_id, owner, owner_address, epoch, lease_expires, base_version)
+VALUES (%(actor)s, %(me)s, %(address)s, 1, {_LEASE}, %(base_version)s)
+ON CONFLICT (actor_id) DO UPDATE
+   SET owner = EXCLUDED.owner, owner_address = EXCLUDED.owner_address,
+       epoch = a.epoch + 1, lease_expires = EXCLUDED.lease_expires
+ WHERE a.owner IS NULL OR a.owner = EXCLUDED.owner OR a.lease_expires <= now()
+RETURNING epoch, last_seq, tail_bytes, base_version
+"""
+
+#: Who owns the actor and for how much longer (milliseconds by the server's clock).
+OWNER = """
+SELECT owner, owner_address, epoch, last_seq,
+       GREATEST(0, ceil(EXTRACT(EPOCH FROM lease_expires - now()) * 1000))::bigint AS remaining_ms
+  FROM ds_actors WHERE actor_id = %(actor)s
+"""
+
+#: Extend many leases. An owner keeps its epoch even if its lease lapsed meanwhile:
+#: an unchanged epoch proves nobody else owned the actor in between.
+RENEW = f"""
+UPDATE ds_actors AS a SET lease_expires = {_LEASE}
+  FROM unnest(%(actors)s::text[], %(epochs)s::bigint[]) AS r(actor_id, epoch)
+ WHERE a.actor_id = r.actor_id AND a.owner = %(me)s AND a.epoch = r.epoch
+RETURNING a.actor_id
+"""
+
+#: Give many actors up (the next caller anywhere acquires them at once).
+RELEASE = """
+UPDATE ds_actors AS a SET owner = NULL, owner_address = NULL, lease_expires = now()
+  FROM unnest(%(actors)s::text[], %(epochs)s::bigint[]) AS r(actor_id, epoch)
+ WHERE a.actor_id = r.actor_id AND a.owner = %(me)s AND a.epoch = r.epoch
+"""
+
+#: The group commit: one statement appends the next entry of many actors.
+#: Per actor: the fence (owner, epoch, ``last_seq = seq - 1``) renews the lease,
+#: the log row is inserted, and the alarm index follows (op 1: set, 2: delete, 0: as is).
+#: Returns the actor ids whose entry was appended; any other was refused.
+APPEND = f"""
+WITH req AS (
+  SELECT * FROM unnest(%(actors)s::text[], %(seqs)s::bigint[], %(epochs)s::bigint[], %(changesets)s::bytea[],
+                       %(alarm_ops)s::smallint[], %(alarm_ms)s::bigint[])
+    AS r(actor_id, seq, epoch, changeset, alarm_op, alarm_ms)),
+fence AS (
+  UPDATE ds_actors a SET last_seq = r.seq, lease_expires = {_LEASE},
+                         tail_bytes = a.tail_bytes + octet_length(r.changeset)
+    FROM req r
+   WHERE a.actor_id = r.actor_id AND a.owner = %(me)s AND a.epoch = r.epoch AND a.last_seq = r.seq - 1
+  RETURNING a.actor_id),
+logged AS (
+  INSERT INTO ds_log (actor_id, seq, epoch, changeset)
+  SELECT r.actor_id, r.seq, r.epoch, r.changeset FROM req r JOIN fence f USING (actor_id)
+  RETURNING actor_id),
+alarm_set AS (
+  INSERT INTO ds_alarms (actor_id, scheduled_ms)
+  SELECT r.actor_id, r.alarm_ms FROM req r JOIN fence f USING (actor_id) WHERE r.alarm_op = 1
+  ON CONFLICT (actor_id) DO UPDATE SET scheduled_ms = EXCLUDED.scheduled_ms),
+alarm_del AS (
+  DELETE FROM ds_alarms d USING req r JOIN fence f USING (actor_id)
+   WHERE d.actor_id = r.actor_id AND r.alarm_op = 2)
+SELECT actor_id FROM logged
+"""
+
+#: After an append that matched nothing, or whose outcome is unknown: why, per actor.
+DIAGNOSE = """
+SELECT r.actor_id, a.owner, a.owner_address, a.epoch, a.last_seq, l.epoch, md5(l.changeset),
+       s.epoch, GREATEST(0, ceil(EXTRACT(EPOCH FROM a.lease_expires - now()) * 1000))::bigint
+  FROM unnest(%(actors)s::text[], %(seqs)s::bigint[]) AS r(actor_id, seq)
+  LEFT JOIN ds_actors a ON a.actor_id = r.actor_id
+  LEFT JOIN ds_log l ON l.actor_id = r.actor_id AND l.seq = r.seq
+  LEFT JOIN ds_snapshots s ON s.actor_id = r.actor_id AND s.seq = r.seq
+"""
+
+#: A log entry that is a whole file (the schema changed, so changesets cannot carry it):
+#: fenced like APPEND; the older log and snapshots are trimmed in the same statement.
+APPEND_SNAPSHOT = f"""
+WITH fence AS (
+  UPDATE ds_actors SET last_seq = %(seq)s, lease_expires = {_LEASE}, tail_bytes = 0
+   WHERE actor_id = %(actor)s AND owner = %(me)s AND epoch = %(epoch)s AND last_seq = %(seq)s - 1
+  RETURNING actor_id),
+snap AS (
+  INSERT INTO ds_snapshots (actor_id, seq, epoch, schema_version, image)
+  SELECT actor_id, %(seq)s, %(epoch)s, %(schema_version)s, %(image)s FROM fence
+  RETURNING actor_id),
+logged AS (
+  INSERT INTO ds_log (actor_id, seq, epoch, changeset)
+  SELECT actor_id, %(seq)s, %(epoch)s, ''::bytea FROM fence),
+trim_log AS (
+  DELETE FROM ds_log WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM fence)),
+trim_snapshots AS (
+  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM fence)),
+alarm_set AS (
+  INSERT INTO ds_alarms (actor_id, scheduled_ms)
+  SELECT actor_id, %(alarm_ms)s FROM fence WHERE %(alarm_op)s = 1
+  ON CONFLICT (actor_id) DO UPDATE SET scheduled_ms = EXCLUDED.scheduled_ms),
+alarm_del AS (
+  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND %(alarm_op)s = 2 AND EXISTS (SELECT 1 FROM fence))
+SELECT actor_id FROM snap
+"""
+
+#: A snapshot of a state already in the log (entries up to ``seq`` durable), taken by the
+#: owner; the log it covers and older snapshots go. Returns a row when it was stored.
+STORE_SNAPSHOT = """
+WITH fence AS (
+  UPDATE ds_actors SET tail_bytes = (
+           SELECT coalesce(sum(octet_length(changeset)), 0) FROM ds_log
+            WHERE actor_id = %(actor)s AND seq > %(seq)s)
+   WHERE actor_id = %(actor)s AND owner = %(me)s AND epoch = %(epoch)s AND last_seq >= %(seq)s
+  RETURNING actor_id),
+snap AS (
+  INSERT INTO ds_snapshots (actor_id, seq, epoch, schema_version, image)
+  SELECT actor_id, %(seq)s, %(epoch)s, %(schema_version)s, %(image)s FROM fence
+  ON CONFLICT (actor_id, seq) DO NOTHING
+  RETURNING actor_id),
+trim_log AS (
+  DELETE FROM ds_log WHERE actor_id = %(actor)s AND seq <= %(seq)s AND EXISTS (SELECT 1 FROM snap)),
+trim_snapshots AS (
+  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM snap))
+SELECT actor_id FROM snap
+"""
+
+#: Restore reads, in one REPEATABLE READ transaction (a concurrent trim cannot split them).
+LATEST_SNAPSHOT = """
+SELECT seq, schema_version, image FROM ds_snapshots
+ WHERE actor_id = %(actor)s AND seq <= %(upto)s ORDER BY seq DESC LIMIT 1
+"""
+TAIL = """
+SELECT seq, changeset FROM ds_log
+ WHERE actor_id = %(actor)s AND seq > %(after)s AND seq <= %(upto)s ORDER BY seq
+"""
+
+#: Due alarms of actors no live host owns, in bound namespaces (the actor id's prefix).
+DUE_ALARMS = """
+SELECT al.actor_id, al.scheduled_ms FROM ds_alarms al JOIN ds_actors a USING (actor_id)
+ WHERE al.scheduled_ms <= (EXTRACT(EPOCH FROM now()) * 1000)::bigint
+   AND (a.owner IS NULL OR a.lease_expires <= now())
+   AND split_part(al.actor_id, '/', 1) = ANY(%(namespaces)s::text[])
+ ORDER BY al.scheduled_ms LIMIT %(limit)s
+"""
+
+#: Whether the actor was ever written anywhere in the cluster.
+WRITTEN = "SELECT last_seq > 0 FROM ds_actors WHERE actor_id = %(actor)s"
+
+REGISTER_HOST = f"""
+INSERT INTO ds_hosts (host_id, address, lease_expires) VALUES (%(me)s, %(address)s, {_LEASE})
+ON CONFLICT (host_id) DO UPDATE SET address = EXCLUDED.address, lease_expires = EXCLUDED.lease_expires
+"""
+RENEW_HOST = f"UPDATE ds_hosts SET lease_expires = {_LEASE} WHERE host_id = %(me)s"
+LIVE_HOSTS = "SELECT host_id, address FROM ds_hosts WHERE lease_expires > now() ORDER BY host_id"
+UNREGISTER_HOST = "DELETE FROM ds_hosts WHERE host_id = %(me)s"
+#: Hosts gone for a day are forgotten (their actors were taken long ago).
+FORGET_HOSTS = "DELETE FROM ds_hosts WHERE lease_expires < now() - interval '1 day'"
