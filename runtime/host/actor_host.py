@@ -40,7 +40,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -49,16 +49,20 @@ from runtime.host.alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm
 from runtime.host.ids import ActorId, check_namespace_name
 from runtime.host.limits import default_max_active, raise_open_file_limit
 from runtime.host.namespace import Namespace
-from runtime.host.slots import ActorContext, ActorSlot, SlotState, describe
+from runtime.host.slots import ActorContext, ActorSlot, CallNotStarted, SlotState, describe
 from storage.errors import (
     ActorOverloadedError,
     HostClosedError,
     InvalidNamespaceError,
+    NotOwnerError,
     TransactionLeftOpenError,
     UnknownNamespaceError,
 )
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from runtime.host.cluster import ClusterOptions, HostCluster
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,10 @@ ActorKey = tuple[str, str]
 
 #: Default bound on unanswered calls per actor.
 DEFAULT_MAX_PENDING_CALLS = 1000
+#: Times a call is admitted again when its actor was dropped (cluster mode) before it started.
+_READMISSIONS = 3
+#: Why a counter's closing releases an actor (cluster mode listeners).
+_CLOSE_REASONS = {"hibernations": "hibernated", "evictions": "evicted"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,8 @@ class ActorHost:
         max_pending_calls: most unanswered calls per actor.
         durability: ``"normal"`` or ``"full"`` (see ``SqlStorage.open``).
         clock: the :class:`~runtime.host.alarms.HostClock` alarms follow.
+        cluster: the host's :class:`~runtime.host.cluster.HostCluster` in
+            cluster mode (``open_host(..., cluster=...)``), else ``None``.
     """
 
     def __init__(
@@ -158,6 +168,7 @@ class ActorHost:
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
         self._closed = False
+        self.cluster: HostCluster | None = None
         self._counts = dict.fromkeys(
             ("calls", "activations", "failed_activations", "hibernations", "evictions", "overloads",
              "alarms_run", "alarm_failures"), 0)
@@ -267,14 +278,20 @@ class ActorHost:
             ActorOverloadedError: the actor's mailbox is full.
             Whatever ``on_start`` or ``invoke`` raised.
         """
-        slot = self._admit(actor_id)
-        reply = _Reply()
-        self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm)
-        await reply.done.wait()
-        if reply.error is not None:
-            error, reply.error = reply.error, None
-            raise error
-        return reply.value
+        for admission in range(_READMISSIONS + 1):
+            slot = self._admit(actor_id)
+            reply = _Reply()
+            self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm)
+            await reply.done.wait()
+            if reply.error is not None:
+                error, reply.error = reply.error, None
+                if isinstance(error, CallNotStarted):  # cluster mode: the actor was dropped first
+                    if admission < _READMISSIONS:
+                        continue
+                    raise error.cause from None
+                raise error
+            return reply.value
+        raise AssertionError("unreachable")
 
     def _admit(self, actor_id: ActorId) -> ActorSlot:
         if self._closed:
@@ -309,6 +326,8 @@ class ActorHost:
 
     async def _run(self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool) -> T:
         await slot.enter()
+        if self.cluster is not None:
+            await self.cluster.before_call(slot)  # the lease is live (or the call is admitted again)
         slot.running += 1
         try:
             return await invoke(slot.agent)
@@ -317,6 +336,8 @@ class ActorHost:
             slot.alarm_dirty |= touches_alarm
             await self._output_gate(slot)
             self._end_turn(slot)
+            if self.cluster is not None:
+                await self.cluster.before_reply(slot)  # the writes before the reply are durable
 
     async def _output_gate(self, slot: ActorSlot) -> None:
         """Hold the reply while a transaction is open: it may contain this call's writes.
@@ -360,25 +381,47 @@ class ActorHost:
     # -- activation, hibernation, eviction -------------------------------------
 
     async def _activate(self, slot: ActorSlot) -> None:
+        lease = None
         try:
+            if self.cluster is not None:
+                lease = await self.cluster.acquire(slot.id)  # NotOwnerError before any file is touched
             await self._reserve_file()
+            if lease is not None:
+                await self._make_current(slot, lease)
             slot.attach(self._open_storage(slot.id))
             storage = slot.storage
+            if lease is not None:
+                self.cluster.attach(slot, storage, lease)  # capture every write from here on
+                slot.alarm_dirty = True  # index the file's alarm here (it may come from another host)
             storage.alarm_listener = partial(self._on_alarm_change, slot)
             namespace = self._namespaces[slot.id.namespace]
             slot.agent = namespace.agent_class(ActorContext(self, slot, storage), namespace.env)
             await slot.hold_gate(slot.agent.on_start)
             await self._output_gate(slot)
             self._end_turn(slot)
+            if self.cluster is not None:
+                await self.cluster.before_reply(slot)
         except Exception as exc:
-            self._fail_activation(slot, exc)
+            self._fail_activation(slot, exc, lease)
         except BaseException:
-            self._fail_activation(slot, HostClosedError("the actor host closed while an actor was starting"))
+            self._fail_activation(slot, HostClosedError("the actor host closed while an actor was starting"), lease)
             raise
         else:
             slot.state = SlotState.ACTIVE
             self._counts["activations"] += 1
             slot.gate_changed()
+
+    async def _make_current(self, slot: ActorSlot, lease: Any) -> None:
+        """Cluster mode: rebuild the file from Postgres unless it is current; give back the reservation on failure."""
+        path = self.path_for(slot.id)
+        existed = path.exists()
+        try:
+            await self.cluster.make_current(slot.id, lease, path, self._template, self.durability)
+        except BaseException:
+            self._open_files -= 1
+            raise
+        if not existed and slot.id.namespace in self._files:
+            self._files[slot.id.namespace] += 1
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
         """Open the actor's file (copying the template when new); give back the reservation on failure."""
@@ -411,11 +454,14 @@ class ActorHost:
             self._files[namespace] = count
         return self._files[namespace]
 
-    def _fail_activation(self, slot: ActorSlot, error: BaseException) -> None:
-        logger.warning("activation of %s failed: %r", describe(slot.id), error)
+    def _fail_activation(self, slot: ActorSlot, error: BaseException, lease: Any = None) -> None:
+        level = logging.DEBUG if isinstance(error, NotOwnerError | CallNotStarted) else logging.WARNING
+        logger.log(level, "activation of %s failed: %r", describe(slot.id), error)
         slot.error = error
         self._counts["failed_activations"] += 1
-        self._close_slot(slot, None)
+        if lease is not None and slot.cluster is None:
+            self.cluster.release_soon(lease)  # taken, but the actor never went live here
+        self._close_slot(slot, None, reason="failed")
         slot.state = SlotState.FAILED
         slot.gate_changed()
 
@@ -428,13 +474,15 @@ class ActorHost:
                 await self._settled.park()
         self._open_files += 1
 
-    def _close_slot(self, slot: ActorSlot, counter: str | None) -> None:
+    def _close_slot(self, slot: ActorSlot, counter: str | None, *, reason: str = "closed") -> None:
         """Drop the instance and close its file (synchronous: nothing can interleave)."""
         if self._slots.get(slot.key) is slot:
             del self._slots[slot.key]
         self._idle.pop(slot.key, None)
         slot.state = SlotState.CLOSED
         slot.agent = None
+        if slot.cluster is not None:
+            self.cluster.on_close(slot, _CLOSE_REASONS.get(counter or "", reason))
         storage, slot.storage = slot.storage, None
         if storage is not None:
             self._open_files -= 1
@@ -480,6 +528,8 @@ class ActorHost:
             await self.deliver_alarm(actor_id)
         except HostClosedError:
             pass
+        except NotOwnerError:  # cluster mode: its owner runs it; this host's index entry is stale
+            self._index.remove(actor_id.namespace, actor_id.hex)
         except Exception:
             logger.warning("alarm of %s failed", describe(actor_id), exc_info=True)
         finally:
@@ -539,6 +589,7 @@ async def open_host(
     durability: str = "normal",
     max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS,
     clock: HostClock | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> AsyncIterator[ActorHost]:
     """``async with open_host(data_dir) as host:`` -- run an actor host.
 
@@ -554,12 +605,19 @@ async def open_host(
         max_pending_calls: unanswered calls one actor may hold before
             callers get ``ActorOverloadedError``.
         clock: the clock alarms follow (default: a new :class:`HostClock`).
+        cluster: join a cluster of hosts sharing one Postgres
+            (:class:`~runtime.host.cluster.ClusterOptions`; docs/cluster.md):
+            ownership, the durable log and failover. ``None`` (default): a
+            single host whose files are the truth; nothing of the cluster
+            is imported or run.
 
     On exit, running calls are cancelled (their callers get
-    ``HostClosedError``) and every file is closed; alarms persist.
+    ``HostClosedError``) and every file is closed; alarms persist. In
+    cluster mode the actors' leases are released too.
 
     Raises:
         ValueError: a bad argument.
+        StorageUnavailableError: cluster mode, and Postgres cannot be reached.
     """
     if durability not in ("normal", "full"):
         raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
@@ -569,6 +627,10 @@ async def open_host(
         raise ValueError(f"max_active must be an int of at least 1, not {max_active!r}")
     if isinstance(max_pending_calls, bool) or not isinstance(max_pending_calls, int) or max_pending_calls < 1:
         raise ValueError(f"max_pending_calls must be an int of at least 1, not {max_pending_calls!r}")
+    if cluster is not None:
+        from runtime.host.cluster import HostCluster
+
+        cluster.checked()  # bad options fail before anything starts
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     limit = raise_open_file_limit()
@@ -584,6 +646,9 @@ async def open_host(
                 durability=durability,
                 clock=clock or HostClock(),
             )
+            if cluster is not None:
+                host.cluster = HostCluster(host, cluster)
+                await host.cluster.start(nursery)
             if idle_timeout_s is not None:
                 nursery.start_soon(host._reap_idle)
             await nursery.start(host._scheduler.run)
@@ -595,4 +660,6 @@ async def open_host(
     finally:
         if host is not None:
             host._shutdown()
+            if host.cluster is not None:
+                await host.cluster.aclose()
         index.close()

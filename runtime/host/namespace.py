@@ -53,8 +53,12 @@ class Namespace:
         """``True`` when the actor has a file or a live instance (it was written, or is awake).
 
         A read of an actor that does not exist needs no activation: callers
-        answer it as for an empty actor, so no file is created for it.
+        answer it as for an empty actor, so no file is created for it. In
+        cluster mode this is always ``True`` (another host may have written
+        it); ``await host.cluster.written(actor_id)`` asks Postgres.
         """
+        if self.host.cluster is not None:
+            return True  # it may have been written on another host: ask by activating
         return self.host.is_active(self, actor_id) or self.host.path_for(actor_id).exists()
 
     def id_from_name(self, name: str) -> ActorId:
@@ -165,7 +169,7 @@ class Namespace:
         actor_id = self.check_id(actor_id)
         self.host.register_connection(actor_id, conn)
         try:
-            await self.host.run_turn(actor_id, lambda agent: agent.on_connect(conn))
+            await self.host.run_turn(actor_id, lambda agent: agent.on_connect(_peer(agent, conn)))
         except BaseException:
             self.host.unregister_connection(actor_id, conn)
             raise
@@ -173,13 +177,19 @@ class Namespace:
     async def receive(self, actor_id: ActorId, conn: ConnectionLike, message: str | bytes) -> None:
         """Run ``on_message(conn, message)`` on the actor (waking it)."""
         actor_id = self.check_id(actor_id)
-        await self.host.run_turn(actor_id, lambda agent: agent.on_message(conn, message))
+        await self.host.run_turn(actor_id, lambda agent: agent.on_message(_peer(agent, conn), message))
 
     async def disconnect(self, actor_id: ActorId, conn: ConnectionLike, code: int = 1000, reason: str = "") -> None:
         """Forget ``conn`` and run ``on_close(conn, code, reason)``; nothing if it was not held."""
         actor_id = self.check_id(actor_id)
         if self.host.unregister_connection(actor_id, conn):
-            await self.host.run_turn(actor_id, lambda agent: agent.on_close(conn, code, reason))
+            await self.host.run_turn(actor_id, lambda agent: agent.on_close(_peer(agent, conn), code, reason))
+
+
+def _peer(agent: Agent, conn: ConnectionLike) -> ConnectionLike:
+    """``conn`` as the actor's hooks see it (gated in cluster mode, see ``ActorContext.peer``)."""
+    peer = getattr(agent.ctx, "peer", None)
+    return conn if peer is None else peer(conn)
 
 
 class ActorStub:

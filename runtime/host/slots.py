@@ -30,10 +30,22 @@ from storage.kv import ActorStorage
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
+    from runtime.host.cluster import ActorCluster
 
 T = TypeVar("T")
 
 _HOOK_ID = "runtime.gate"
+
+
+class CallNotStarted(Exception):
+    """Internal (cluster mode): the actor was dropped before this call started; it is admitted again.
+
+    ``cause`` is the error the call gets if admitting it again is not possible.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class SlotState(enum.Enum):
@@ -53,7 +65,7 @@ class ActorSlot:
 
     __slots__ = (
         "id", "key", "state", "error", "agent", "storage", "pending", "running",
-        "waiting", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks",
+        "waiting", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks", "cluster",
     )
 
     def __init__(self, actor_id: ActorId) -> None:
@@ -70,6 +82,7 @@ class ActorSlot:
         self.gate_lot = trio.lowlevel.ParkingLot()
         self.alarm_dirty = False
         self.rollbacks = 0
+        self.cluster: ActorCluster | None = None  # cluster mode: lease, log, frame gate
 
     def attach(self, storage: ActorStorage) -> None:
         """Adopt the actor's opened file and hook its commits and rollbacks to the gate."""
@@ -166,8 +179,25 @@ class ActorContext:
         return await self._slot.hold_gate(fn)
 
     def get_connections(self) -> Sequence[ConnectionLike]:
-        """The actor's WebSocket peers, in connection order."""
-        return self._host.connections_of(self.id)
+        """The actor's WebSocket peers, in connection order.
+
+        In cluster mode each is wrapped so its frames wait for the writes
+        committed before them to be durable (the output gate).
+        """
+        conns = self._host.connections_of(self.id)
+        if self._slot.cluster is None:
+            return conns
+        from runtime.host.cluster import gate_connections
+
+        return gate_connections(self._slot, conns)
+
+    def peer(self, conn: ConnectionLike) -> ConnectionLike:
+        """``conn`` as this actor's hooks receive it (wrapped by the output gate in cluster mode)."""
+        if self._slot.cluster is None:
+            return conn
+        from runtime.host.cluster import gate_connection
+
+        return gate_connection(self._slot, conn)
 
     def now_ms(self) -> int:
         """The host clock in epoch milliseconds (follows trio's clock)."""

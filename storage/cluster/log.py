@@ -54,7 +54,13 @@ from typing import Any
 
 import anyio
 
-from storage.errors import DatabaseError, OwnershipLostError, StorageError, StorageUnavailableError
+from storage.errors import (
+    DatabaseError,
+    HostClosedError,
+    OwnershipLostError,
+    StorageError,
+    StorageUnavailableError,
+)
 from storage.kv import ActorStorage
 
 from . import statements as sql
@@ -188,6 +194,8 @@ class ActorLog:
         """
         if self.poisoned is not None:
             raise self.poisoned
+        if self.closed:
+            raise HostClosedError(f"actor {self.lease.actor} was closed")
         if self.storage.in_transaction:
             self._cut_after_transaction = True
             self.appender.mark_dirty(self)

@@ -1,0 +1,49 @@
+"""Fixtures of the cluster tests: several actor hosts in one trio process, one real Postgres.
+
+``async with hosts(n, **options) as [a, b, ...]:`` opens ``n`` hosts in
+cluster mode, each on its own data folder (``tmp_path/host-<i>``) with its
+own host id ``h<i>`` and advertised URL ``http://h<i>``. Leases are
+short (``lease_s=1.5`` unless given) so failover tests take seconds.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import psycopg
+import pytest
+
+from runtime.host import open_host
+from runtime.host.cluster import ClusterOptions
+
+DEFAULT_LEASE_S = 1.5
+
+
+@pytest.fixture
+def hosts(pg_empty_dsn, tmp_path):
+    """``async with hosts(n, **options) as [host, ...]:`` -- n hosts on the test's database."""
+
+    @asynccontextmanager
+    async def open_hosts(n: int, *, first: int = 0, idle_timeout_s: float | None = None, **options):
+        options.setdefault("lease_s", DEFAULT_LEASE_S)
+        async with AsyncExitStack() as stack:
+            made = []
+            for i in range(first, first + n):
+                cluster = ClusterOptions(pg_empty_dsn, f"http://h{i}", host_id=f"h{i}", **options)
+                made.append(await stack.enter_async_context(
+                    open_host(tmp_path / f"host-{i}", idle_timeout_s=idle_timeout_s, cluster=cluster)))
+            yield made
+
+    return open_hosts
+
+
+@pytest.fixture
+def pg(pg_empty_dsn):
+    """Run one statement on the cluster database (autocommit); rows as tuples."""
+
+    def run(query: str, *params):
+        with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    return run

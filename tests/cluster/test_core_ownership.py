@@ -1,0 +1,179 @@
+"""Cluster core, several hosts in one process: one activation per id, forwarding errors, fencing, the output gate."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+import trio
+
+from actors import Agent, SessionAgent, SessionConfig
+from runtime.host.ids import ActorId
+from storage.errors import NotOwnerError, OwnershipLostError
+from tests.support.agents import RecordingConnection
+
+STARTS: list[tuple[str, str]] = []
+
+
+class Counter(Agent):
+    """Counts in KV; records every activation (host id, actor) in ``STARTS``."""
+
+    async def on_start(self) -> None:
+        STARTS.append((self.env, self.ctx.id.hex))
+
+    async def add(self, n: int = 1) -> int:
+        value = self.storage.get("n", 0) + n
+        self.storage.put("n", value)
+        return value
+
+    async def read(self) -> int:
+        return self.storage.get("n", 0)
+
+    async def slow_read(self, seconds: float) -> int:
+        value = self.storage.get("n", 0)
+        await trio.sleep(seconds)
+        return value
+
+
+def text(i: int) -> dict:
+    return {"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"message {i}"}]}
+
+
+def bind_counters(hosts):
+    return [host.bind("counters", Counter, env=host.cluster.host_id) for host in hosts]
+
+
+def actor_file(host, actor_id: ActorId):
+    return host.path_for(actor_id)
+
+
+async def test_racing_hosts_activate_an_actor_exactly_once(hosts):
+    STARTS.clear()
+    async with hosts(3) as all_hosts:
+        namespaces = bind_counters(all_hosts)
+        results: dict[str, object] = {}
+
+        async def call(ns):
+            try:
+                results[ns.host.cluster.host_id] = await ns.get_by_name("shared").add()
+            except NotOwnerError as exc:
+                results[ns.host.cluster.host_id] = exc
+
+        async with trio.open_nursery() as nursery:
+            for ns in namespaces:
+                nursery.start_soon(call, ns)
+        winners = [host for host, value in results.items() if value == 1]
+        assert len(winners) == 1 and len(STARTS) == 1 and STARTS[0][0] == winners[0]
+        for host_id, value in results.items():
+            if host_id != winners[0]:
+                assert isinstance(value, NotOwnerError)
+                assert (value.owner_url, value.owner_host) == (f"http://{winners[0]}", winners[0])
+                assert value.actor == f"counters/{namespaces[0].id_from_name('shared').hex}"
+                assert 1 <= value.retry_after_s <= 1.5 and value.status == 503 and value.retryable
+        # the losers never touched a file for it
+        actor_id = namespaces[0].id_from_name("shared")
+        assert [actor_file(h, actor_id).exists() for h in all_hosts] == [h.cluster.host_id == winners[0]
+                                                                          for h in all_hosts]
+
+
+async def test_hibernation_releases_and_a_wake_on_the_same_host_keeps_its_file(hosts, pg):
+    async with hosts(2) as (a, b):
+        na, nb = bind_counters([a, b])
+        stub = na.get_by_name("c")
+        assert await stub.add(5) == 5
+        await a.hibernate(na, stub.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        assert await stub.add() == 6
+        stats = a.cluster.statistics()
+        assert (stats.restores, stats.kept, stats.acquisitions) == (1, 1, 2)  # first wake restored (new actor)
+        await a.hibernate(na, stub.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        assert await nb.get(stub.id).add() == 7  # the other host takes it at once and rebuilds it
+        assert b.cluster.statistics().restores == 1
+        with pytest.raises(NotOwnerError) as caught:
+            await stub.read()
+        assert caught.value.owner_url == "http://h1"
+        assert pg("SELECT epoch, last_seq FROM ds_actors") == [(3, 3)]
+
+
+async def test_a_deposed_owner_refuses_writes_and_stops_answering(hosts, pg):
+    async with hosts(2) as (a, b):
+        na, nb = bind_counters([a, b])
+        stub = na.get_by_name("c")
+        await stub.add(10)
+        # A's lease lapses (a pause, a partition: here the server is told so) and B takes the actor.
+        pg("UPDATE ds_actors SET lease_expires = now()")
+        assert await nb.get(stub.id).add(100) == 110
+        # A still believes it owns the actor: its write commits locally, but the fence refuses it.
+        with pytest.raises(OwnershipLostError, match="moved to another host"):
+            await stub.add(1)
+        # nothing of it is in the log, and A now forwards instead of answering
+        with pytest.raises(NotOwnerError) as caught:
+            await stub.read()
+        assert caught.value.owner_host == "h1"
+        assert await nb.get(stub.id).read() == 110
+        assert pg("SELECT epoch, count(*) FROM ds_log GROUP BY epoch ORDER BY epoch") == [(1, 1), (2, 1)]
+        # A's file was left unclean: were A to take the actor again, it rebuilds it
+        await b.hibernate(nb, stub.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        assert await stub.read() == 110
+        assert a.cluster.statistics().restores == 2
+
+
+async def test_a_read_past_the_local_deadline_renews_first_or_stops(hosts, pg):
+    async with hosts(1, lease_s=0.9) as (a,):
+        (na,) = bind_counters([a])
+        stub = na.get_by_name("c")
+        await stub.add(1)
+        assert await stub.slow_read(1.0) == 1  # past the deadline at reply time: renewed, same epoch
+        pg("UPDATE ds_actors SET owner = 'elsewhere', owner_address = 'http://elsewhere', epoch = epoch + 1, "
+           "lease_expires = now() + interval '1 minute'")
+        with pytest.raises(OwnershipLostError, match="took actor"):
+            await stub.slow_read(1.0)  # its reply would come after the takeover: withheld
+        with pytest.raises(NotOwnerError) as caught:
+            await stub.read()
+        assert caught.value.owner_url == "http://elsewhere"
+
+
+async def test_the_output_gate_holds_replies_and_frames_until_the_write_is_durable(hosts, pg_empty_dsn):
+    async with hosts(1) as (a,):
+        ns = a.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = ns.get_by_name("chat")
+        await stub.append_message(text(0))
+        peer = RecordingConnection("peer-1")
+        await ns.connect(stub.id, peer)
+        replies = []
+
+        async def append():
+            replies.append(await stub.append_message(text(1)))
+
+        with psycopg.connect(pg_empty_dsn) as blocker:  # holds the fence row: the append cannot commit
+            blocker.execute("SELECT 1 FROM ds_actors FOR UPDATE")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(append)
+                await trio.sleep(0.4)
+                assert replies == [] and peer.sent == []  # the write is committed locally, nothing left
+                blocker.commit()
+        assert replies == [True]
+        assert [json.loads(frame)["type"] for frame in peer.sent] == ["cf_agent_session"] * len(peer.sent)
+        assert peer.sent
+
+
+async def test_bad_cluster_options_fail_before_anything_starts(tmp_path):
+    from runtime.host import open_host
+    from runtime.host.cluster import ClusterOptions
+
+    with pytest.raises(ValueError, match="statement_timeout_s must be positive and below lease_s / 3"):
+        async with open_host(tmp_path, cluster=ClusterOptions("dbname=x", "http://a", lease_s=1.0,
+                                                              statement_timeout_s=0.5)):
+            pass
+    with pytest.raises(ValueError, match="advertise_url"):
+        async with open_host(tmp_path, cluster=ClusterOptions("dbname=x", "")):
+            pass
