@@ -44,6 +44,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,14 +112,14 @@ def warm(url: str, prefix: str, sessions: int) -> None:
 # -- wrk ---------------------------------------------------------------------------------------------
 
 
-def run_wrk(targets: list[tuple[str, str]], sessions: int, seconds: float, connections: int,
+def run_wrk(targets: list[tuple[str, str]], sessions: int, seconds: float, connections: list[int],
             script: Path, latency: bool = False) -> list[dict]:
-    """Run one wrk per ``(url, prefix)`` at once; their parsed reports."""
+    """Run one wrk per ``(url, prefix)`` at once (with ``connections[i]`` connections); their parsed reports."""
     procs = []
-    for url, prefix in targets:
+    for (url, prefix), count in zip(targets, connections, strict=True):
         env = {**os.environ, "BENCH_PREFIX": prefix, "BENCH_SESSIONS": str(sessions),
                "BENCH_RUN": uuid.uuid4().hex[:12], "BENCH_TEXT": TEXT}
-        argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), *(["--latency"] if latency
+        argv = ["wrk", "-t1", f"-c{count}", f"-d{seconds:g}s", "-s", str(script), *(["--latency"] if latency
                                                                                          else []), url]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return [parse_wrk(proc.communicate()[0]) for proc in procs]
@@ -149,64 +150,78 @@ def cpu_seconds(pid: int) -> float:
 # -- the parts ----------------------------------------------------------------------------------------
 
 
-def throughput(folder: Path, dsn: str, args: argparse.Namespace, script: Path) -> dict:
-    results = {}
+def throughput(folder: Path, dsns: tuple[str, str], args: argparse.Namespace, script: Path) -> dict:
+    """Appends/s of each configuration, ``--rounds`` times interleaved; medians.
+
+    Every configuration gets the same total client concurrency: ``2 * --connections`` connections (one
+    wrk of that many for one host, two of ``--connections`` for two hosts).
+    """
     per = args.connections
-
-    def measure(label, hosts, targets):
-        for url, prefix in targets:
-            warm(url, prefix, args.sessions)
-        cpu = [cpu_seconds(h.process.pid) for h in hosts]
-        reports = run_wrk(targets, args.sessions, args.seconds, per, script)
-        cpu = [round(cpu_seconds(h.process.pid) - c, 1) for h, c in zip(hosts, cpu, strict=True)]
-        rps = sum(r["rps"] for r in reports)
-        errors = sum(r["errors"] for r in reports)
-        results[label] = {"appends_per_s": round(rps), "non_2xx": errors, "host_cpu_s": cpu}
-        print(f"  {label:<18} {rps:8.0f} appends/s   non-2xx {errors:5d}   host CPU s {cpu}", flush=True)
-
+    samples: dict[str, list[dict]] = {}
     single = start_host(folder / "single", "single", None, args.lease)
+    one = start_host(folder / "one", "one", dsns[0], args.lease)
+    a = start_host(folder / "two", "a", dsns[1], args.lease)
+    b = start_host(folder / "two", "b", dsns[1], args.lease)
+    configs = {
+        "single": ([single], [(single.url, "s-", 2 * per)]),
+        "1 host": ([one], [(one.url, "o-", 2 * per)]),
+        "2 hosts, direct": ([a, b], [(a.url, "a-", per), (b.url, "b-", per)]),
+        "2 hosts, spread": ([a, b], [(a.url, "x-", per), (b.url, "x-", per)]),
+    }
     try:
-        measure("single", [single], [(single.url, "s-")])
-    finally:
-        stop_all([single])
-    one = start_host(folder / "one", "one", dsn, args.lease)
-    try:
-        measure("1 host", [one], [(one.url, "o-")])
-    finally:
-        stop_all([one])
-    a = start_host(folder / "two", "a", dsn, args.lease)
-    b = start_host(folder / "two", "b", dsn, args.lease)
-    try:
-        measure("2 hosts, direct", [a, b], [(a.url, "a-"), (b.url, "b-")])
-        for n in range(args.sessions):  # half owned by each host, both wrk send all
-            owner = a if n % 2 else b
-            with httpx.Client(timeout=60) as http:
-                http.post(f"{owner.url}/v1/sessions/x-{n}/messages",
+        for url, prefix, _ in [t for _, targets in configs.values() for t in targets if t[1] != "x-"]:
+            warm(url, prefix, args.sessions)
+        with httpx.Client(timeout=60) as http:  # x- sessions: half owned by each host; both wrk send all
+            for n in range(args.sessions):
+                http.post(f"{(a if n % 2 else b).url}/v1/sessions/x-{n}/messages",
                           json={"message": {"id": f"w-{uuid.uuid4().hex}", "role": "user", "parts": []}})
-        measure("2 hosts, spread", [a, b], [(a.url, "x-"), (b.url, "x-")])
+        for round_ in range(args.rounds):
+            for label, (hosts, targets) in configs.items():
+                cpu = [cpu_seconds(h.process.pid) for h in hosts]
+                reports = run_wrk([(url, prefix) for url, prefix, _ in targets], args.sessions, args.seconds,
+                                  [c for _, _, c in targets], script)
+                cpu = [round(cpu_seconds(h.process.pid) - c, 1) for h, c in zip(hosts, cpu, strict=True)]
+                sample = {"rps": sum(r["rps"] for r in reports), "errors": sum(r["errors"] for r in reports),
+                          "cpu": cpu}
+                samples.setdefault(label, []).append(sample)
+                print(f"  round {round_ + 1} {label:<16} {sample['rps']:7.0f} appends/s   non-2xx "
+                      f"{sample['errors']:4d}   host CPU s {cpu}", flush=True)
     finally:
-        stop_all([a, b])
+        stop_all([single, one, a, b])
+    results = {label: {"appends_per_s": round(statistics.median(s["rps"] for s in runs)),
+                       "rounds": [round(s["rps"]) for s in runs], "non_2xx": sum(s["errors"] for s in runs)}
+               for label, runs in samples.items()}
     ratio = results["2 hosts, direct"]["appends_per_s"] / max(1, results["1 host"]["appends_per_s"])
     results["ratio_2_direct_over_1"] = round(ratio, 2)
+    for label, found in results.items():
+        if isinstance(found, dict):
+            print(f"  median {label:<16} {found['appends_per_s']:7d} appends/s  (rounds {found['rounds']})")
     print(f"  2 hosts (direct) / 1 host = {ratio:.2f}x (goal >= 1.7x)", flush=True)
     return results
 
 
 def latency(folder: Path, dsn: str, args: argparse.Namespace, script: Path) -> dict:
-    results = {}
-    for label, cluster_dsn in (("single", None), ("1 host", dsn)):
-        host = start_host(folder / f"lat-{label.replace(' ', '')}", "h", cluster_dsn, args.lease)
-        try:
+    """p50/p99 of one connection appending in a closed loop, ``--rounds`` interleaved runs each; medians."""
+    single = start_host(folder / "lat", "single", None, args.lease)
+    one = start_host(folder / "lat", "one", dsn, args.lease)
+    samples: dict[str, list[dict]] = {"single": [], "1 host": []}
+    try:
+        for host in (single, one):
             warm(host.url, "l-", 1)
-            report = run_wrk([(host.url, "l-")], 1, args.seconds, 1, script, latency=True)[0]
-        finally:
-            stop_all([host])
-        results[label] = {"p50_ms": report.get("p50"), "p99_ms": report.get("p99"), "appends_per_s": report["rps"]}
-        print(f"  {label:<8} p50 {report.get('p50', 0):6.2f} ms   p99 {report.get('p99', 0):6.2f} ms   "
-              f"({report['rps']:.0f} appends/s, 1 connection)", flush=True)
-    for key in ("p50_ms", "p99_ms"):
-        results[f"added_{key}"] = round((results["1 host"][key] or 0) - (results["single"][key] or 0), 2)
-    print(f"  the Postgres append adds p50 {results['added_p50_ms']} ms, p99 {results['added_p99_ms']} ms",
+        for _ in range(args.rounds):
+            for label, host in (("single", single), ("1 host", one)):
+                samples[label].append(run_wrk([(host.url, "l-")], 1, args.seconds, [1], script, latency=True)[0])
+    finally:
+        stop_all([single, one])
+    results = {}
+    for label, runs in samples.items():
+        results[label] = {key: round(statistics.median(r.get(key, 0) for r in runs), 2) for key in ("p50", "p99")}
+        results[label]["appends_per_s"] = round(statistics.median(r["rps"] for r in runs))
+        print(f"  {label:<8} p50 {results[label]['p50']:6.2f} ms   p99 {results[label]['p99']:6.2f} ms   "
+              f"({results[label]['appends_per_s']} appends/s, 1 connection; medians of {args.rounds})", flush=True)
+    for key in ("p50", "p99"):
+        results[f"added_{key}_ms"] = round(results["1 host"][key] - results["single"][key], 2)
+    print(f"  the durable Postgres append adds p50 {results['added_p50_ms']} ms, p99 {results['added_p99_ms']} ms",
           flush=True)
     return results
 
@@ -258,8 +273,10 @@ def _snapshot_config(folder: Path, snapshot_bytes: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of each wrk run")
-    parser.add_argument("--sessions", type=int, default=64, help="sessions per wrk instance")
-    parser.add_argument("--connections", type=int, default=32, help="wrk connections per instance")
+    parser.add_argument("--sessions", type=int, default=32, help="sessions per wrk instance")
+    parser.add_argument("--connections", type=int, default=8,
+                        help="wrk connections per host of the 2-host runs (one host gets twice as many)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats of each measurement")
     parser.add_argument("--lease", type=float, default=2.0, help="lease seconds of the cluster hosts")
     parser.add_argument("--tails", default="0,1000,10000", help="failover: log tails (appends) to measure")
     parser.add_argument("--dsn", help="Postgres to use (default: a throwaway server)")
@@ -270,10 +287,11 @@ def main() -> None:
     server = None
     if args.dsn is None:
         server = PostgresServer().start()
-        server.execute('CREATE DATABASE "bench_cluster"')
-        dsn = server.dsn("bench_cluster")
+        for name in ("bench_one", "bench_two", "bench_other"):
+            server.execute(f'CREATE DATABASE "{name}"')
+        dsns = (server.dsn("bench_one"), server.dsn("bench_two"), server.dsn("bench_other"))
     else:
-        dsn = args.dsn
+        dsns = (args.dsn, args.dsn, args.dsn)
     results: dict = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
@@ -284,16 +302,16 @@ def main() -> None:
             if not have_wrk:
                 print("wrk not found on PATH: throughput and latency skipped (apt-get install wrk)")
             if have_wrk and args.only in (None, "throughput"):
-                print(f"1. HTTP appends/s ({args.sessions} sessions per wrk, {args.connections} connections, "
-                      f"{args.seconds:g} s each):", flush=True)
-                results["throughput"] = throughput(folder, dsn, args, script)
+                print(f"1. HTTP appends/s ({args.sessions} sessions per wrk, {2 * args.connections} connections in "
+                      f"all, {args.seconds:g} s each, {args.rounds} rounds):", flush=True)
+                results["throughput"] = throughput(folder, dsns[:2], args, script)
             if have_wrk and args.only in (None, "latency"):
                 print("2. latency of one acknowledged append (1 connection, closed loop):", flush=True)
-                results["latency"] = latency(folder, dsn, args, script)
+                results["latency"] = latency(folder, dsns[2], args, script)
             if args.only in (None, "failover"):
                 print("3. failover time after kill -9 of the owner, by log tail since the last snapshot:",
                       flush=True)
-                results["failover"] = failover(folder, dsn, args)
+                results["failover"] = failover(folder, dsns[2], args)
     finally:
         if server is not None:
             server.close()

@@ -63,6 +63,7 @@ class ClusterHost:
         """Start the process (on the port it had, if it ran before); :meth:`wait_ready` waits for it."""
         self.ready_file.unlink(missing_ok=True)
         bind = f"127.0.0.1:{self.port or 0}"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("a")
         self._log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n")
         self._log.flush()
