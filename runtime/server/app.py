@@ -373,21 +373,27 @@ class SessionsServer:
         return self._respond(status, payload)
 
     async def _session_call(self, actor_id: ActorId, route: Route, values: dict[str, str],
-                            empty_reads: bool = True) -> tuple[int, Any]:
+                            exists: Callable[[], Awaitable[bool]] | None = None) -> tuple[int, Any]:
         body = None
         if route.has_body:
             body = await self._read_body()
-        call = Call(self.namespace.get(actor_id), values, request.args, body, empty_reads=empty_reads)
+        call = Call(self.namespace.get(actor_id), values, request.args, body, exists=exists)
         return await route.handler(call)
 
     async def _session_in_cluster(self, actor_id: ActorId, route: Route, values: dict[str, str]) -> Response:
         """Answer here when this host owns the actor, else forward to the owner (:mod:`runtime.server.forwarding`)."""
         forwarder = self.forwarder
 
+        async def exists() -> bool:  # a never-written session answers its empty reads without activating anywhere
+            cluster = getattr(self.host, "cluster", None)
+            if cluster is None or self.host.is_active(self.namespace, actor_id):
+                return True
+            return await cluster.written(actor_id)
+
         async def local() -> Response:
-            # A never-written session may live at another host: no empty answer without asking the owner.
-            status, payload = await self._session_call(actor_id, route, values, empty_reads=False)
-            return self._respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if status < 400 else None)
+            status, payload = await self._session_call(actor_id, route, values, exists)
+            owner = status < 400 and self.host.is_active(self.namespace, actor_id)  # not for an empty read
+            return self._respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if owner else None)
 
         async def remote(url: str) -> Response:
             try:

@@ -68,15 +68,16 @@ logger = logging.getLogger(__name__)
 class Call:
     """One matched request: the actor's stub, decoded path values, query and body.
 
-    ``empty_reads``: answer a read of a session with no file here from the
-    class's ``EMPTY_READS`` (off in a cluster, where another host may hold it).
+    ``exists``: how :meth:`read` learns whether the session was ever written
+    (default: ``namespace.exists``, a look at this host's files; in a cluster,
+    a question to Postgres, since another host may hold it).
     """
 
     stub: ActorStub
     values: dict[str, str]
     query: Mapping[str, str]
     body: Any = None
-    empty_reads: bool = True
+    exists: Callable[[], Awaitable[bool]] | None = None
 
     def object(self) -> dict[str, Any]:
         """The body as an object (``{}`` when empty).
@@ -98,9 +99,11 @@ class Call:
         in and no file is created: a mistyped session id leaves nothing on disk.
         """
         namespace = self.stub.namespace
-        empty = getattr(namespace.agent_class, "EMPTY_READS", None) if self.empty_reads else None
-        if empty and method in empty and not namespace.exists(self.stub.id):
-            return copy.deepcopy(empty[method])
+        empty = getattr(namespace.agent_class, "EMPTY_READS", None)
+        if empty and method in empty:
+            found = namespace.exists(self.stub.id) if self.exists is None else await self.exists()
+            if not found:
+                return copy.deepcopy(empty[method])
         return await self.stub.call(method, *args, **kwargs)
 
     def text_arg(self, name: str) -> str | None:

@@ -96,6 +96,21 @@ async def test_a_thousand_concurrent_first_calls_activate_the_session_once(clust
     assert sorted(m["id"] for m in history) == [f"m{i:04d}" for i in range(0, 1000, 10)]
 
 
+async def test_reads_of_a_session_never_written_activate_nothing(cluster):
+    async with httpx.AsyncClient() as http:
+        for host in cluster.hosts:
+            for path, body in (("messages", {"messages": []}), ("messages:count", {"count": 0}),
+                               ("search?q=tea", {"results": []}), ("messages:leaf", {"message": None})):
+                response = await http.get(f"{host.url}/v1/sessions/ghost/{path}")
+                assert (response.status_code, response.json()) == (200, body)
+                assert OWNER_HEADER not in response.headers
+    assert cluster.events("activations") == []
+    async with SessionsClient(cluster.urls) as client:
+        assert await client.session("ghost").append_message(msg("m1")) is True
+        assert await client.session("ghost").get_path_length() == 1
+    assert len(cluster.events("activations")) == 1
+
+
 async def test_a_forwarded_request_is_never_forwarded_again(cluster):
     h1, h2, _ = cluster.hosts
     async with SessionsClient(h1.url) as client:
