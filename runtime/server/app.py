@@ -73,7 +73,7 @@ from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.server.config import ServerSettings
-from runtime.server.forwarding import Forwarder, retry_after
+from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
 from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found
@@ -188,7 +188,10 @@ class SessionsServer:
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
-        app.asgi_app = _EncodedPaths(_ShieldedResponseEnd(app.asgi_app))
+        app.asgi_app = _ShieldedResponseEnd(app.asgi_app)
+        if self.forwarder is not None:
+            app.asgi_app = ForwardingShortcut(app.asgi_app, self)
+        app.asgi_app = _EncodedPaths(app.asgi_app)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
@@ -561,12 +564,17 @@ async def serve(
         await shutdown_trigger()
         server.closing.set()
 
-    try:
+    if forwarder is None:
         await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+        return
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(forwarder.watch)
+            await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+            nursery.cancel_scope.cancel()
     finally:
-        if forwarder is not None:
-            with trio.CancelScope(shield=True):
-                await forwarder.aclose()
+        with trio.CancelScope(shield=True):
+            await forwarder.aclose()
 
 
 def bind_socket(bind: str) -> tuple[socket.socket, str]:

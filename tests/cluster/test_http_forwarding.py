@@ -190,3 +190,31 @@ async def test_a_relayed_socket_is_moved_when_the_owner_dies(cluster):
                 assert (await events.__anext__())["text"] == "after"
             assert [m["id"] for m in await s.get_history()] == ["m1"]
     assert cluster.owner_of("moving", via=h2) in (h2, h3)
+
+
+async def test_a_host_that_knows_the_owner_still_checks_the_token_and_the_body_limit(tmp_path, pg_empty_dsn):
+    config = tmp_path / "sessions.toml"
+    config.write_text("[server]\nmax_body_bytes = 4096\n")
+    with run_cluster(tmp_path, pg_empty_dsn, hosts=2, lease_s=2.0, token="t0ken",
+                     extra=["--config", str(config)]) as cluster:
+        h1, h2 = cluster.hosts
+        good = {"Authorization": "Bearer t0ken"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            first = await http.post(f"{h1.url}/v1/sessions/guarded/messages", json={"message": msg("m1")},
+                                    headers=good)
+            assert first.status_code == 201
+            for _ in range(2):  # the first through h2 learns the owner; the second uses what it learned
+                read = await http.get(f"{h2.url}/v1/sessions/guarded/messages", headers=good)
+                assert (read.status_code, read.headers[OWNER_HEADER]) == (200, h1.url)
+            wrong = await http.get(f"{h2.url}/v1/sessions/guarded/messages", headers={"Authorization": "Bearer no"})
+            assert (wrong.status_code, wrong.json()["error"]["type"]) == (401, "UnauthorizedError")
+            big = await http.post(f"{h2.url}/v1/sessions/guarded/messages", headers=good,
+                                  json={"message": msg("m2", "x" * 5000)})
+            assert (big.status_code, big.json()["error"]["type"]) == (413, "PayloadTooLargeError")
+            packed = await http.get(f"{h2.url}/v1/sessions/guarded/messages/nope",
+                                    headers={**good, "Accept": "application/msgpack"})
+            assert (packed.status_code, packed.headers["content-type"]) == (404, "application/msgpack")
+            metrics = (await http.get(f"{h2.url}/metrics", headers=good)).text
+            assert 'route="GET /v1/sessions/{id}/messages",status="200"} 2.0' in metrics
+            stats = (await http.get(f"{h2.url}/v1/actors", headers=good)).json()["cluster"]
+            assert stats["forwarded"] == 3  # the two reads and the 404; 401 and 413 were answered at h2
