@@ -264,6 +264,8 @@ class Forwarder:
             finally:
                 self._in_flight.pop(key, None)
         if scope.cancelled_caught:
+            if actor_id is not None:
+                self.forget(actor_id)
             raise OwnerUnreachableError(
                 f"the session's owner {url} stopped renewing its lease during the call; it may or may not have run")
         self.forwarded += 1

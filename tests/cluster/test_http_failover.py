@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from runtime.client import SessionsClient
-from runtime.wire import quote_segment
+from runtime.wire import OWNER_HEADER, quote_segment
 from tests.support.cluster_hosts import await_until, run_cluster
 
 pytestmark = pytest.mark.slow
@@ -151,6 +151,25 @@ async def test_a_paused_owner_past_its_lease_cannot_make_a_write_stick(tmp_path,
             status, _ = answers[name]
             assert status in (201, 503), answers[name]
             assert history.count(name) == 1 if status == 201 else history.count(name) <= 1
+
+
+async def test_a_call_forwarded_to_a_paused_owner_is_given_up_after_its_lease(tmp_path, pg_empty_dsn):
+    with run_cluster(tmp_path, pg_empty_dsn, hosts=2, lease_s=1.0) as cluster:
+        h1, h2 = cluster.hosts
+        async with httpx.AsyncClient(timeout=60) as http:
+            assert (await http.post(f"{h1.url}/v1/sessions/held/messages", json={"message": msg("m0")})).status_code \
+                == 201
+            assert (await http.get(f"{h2.url}/v1/sessions/held/messages:count")).json() == {"count": 1}  # h2 knows h1
+            h1.pause()
+            started = trio.current_time()
+            held = await http.get(f"{h2.url}/v1/sessions/held/messages:count")
+            waited = trio.current_time() - started
+            assert (held.status_code, held.json()["error"]["type"]) == (503, "OwnerUnreachableError")
+            assert int(held.headers["Retry-After"]) >= 1
+            assert waited < 10 * cluster.lease_s  # given up once the paused owner's lease ran out, not at SIGCONT
+            again = await http.get(f"{h2.url}/v1/sessions/held/messages:count")  # h2 takes the session over
+            assert (again.status_code, again.json(), again.headers[OWNER_HEADER]) == (200, {"count": 1}, h2.url)
+            h1.resume()
 
 
 async def _appended(session, message_id):
