@@ -107,7 +107,7 @@ async def test_a_deposed_owner_refuses_writes_and_stops_answering(hosts, pg):
         stub = na.get_by_name("c")
         await stub.add(10)
         # A's lease lapses (a pause, a partition: here the server is told so) and B takes the actor.
-        pg("UPDATE ds_actors SET lease_expires = now()")
+        pg("UPDATE ds_actors SET owner = NULL, lease_expires = now()")
         assert await nb.get(stub.id).add(100) == 110
         # A still believes it owns the actor: its write commits locally, but the fence refuses it.
         with pytest.raises(OwnershipLostError, match="moved to another host"):
