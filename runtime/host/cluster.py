@@ -318,6 +318,8 @@ class HostCluster:
         name = describe(actor_id)
         result = await self.ownership.acquire(name, base_version=SCHEMA_VERSION)
         if isinstance(result, Owner):
+            if result.host_id is None:
+                raise StorageUnavailableError(f"the ownership of actor {name} keeps changing hands; retry")
             self._counts["not_owner"] += 1
             raise NotOwnerError(name, result.address, owner_host=result.host_id,
                                 retry_after_s=result.remaining_ms / 1000)

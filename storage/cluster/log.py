@@ -432,7 +432,12 @@ class GroupCommitAppender:
         while self._dirty and len(batch) < MAX_BATCH:
             log = next(iter(self._dirty))
             del self._dirty[log]
-            entry = log.take_entry()
+            try:
+                entry = log.take_entry()
+            except Exception as exc:  # a fault of the file: this actor fails, not the host
+                logger.exception("cutting the log of %s failed", log.lease.actor)
+                log.poison(StorageError(f"the changes of actor {log.lease.actor} could not be cut ({exc})"))
+                continue
             if entry is None:
                 continue
             if entry.image is not None:

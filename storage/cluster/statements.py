@@ -166,7 +166,6 @@ REGISTER_HOST = f"""
 INSERT INTO ds_hosts (host_id, address, lease_expires) VALUES (%(me)s, %(address)s, {_LEASE})
 ON CONFLICT (host_id) DO UPDATE SET address = EXCLUDED.address, lease_expires = EXCLUDED.lease_expires
 """
-RENEW_HOST = f"UPDATE ds_hosts SET lease_expires = {_LEASE} WHERE host_id = %(me)s"
 LIVE_HOSTS = "SELECT host_id, address FROM ds_hosts WHERE lease_expires > now() ORDER BY host_id"
 UNREGISTER_HOST = "DELETE FROM ds_hosts WHERE host_id = %(me)s"
 #: Hosts gone for a day are forgotten (their actors were taken long ago).
