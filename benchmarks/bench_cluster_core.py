@@ -14,7 +14,8 @@ run, so ratios are reliable where absolute numbers move with the machine's load.
    caller, 1 actor x 16 callers, 64 actors x 1 caller. Per shape: p50/p99
    latency, turns/s, host CPU per turn (``getrusage`` of this process: the
    host *and* the callers), Postgres CPU per turn (``/proc`` ticks of the
-   server's processes; coarse), and turns per log entry (group commit).
+   server's processes; coarse), turns per log entry (an actor's concurrent
+   turns share one entry) and entries per statement (group commit across actors).
 2. **Failover** -- for each tail length N (log entries after the newest
    snapshot): host A writes N turns and releases the actor; host B's first
    call is timed (acquire, read snapshot and tail, rebuild the file on a
@@ -89,7 +90,7 @@ async def run_shape(ns, make: Messages, actors: int, callers: int, turns: int, *
     for stub in stubs:  # activation is not what is measured
         await stub.append_message(make(0))
     cluster = ns.host.cluster
-    entries0 = cluster.statistics().entries if cluster is not None else 0
+    stats0 = cluster.statistics() if cluster is not None else None
     latencies: list[float] = []
     per_caller = max(1, turns // (actors * callers))
     counter = iter(range(1, 10**9))
@@ -110,9 +111,13 @@ async def run_shape(ns, make: Messages, actors: int, callers: int, turns: int, *
                 nursery.start_soon(caller, stub)
     wall = time.perf_counter() - wall0
     n = len(latencies)
-    entries = cluster.statistics().entries - entries0 if cluster is not None else 0
+    entries = statements = 0
+    if cluster is not None:
+        stats = cluster.statistics()
+        entries, statements = stats.entries - stats0.entries, stats.statements - stats0.statements
     return {"p50": pct(latencies, 50) * 1e3, "p99": pct(latencies, 99) * 1e3, "rate": n / wall,
-            "cpu": (cpu_s() - cpu0) / n * 1e6, "pg": (pg_cpu_s() - pg0) / n * 1e6, "n": n, "entries": entries}
+            "cpu": (cpu_s() - cpu0) / n * 1e6, "pg": (pg_cpu_s() - pg0) / n * 1e6, "n": n, "entries": entries,
+            "statements": statements}
 
 
 SHAPES = [("1 actor x 1 caller", 1, 1), ("1 actor x 16 callers", 1, 16), ("64 actors x 1 caller", 64, 1)]
@@ -147,7 +152,8 @@ async def bench_turns(dsn: str | None, folder: Path, turns: int, single_only: bo
                     extra = ""
                     if host.cluster is not None:
                         if result["entries"] and not read:
-                            extra = f"  {result['n'] / result['entries']:4.1f} turns/entry"
+                            extra = (f"  {result['n'] / result['entries']:4.1f} turns/entry, "
+                                     f"{result['entries'] / result['statements']:4.1f} entries/statement")
                         if base is not None:
                             extra += (f"  (+{result['p50'] - base['p50']:.2f} ms p50, "
                                       f"+{result['p99'] - base['p99']:.2f} ms p99, "
