@@ -73,7 +73,6 @@ from storage.errors import (
     DatabaseError,
     NotOwnerError,
     OwnershipLostError,
-    StorageError,
     StorageUnavailableError,
 )
 from storage.kv import ActorStorage
@@ -547,7 +546,7 @@ class FrameGate:
             while self._frames:
                 try:
                     await self._log.wait(self._frames[0][0])
-                except (StorageError, OwnershipLostError, NotOwnerError):
+                except Exception:  # noqa: BLE001 - the log failed: these frames never become durable
                     self.drop()
                     return
                 if self._log.closed and not self._log.is_durable(self._frames[0][0]):

@@ -101,6 +101,26 @@ async def test_hibernation_releases_and_a_wake_on_the_same_host_keeps_its_file(h
         assert pg("SELECT epoch, last_seq FROM ds_actors") == [(3, 3)]
 
 
+async def test_eviction_marks_clean_and_releases_the_lease(hosts, pg, tmp_path, pg_empty_dsn):
+    from runtime.host import open_host
+    from runtime.host.cluster import ClusterOptions
+
+    async with hosts(1) as (b,), open_host(tmp_path / "small", max_active=1, idle_timeout_s=None, cluster=(
+            ClusterOptions(pg_empty_dsn, "http://small", host_id="small", lease_s=1.5))) as small:
+        ns_small = small.bind("counters", Counter, env="small")
+        (nb,) = bind_counters([b])
+        first, second = ns_small.get_by_name("first"), ns_small.get_by_name("second")
+        await first.add(3)
+        await second.add(4)  # one file at a time: the first is evicted
+        assert small.statistics().evictions == 1 and not small.is_active(ns_small, first.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors WHERE actor_id = %s", f"counters/{first.id.hex}")[0][0]:
+                await trio.sleep(0.01)
+        assert await nb.get(first.id).add() == 4  # released: another host takes it at once
+        with pytest.raises(NotOwnerError):
+            await first.read()
+
+
 async def test_a_deposed_owner_refuses_writes_and_stops_answering(hosts, pg):
     async with hosts(2) as (a, b):
         na, nb = bind_counters([a, b])
