@@ -237,6 +237,12 @@ class ActorLog:
         except Exception:
             logger.exception("on_poison of %s failed", self.lease.actor)
 
+    def ship_snapshot(self) -> None:
+        """Make the next entry a whole-file snapshot (the file changed in a way changesets miss,
+        e.g. it was migrated when opened). Outside a transaction only."""
+        self.capture.schema_changed = True
+        self._cut(numbered=True)
+
     def close(self) -> None:
         """The actor is closing: stop capturing (nothing more is shipped)."""
         self.closed = True

@@ -150,3 +150,38 @@ async def test_a_user_table_created_by_an_actor_moves_with_it(hosts, pg):
                 await trio.sleep(0.01)
         assert await nb.get(stub.id).all() == ["one", "two", "three"]
         assert await nb.get(stub.id).add("four") == 4
+
+
+async def test_a_file_migrated_on_open_ships_a_snapshot_before_serving(hosts, pg, tmp_path):
+    """A log left by an older release (schema version 1) is rebuilt, migrated on open, and the
+    migrated file becomes the log's new base: changesets cannot carry a migration."""
+    import zlib
+
+    from storage.cluster.capture import Marker, ensure_marker, write_marker
+    from storage.schema import MIGRATIONS, SCHEMA_VERSION
+    from storage.sqlite import SqlStorage
+
+    old = SqlStorage.open(tmp_path / "old.sqlite3", migrations=MIGRATIONS[:1])
+    ensure_marker(old.connection)
+    write_marker(old, Marker("whatever", 1, clean=True))
+    image = old.connection.serialize("main")
+    old.close()
+    async with hosts(2) as (a, b):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("legacy")
+        actor = f"sessions/{stub.id.hex}"
+        pg("INSERT INTO ds_actors (actor_id, epoch, lease_expires, last_seq, base_version) "
+           "VALUES (%s, 1, now(), 1, 1)", actor)
+        pg("INSERT INTO ds_log (actor_id, seq, epoch, changeset) VALUES (%s, 1, 1, ''::bytea)", actor)
+        pg("INSERT INTO ds_snapshots (actor_id, seq, epoch, schema_version, image) VALUES (%s, 1, 1, 1, %s)",
+           actor, zlib.compress(image))
+        await stub.append_message(text(1, "written after the upgrade"))
+        assert pg("SELECT seq, schema_version FROM ds_snapshots") == [(2, SCHEMA_VERSION)]
+        await a.hibernate(na, stub.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1"]
+        await b.hibernate(nb, stub.id)
+    assert file_digest(b.path_for(stub.id)) == file_digest(a.path_for(stub.id))
