@@ -543,6 +543,19 @@ class Session:
         self._messages.clear()
         await self._committed(MessagesChange("clear"))
 
+    async def broadcast_status(self, *, then_compact: bool = False) -> None:
+        """Broadcast ``idle`` with the current estimate, for rows written outside the write
+        methods above (:class:`~actors.manager.SessionManager`: after its transaction of
+        :meth:`seed_messages` commits, and after a delete).
+
+        With ``then_compact``, one auto-compaction check follows, as after
+        :meth:`append_messages` (its failures go to :meth:`on_compaction_error`).
+        """
+        if then_compact:
+            await self._compaction.after_append()
+        else:
+            await self._compaction.emit_status("idle")
+
     # -- extension points ------------------------------------------------------
 
     def _prepare_message(self, message: Message) -> _Prepared:
