@@ -143,6 +143,16 @@ async def test_embedded_session_example_starts_over_on_the_same_data_folder(tmp_
     assert section(again, "reopen")[-1] == "messages on the path: 7"
 
 
+async def test_embedded_session_example_prints_the_same_under_asyncio(tmp_path):
+    under_trio = await run_example("embedded_session.py", "--data", str(tmp_path / "trio"))
+    under_asyncio = await run_example("embedded_session.py", "--data", str(tmp_path / "asyncio"), "--loop", "asyncio")
+
+    assert under_asyncio.replace(str(tmp_path / "asyncio"), "DATA") == under_trio.replace(str(tmp_path / "trio"), "DATA")
+    assert section(under_asyncio, "reopen") == [
+        "same frozen prompt: True", "loaded skills: ['skills:code-review']", "messages on the path: 7",
+    ]
+
+
 # -- chat_agent.py -------------------------------------------------------------------------------------
 
 CHAT_SCRIPT = [
