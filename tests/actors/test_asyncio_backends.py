@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 import sniffio
 
@@ -33,7 +34,7 @@ def text(message_id: str, role: str, words: str) -> dict:
 
 class Soul:
     async def get(self) -> str:
-        await anyio.sleep(0)  # a provider that awaits: a checkpoint in whichever loop runs
+        await anyio.lowlevel.checkpoint()  # a provider that awaits, in whichever loop runs
         return f"You run under {sniffio.current_async_library()}."
 
 

@@ -85,7 +85,6 @@ async def test_random_operations_answer_as_the_sdks_sqlite_session(seed, session
 async def test_a_compaction_overlay_shows_as_an_assistant_message(session):
     memory = EmbeddedAgentsSession(session)
     await memory.add_items([{"role": "user", "content": f"Question {n}"} for n in range(4)])
-    first, *_, last = await session.get_history()
     middle = [m["id"] for m in await session.get_history()][1:3]
     await session.add_compaction("The user asked two questions.", middle[0], middle[1])
     assert await memory.get_items() == [

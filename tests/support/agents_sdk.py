@@ -217,7 +217,7 @@ def scripted_model() -> ScriptedModel:
     ])
 
 
-def agents(model: ScriptedModel) -> Agent:
+def travel_agent(model: ScriptedModel) -> Agent:
     booking = Agent(name="booking_agent", model=model, tools=[book_flight], instructions="Book flights.")
     return Agent(name="travel_agent", model=model, tools=[get_weather], handoffs=[booking],
                  instructions="Help with travel.")
@@ -231,7 +231,7 @@ async def run_conversation(session: Any, *, model: ScriptedModel | None = None) 
     last answer. ``model.calls[i].input`` is what the model was sent.
     """
     model = model or scripted_model()
-    travel = agents(model)
+    travel = travel_agent(model)
     first = await Runner.run(travel, "What's the weather in Paris and Oslo?", session=session)
     assert first.final_output == "Paris is sunny (21 °C); Oslo has rain (9 °C)."
     second = await Runner.run(travel, "Book me a flight to the sunnier one on Friday.", session=session)
