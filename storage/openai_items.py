@@ -420,14 +420,13 @@ def _entries(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not (isinstance(record, Mapping) and record.get("version") == FORMAT_VERSION
             and isinstance(record.get("items"), list) and isinstance(parts, list)):
         raise _Mismatch
-    used: set[int] = set()
+    used: set[Any] = set()
     for entry in record["items"]:
         indices = entry.get("parts") if isinstance(entry, Mapping) else None
-        if not isinstance(indices, list) or not all(
-                type(i) is int and 0 <= i < len(parts) for i in indices):
+        if not isinstance(indices, list) or not all(type(i) is int for i in indices):
             raise _Mismatch
         used.update(indices)
-    if used != set(range(len(parts))):
+    if used != set(range(len(parts))):  # so every index is a valid one, and every part is some item's
         raise _Mismatch
     return record["items"]
 

@@ -238,6 +238,10 @@ def test_a_message_whose_entries_no_longer_match_its_parts_is_read_from_its_part
                                       {"role": "assistant", "content": "Added by another client."}]
     model["parts"] = model["parts"][:2]
     assert [v.item.get("type") for v in message_views(model)] == ["function_call", "function_call_output"]
+    for bad in ([[0]], [True], [-1], "0", [0, 7]):
+        broken = stored(plan_add(WEATHER[:1]).append)[0]
+        broken["metadata"][FORMAT_KEY]["items"][0]["parts"] = bad
+        assert items_of([broken]) == [WEATHER[0]], bad  # read from the part instead
 
 
 @pytest.mark.parametrize(("items", "error", "text"), [
