@@ -30,7 +30,7 @@ from collections.abc import Iterable, KeysView, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import trio
+import anyio
 
 from storage.context import read_config, write_config
 from storage.errors import InvalidInputError, SkillRestoreError
@@ -167,7 +167,7 @@ class SkillTracker:
         self._session_id = session_id
         self._host = host
         self._loaded: dict[str, str | None] | None = None
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()  # anyio: the same Session runs under trio and asyncio
 
     @property
     def known(self) -> bool:
