@@ -25,6 +25,12 @@ Differences from the original, on purpose (docs/deviations.md):
 * :meth:`SessionManager.delete` removes every row of the session: messages,
   search rows, compactions, context-block rows, the cached prompt and the
   loaded-skill state (#15);
+* :meth:`SessionManager.delete` broadcasts the ``idle`` the original's
+  ``clearMessages`` sends (estimate of the refreshed prompt, no history),
+  after its one transaction; :meth:`SessionManager.fork` and
+  :meth:`SessionManager.compact_and_split` send one ``idle`` for the new
+  session after theirs, then run one auto-compaction check (the original
+  appends, and broadcasts, message by message);
 * a session id with no registry row is an error
   (:class:`~storage.errors.NotFoundError`, HTTP 404) for every method but
   :meth:`SessionManager.get`, which returns ``None``; the original quietly
@@ -362,13 +368,26 @@ class SessionManager:
         ``_system_prompt_<session id>``) and its registry row. Shared rows
         (explicit providers, search entries of a block label) stay.
 
+        Broadcasts (docs/behaviours.md §13): the original clears the session
+        first, so it sends ``idle`` with the estimate of an empty history and
+        a prompt rendered again from the blocks. With a broadcaster the
+        prompt is refreshed before the delete, as there, and the same
+        ``idle`` is sent once the rows are gone (the refresh's cached-prompt
+        row goes with them). Without one nothing is rendered.
+
         Raises:
             NotFoundError: unknown ``session_id``.
+            Exception: with a broadcaster, whatever a block provider raises
+                during the refresh; nothing was deleted.
         """
         session_id = self._require(session_id)
+        session = self._open(session_id)
+        if session.broadcaster is not None:
+            await session.refresh_system_prompt()
         self._sessions.pop(session_id, None)
         registry.delete_session(self._storage, session_id)
         self._session_count_changed()
+        await session.broadcast_status()
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -462,7 +481,9 @@ class SessionManager:
         the old name), ``parent_session_id`` = the old id, the old ``model``
         and ``source``; it holds one message ``{"id": <uuid>, "role":
         "assistant", "parts": [{"type": "text", "text": "[Context from
-        previous session]\\n\\n" + summary}]}``.
+        previous session]\\n\\n" + summary}]}``. After the commit the new
+        session broadcasts ``idle`` and runs one auto-compaction check, as the
+        original's append of that message does.
 
         Returns:
             The new session's row.
@@ -482,8 +503,10 @@ class SessionManager:
             registry.insert_session(
                 self._storage, new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"]
             )
-            self._open(new_id).seed_messages([message])
+            session = self._open(new_id)
+            session.seed_messages([message])
         self._session_count_changed()
+        await session.broadcast_status(then_compact=True)
         return registry.get_session(self._storage, new_id)
 
     async def fork(self, session_id: str, at_message_id: str, name: str) -> Row:
@@ -495,9 +518,11 @@ class SessionManager:
         root. The new row has ``parent_session_id = session_id`` (``model``
         and ``source`` empty, as in the original). The source session is not
         changed. The row and the copies are written in one transaction
-        (:meth:`Session.seed_messages`: one bulk insert, no broadcast, no
-        auto-compaction -- a fork over the threshold compacts on its first
-        append).
+        (:meth:`Session.seed_messages`: one bulk insert). After the commit
+        the fork broadcasts one ``idle`` with the estimate of the whole copy
+        and runs one auto-compaction check, as after a batch (the original
+        appends message by message: an ``idle`` per message, and a check
+        after each; docs/deviations.md, "Batches are atomic").
 
         Returns:
             The new session's row.
@@ -517,8 +542,10 @@ class SessionManager:
         new_id = str(uuid.uuid4())
         with self._storage.transaction():
             registry.insert_session(self._storage, new_id, name, parent_session_id=source.session_id)
-            self._open(new_id).seed_messages(copies)
+            fork = self._open(new_id)
+            fork.seed_messages(copies)
         self._session_count_changed()
+        await fork.broadcast_status(then_compact=True)
         return registry.get_session(self._storage, new_id)
 
     # -- usage ------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ parts, ``""`` for a message found through its tool calls alone.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, KeysView, Mapping
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -543,6 +543,19 @@ class Session:
         self._messages.clear()
         await self._committed(MessagesChange("clear"))
 
+    async def broadcast_status(self, *, then_compact: bool = False) -> None:
+        """Broadcast ``idle`` with the current estimate, for rows written outside the write
+        methods above (:class:`~actors.manager.SessionManager`: after its transaction of
+        :meth:`seed_messages` commits, and after a delete).
+
+        With ``then_compact``, one auto-compaction check follows, as after
+        :meth:`append_messages` (its failures go to :meth:`on_compaction_error`).
+        """
+        if then_compact:
+            await self._compaction.after_append()
+        else:
+            await self._compaction.emit_status("idle")
+
     # -- extension points ------------------------------------------------------
 
     def _prepare_message(self, message: Message) -> _Prepared:
@@ -635,6 +648,27 @@ class Session:
         """
         leaf = self._messages.latest_leaf()
         return [] if leaf is None else path_messages(self._messages, leaf)
+
+    def raw_path_chunks(self, keep: Callable[[str], bool] | None = None) -> Iterator[list[Message]]:
+        """The stored messages latest leaf -> root, *without* compaction overlays, a
+        bounded chunk at a time, leaf first (chunk after chunk, and within each).
+
+        What the one-time skill restore walks: it holds one chunk at a time
+        (:meth:`storage.messages.MessageStore.path_chunks`: at most 1 MiB of
+        stored JSON or 1,024 rows, a larger row alone), whatever the history
+        length. ``keep(stored_json)`` picks the rows worth parsing; the others
+        are skipped unparsed. Rows that are not messages are left out.
+
+        Raises:
+            apsw.Error: SQLite failed; chunks already yielded stay valid.
+        """
+        leaf = self._messages.latest_leaf()
+        if leaf is None:
+            return
+        for contents in self._messages.path_chunks(leaf):
+            if keep is not None:
+                contents = [c for c in contents if isinstance(c, str) and keep(c)]
+            yield parse_all(contents)
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""

@@ -27,7 +27,7 @@ the Session and its compaction both use them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .session_messages import apply_overlays, compaction_record, parse_all, parse_path
@@ -62,6 +62,10 @@ class HistoryStore(Protocol):
 
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON root -> ``leaf_id`` (``[]`` if unknown)."""
+
+    def path_chunks(self, leaf_id: str) -> Iterator[list[Any]]:
+        """Stored JSON ``leaf_id`` -> root in chunks of bounded size, leaf first (rows as
+        stored); each chunk read completely before it is yielded."""
 
     def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, UTF-8 bytes of the JSON)``."""

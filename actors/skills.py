@@ -8,9 +8,12 @@
 * :class:`SkillTracker` keeps the ordered set of loaded skills
   (``"label:key"``) and persists it in one ``assistant_config`` row per
   session, updated on every change, so waking a session costs one row
-  read -- O(loaded skills), whatever the history length. Only a file with
-  no such row (written before the row existed, or by the original) is
-  scanned once, and the result is stored.
+  read -- O(loaded skills), whatever the history length. Only a session
+  with no such row (an import, a fork, a file written before the row
+  existed or by the original) walks its history once, and the result is
+  stored. The walk goes latest leaf -> root a bounded chunk at a time, so
+  its memory does not grow with the history; a failure raises
+  :class:`~storage.errors.SkillRestoreError` and the next call walks again.
 * :class:`DirectorySkillProvider` -- a folder of Markdown files, one per
   skill: the local stand-in for the original's R2 bucket.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import re
 import tempfile
@@ -26,11 +30,13 @@ from collections.abc import Iterable, KeysView, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import trio
+import anyio
 
 from storage.context import read_config, write_config
-from storage.errors import InvalidInputError
+from storage.errors import InvalidInputError, SkillRestoreError
 from storage.sqlite import SqlStorage
+
+logger = logging.getLogger("actors.skills")
 
 LOAD_TOOL = "load_context"
 UNLOAD_TOOL = "unload_context"
@@ -92,6 +98,16 @@ def skill_events(message: Mapping[str, Any]) -> list[tuple[str, bool]]:
     return events
 
 
+def may_record_skills(stored: str) -> bool:
+    """``False`` only when the stored JSON text of a message cannot hold a load or
+    unload part, so the restore walk need not parse it.
+
+    Both tool names contain ``load_context``, and JSON text can only hide a
+    letter of it behind a ``\\u`` escape; a row with neither is skipped.
+    """
+    return LOAD_TOOL in stored or "\\u" in stored
+
+
 def rewrite_unloaded(message: Mapping[str, Any], label: str, key: str) -> dict[str, Any] | None:
     """A copy of ``message`` whose finished ``load_context`` parts for
     ``(label, key)`` have the output ``[skill unloaded: <key>]``; ``None``
@@ -117,10 +133,13 @@ class SkillHost(Protocol):
     back into the tracker's restore (a re-entrant call raises
     ``RuntimeError``).
 
-    Optional: ``raw_path_messages()`` -> the stored messages root -> latest
-    leaf *without* compaction overlays (a list, an iterable or an awaitable
-    of one), used by the one-time scan of a file with no persisted set;
-    without it the scan reads :meth:`get_history`.
+    Optional, for the one-time walk of a session with no persisted set,
+    the first one present: ``raw_path_chunks(keep=...)`` -> the stored
+    messages latest leaf -> root *without* compaction overlays, as an
+    iterable (or async iterable) of lists, leaf first; it may skip a row
+    whose stored JSON fails ``keep`` (:func:`may_record_skills`).
+    ``raw_path_messages()`` -> the same root -> latest leaf as one list (an
+    iterable, or an awaitable of one). Else :meth:`get_history`.
     """
 
     async def get_history(self) -> list[dict[str, Any]]: ...
@@ -148,7 +167,7 @@ class SkillTracker:
         self._session_id = session_id
         self._host = host
         self._loaded: dict[str, str | None] | None = None
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()  # anyio: the same Session runs under trio and asyncio
 
     @property
     def known(self) -> bool:
@@ -178,15 +197,38 @@ class SkillTracker:
                 elif self._host is None:
                     self._loaded = {}  # no history to restore from; nothing to pin in storage
                 elif may_scan:
-                    self._loaded = await self._scan()
+                    self._loaded = await self._restore()
                     self._persist()
         return self._loaded is not None
 
+    async def _restore(self) -> dict[str, str | None]:
+        """The set as history records it; any failure of the walk -> :class:`SkillRestoreError`."""
+        try:
+            return await self._scan()
+        except Exception as exc:
+            logger.warning("session %r: restoring loaded skills from history failed", self._session_id, exc_info=True)
+            raise SkillRestoreError(
+                f"restoring the loaded skills of session {self._session_id!r} from its history failed "
+                f"({type(exc).__name__}: {exc}); nothing was written, the next call tries again"
+            ) from exc
+
     async def _scan(self) -> dict[str, str | None]:
-        loaded: dict[str, str | None] = {}
-        for message in await self._path_messages():
-            self._fold(loaded, skill_events(message), message.get("id"), allow_loads=True)
-        return loaded
+        fold = _NewestFirst()
+        chunks = getattr(self._host, "raw_path_chunks", None)
+        if chunks is None:
+            for message in reversed(list(await self._path_messages())):
+                fold.add(message)
+            return fold.result()
+        walk = chunks(keep=may_record_skills)
+        if hasattr(walk, "__aiter__"):
+            async for chunk in walk:
+                for message in chunk:
+                    fold.add(message)
+        else:
+            for chunk in walk:
+                for message in chunk:
+                    fold.add(message)
+        return fold.result()
 
     async def _path_messages(self) -> Iterable[Mapping[str, Any]]:
         raw = getattr(self._host, "raw_path_messages", None)
@@ -245,10 +287,19 @@ class SkillTracker:
                 await self._host.update_message(updated)
                 return
 
+    async def _known_after_write(self, may_scan: bool) -> bool:
+        """:meth:`ensure` for a write that already committed. A failed restore (logged)
+        leaves the set unknown, and the walk that later restores it reads this write
+        from storage; the write's own call does not fail for it."""
+        try:
+            return await self.ensure(may_scan=may_scan)
+        except SkillRestoreError:
+            return False
+
     async def note_appended(self, message: Mapping[str, Any], *, may_scan: bool) -> None:
         """Apply the skill changes a newly stored message records (no I/O when it has none)."""
         events = skill_events(message)
-        if events and await self.ensure(may_scan=may_scan):
+        if events and await self._known_after_write(may_scan):
             self._apply(events, message.get("id"), allow_loads=True)
 
     async def note_updated(self, message: Mapping[str, Any], *, may_scan: bool) -> None:
@@ -256,7 +307,7 @@ class SkillTracker:
         loads only when it is the latest leaf (a streamed message finishing),
         so editing an old message cannot revive a skill unloaded since."""
         events = skill_events(message)
-        if not events or not await self.ensure(may_scan=may_scan):
+        if not events or not await self._known_after_write(may_scan):
             return
         allow = True
         if any(loaded for _, loaded in events) and self._host is not None:
@@ -280,6 +331,42 @@ class SkillTracker:
                 loaded.pop(skill_id, None)
             elif allow_loads:
                 loaded[skill_id] = message_id if isinstance(message_id, str) else None
+
+
+class _NewestFirst:
+    """Folds the skill events of messages met newest first (the walk latest leaf -> root)
+    into the set :meth:`SkillTracker._fold` makes of them oldest first.
+
+    That set behaves like a JavaScript ``Set``: an entry is loaded when its
+    newest event loads; it remembers its newest loading message; its place
+    is that of the first load after its last unload (a re-load keeps the
+    place). Walking backwards, each skill's record is fixed by its newest
+    event and moved back over the loads before it until an unload closes
+    it. Memory: one record per skill named, whatever the history length.
+    """
+
+    def __init__(self) -> None:
+        # skill id -> [loaded, still open (loads before may move its place), message id, place]
+        self._skills: dict[str, list[Any]] = {}
+        self._place = 0
+
+    def add(self, message: Mapping[str, Any]) -> None:
+        message_id = message.get("id")
+        for skill_id, loads in reversed(skill_events(message)):
+            self._place -= 1
+            record = self._skills.get(skill_id)
+            if record is None:
+                newest = message_id if loads and isinstance(message_id, str) else None
+                self._skills[skill_id] = [loads, loads, newest, self._place]
+            elif record[1]:
+                if loads:
+                    record[3] = self._place
+                else:
+                    record[1] = False
+
+    def result(self) -> dict[str, str | None]:
+        loaded = sorted((record[3], skill_id, record[2]) for skill_id, record in self._skills.items() if record[0])
+        return {skill_id: message_id for _, skill_id, message_id in loaded}
 
 
 def _encode(loaded: dict[str, str | None]) -> str:

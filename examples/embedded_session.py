@@ -7,7 +7,9 @@ Run it from the repository root::
 
 It writes ``embedded.sqlite3`` into a fresh temporary folder (the path is
 printed; open it with any SQLite tool afterwards), or into ``--data DIR``.
-No server, no model, no network: everything runs in this process.
+No server, no model, no network: everything runs in this process. The
+Session API needs no particular event loop: the same program runs under
+asyncio with ``--loop asyncio`` (trio is the default).
 
 What it shows, top to bottom: a Session with context blocks of all four
 kinds (a readonly soul, a writable memory, a folder of skills --
@@ -20,6 +22,7 @@ extractive summarizer, and what survives closing and reopening the file.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import tempfile
 from pathlib import Path
@@ -189,15 +192,23 @@ async def main(data: Path) -> None:
     storage.close()
 
 
-def parse_args() -> Path:
+def parse_args() -> tuple[Path, str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="folder for embedded.sqlite3 (default: a new temporary folder)")
+    parser.add_argument("--loop", choices=("trio", "asyncio"), default="trio", help="event loop to run on")
     args = parser.parse_args()
     if args.data is None:
-        return Path(tempfile.mkdtemp(prefix="durable-sessions-embedded-"))
+        return Path(tempfile.mkdtemp(prefix="durable-sessions-embedded-")), args.loop
     args.data.mkdir(parents=True, exist_ok=True)
-    return args.data
+    return args.data, args.loop
 
 
 if __name__ == "__main__":
-    trio.run(main, parse_args())
+    ### loops: The same code under trio or asyncio
+    # Nothing above names an event loop: the Session awaits only what its
+    # providers await, and uses anyio where it needs a lock.
+    data, loop = parse_args()
+    if loop == "asyncio":
+        asyncio.run(main(data))
+    else:
+        trio.run(main, data)

@@ -27,6 +27,7 @@ _EXPORTS = {
     "open_host": "runtime.host",
     "create_app": "runtime.server",
     "serve": "runtime.server",
+    "DurableAgentsSession": "runtime.client",
     "DurableSessionStore": "runtime.client",
     "SessionsClient": "runtime.client",
     "ActorOverloadedError": "storage.errors",

@@ -23,7 +23,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── StorageClosedError               use after ``close()``                 [500]
     │   ├── SearchQueryError                 SQLite failed while searching         [500]
     │   ├── DatabaseError                    Postgres refused or failed a statement [500]
-    │   └── StorageUnavailableError          the database cannot be reached (retryable) [503]
+    │   ├── StorageUnavailableError          the database cannot be reached (retryable) [503]
+    │   └── SkillRestoreError                reading history to restore skills failed (retryable) [503]
     ├── ActorRuntimeError                 the actor host refused or failed a call [500]
     │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
     │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
@@ -176,6 +177,19 @@ class StorageUnavailableError(StorageError):
 
     Nothing of the call was committed; a retry (once the database is back)
     can succeed. Servers answer 503 with ``Retry-After``.
+    """
+
+    status = 503
+    retryable = True
+
+
+class SkillRestoreError(StorageError):
+    """Restoring a session's loaded-skill set from its stored history failed (the
+    one-time walk of a session with no saved set: an import, a fork, an older file).
+
+    The walk only reads: nothing was written and nothing is remembered of
+    the failure, so the next call that needs the set walks again (other
+    calls of the session are unaffected). The cause is chained.
     """
 
     status = 503

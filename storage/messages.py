@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ import apsw
 
 from . import fts
 from .context import delete_config, write_config
-from .errors import SearchQueryError
+from .errors import InvalidInputError, SearchQueryError
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 
@@ -68,6 +68,11 @@ from .sqlite import SqlStorage
 ACTIVE_LEAF_KEY = "active_leaf"
 #: The porter FTS5 table holding message text (its trigram twin is ``<name>_cjk``).
 FTS_TABLE = "assistant_fts"
+#: :meth:`MessageStore.path_chunks`: most UTF-8 bytes of stored JSON in one chunk
+#: (a larger row comes alone) ...
+PATH_CHUNK_BYTES = 1 << 20
+#: ... and most rows in one chunk.
+PATH_CHUNK_ROWS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,27 @@ WITH RECURSIVE path(seq, parent_seq, content) AS (
 SELECT '[' || coalesce(group_concat(content, ','), '') || ']', count(*)
 FROM path WHERE typeof(content) = 'text' AND json_valid(content)
 """
+# One chunk of the walk up a path: from the anchor row up, while the chunk has fewer than
+# ?3 rows and the next row's bytes still fit the budget ?4 (the anchor always comes).
+# Leaf-side first. The anchor is the leaf (by id), or the parent where the last chunk
+# stopped (by seq, which must fall below the last row's ?5, as every step of a walk must).
+_CHUNK_STEPS = """
+    UNION ALL
+    SELECT m.seq, m.parent_seq, w.used + octet_length(m.content), w.n + 1
+    FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.parent_seq
+    WHERE m.seq < w.seq AND +m.session_id = ?1 AND w.n < ?3 AND w.used + octet_length(m.content) <= ?4
+)
+SELECT w.seq, w.parent_seq, m.content FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n
+"""
+_CHUNK_FROM_LEAF = """
+WITH RECURSIVE w(seq, parent_seq, used, n) AS (
+    SELECT seq, parent_seq, octet_length(content), 1 FROM assistant_messages WHERE session_id = ?1 AND id = ?2
+""" + _CHUNK_STEPS
+_CHUNK_FROM_ROW = """
+WITH RECURSIVE w(seq, parent_seq, used, n) AS (
+    SELECT seq, parent_seq, octet_length(content), 1 FROM assistant_messages
+    WHERE seq = ?2 AND seq < ?5 AND +session_id = ?1
+""" + _CHUNK_STEPS
 _PATH_STATS = _PATH_CTE + """
 SELECT m.id, m.role, octet_length(m.content)
 FROM path CROSS JOIN assistant_messages AS m ON m.seq = path.seq ORDER BY path.depth DESC
@@ -451,6 +477,35 @@ class MessageStore:
         except apsw.TooBigError:
             return None
         return text, count
+
+    def path_chunks(
+        self, leaf_id: str, *, max_bytes: int = PATH_CHUNK_BYTES, max_rows: int = PATH_CHUNK_ROWS
+    ) -> Iterator[list[Any]]:
+        """The stored JSON of the path ``leaf_id`` -> root in chunks, **leaf first** (chunk
+        after chunk, and within each), for reads whose memory must not grow with the path.
+
+        A chunk holds at most ``max_rows`` rows and ``max_bytes`` UTF-8 bytes
+        of ``content``, except that a row larger than ``max_bytes`` comes alone.
+        Values are as stored (a damaged row may hold a BLOB or text that is
+        not JSON). Each chunk is one statement run to its end before it is
+        yielded, so no statement stays open between chunks; the walk follows
+        the rules of every path read here (``seq`` falls at each step, no
+        depth cap). An unknown leaf yields nothing.
+
+        Raises:
+            InvalidInputError: ``max_bytes`` or ``max_rows`` is not an int >= 1.
+            apsw.Error: SQLite failed; the chunks yielded before stay valid.
+        """
+        for name, value in (("max_bytes", max_bytes), ("max_rows", max_rows)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an int >= 1, not {value!r}", field=name)
+        rows = self._rows(_CHUNK_FROM_LEAF, leaf_id, max_rows, max_bytes).fetchall()
+        while rows:
+            yield [content for _, _, content in rows]
+            last_seq, parent_seq, _ = rows[-1]
+            if parent_seq is None:
+                return
+            rows = self._rows(_CHUNK_FROM_ROW, parent_seq, max_rows, max_bytes, last_seq).fetchall()
 
     def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""

@@ -12,6 +12,21 @@ from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, claude_code_log_files
 from tests.support.postgres import pg_conn, pg_dsn, pg_empty_dsn, pg_server  # noqa: F401
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave tests marked ``anyio`` or ``asyncio`` to their own plugin.
+
+    ``trio_mode`` makes pytest-trio mark every coroutine test ``trio`` and run
+    it under trio, whatever else it is marked with. A test marked
+    ``@pytest.mark.anyio`` (run once per anyio backend, asyncio and trio) or
+    ``@pytest.mark.asyncio`` (pytest-asyncio) loses that mark here, after
+    pytest-trio added it.
+    """
+    for item in items:
+        if item.get_closest_marker("anyio") or item.get_closest_marker("asyncio"):
+            item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "trio"]
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """Path of ``../shared/data``; skips the test when it is absent."""

@@ -143,6 +143,16 @@ async def test_embedded_session_example_starts_over_on_the_same_data_folder(tmp_
     assert section(again, "reopen")[-1] == "messages on the path: 7"
 
 
+async def test_embedded_session_example_prints_the_same_under_asyncio(tmp_path):
+    under_trio = await run_example("embedded_session.py", "--data", str(tmp_path / "trio"))
+    under_asyncio = await run_example("embedded_session.py", "--data", str(tmp_path / "asyncio"), "--loop", "asyncio")
+
+    assert under_asyncio.replace(str(tmp_path / "asyncio"), "DATA") == under_trio.replace(str(tmp_path / "trio"), "DATA")
+    assert section(under_asyncio, "reopen") == [
+        "same frozen prompt: True", "loaded skills: ['skills:code-review']", "messages on the path: 7",
+    ]
+
+
 # -- chat_agent.py -------------------------------------------------------------------------------------
 
 CHAT_SCRIPT = [
@@ -314,6 +324,49 @@ async def test_quickstart_client_example_against_a_running_host(host):
         session = client.session("quickstart-test")
         assert [m["id"] for m in await session.get_history()] == ["u1", "a1-retry", "u2"]
         assert (await session.get_message("a1"))["parts"][0]["text"] == "PostgreSQL: boring, well documented, it scales."
+
+
+# -- openai_agents_session.py (needs a host) ---------------------------------------------------------------
+
+
+async def test_openai_agents_session_example_keeps_the_sdks_memory_on_the_host(host):
+    from runtime.client import DurableAgentsSession
+
+    url = host()
+    env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)
+    out = await run_example("openai_agents_session.py", "--session", "agents-test", env=env)
+
+    assert out.splitlines()[:2] == [f"host: {url}", "session: agents-test"]
+    assert section(out, "first turn") == ["assistant: Paris is sunny (21 °C); Oslo has rain (9 °C).",
+                                          "items stored: 6"]
+    assert section(out, "second turn, from a fresh session object") == [
+        "assistant: You asked about Paris and Oslo; Paris was the sunnier.", "items the model was sent: 7"]
+    assert section(out, "as Session messages") == [
+        "  [user] text \"What's the weather in Paris and Oslo?\"",
+        "  [assistant] tool-get_weather({'city': 'Paris'}) output-available -> 'Sunny, 21 °C', "
+        "tool-get_weather({'city': 'Oslo'}) output-available -> 'Rain, 9 °C'",
+        "  [assistant] text 'Paris is sunny (21 °C); Oslo has rain (9 °C).'",
+        "  [user] text 'Which city did I ask about?'",
+        "  [assistant] text 'You asked about Paris and Oslo; Paris was the sunnier.'",
+        "search 'sunny': ['Paris is sunny (21 °C); Oslo has rain (9 °C).']",
+    ]
+    assert section(out, "hibernate") == ["actors hibernated: 1", "items after waking: 8"]
+    assert section(out, "pop") == ["popped: You asked about Paris and Oslo; Paris was the sunnier.",
+                                   "popped: Which city did I ask about?", "items left: 6"]
+    embedded = section(out, "embedded")
+    assert re.fullmatch(r"database: .*/durable-sessions-agents-\w+/agents\.sqlite3", embedded[0])
+    assert embedded[1:] == ["assistant: Paris: pack sunglasses.", "stored in the file: ['user', 'assistant']"]
+
+    # The SDK's items, read back here under trio (the session works on either loop).
+    items = await DurableAgentsSession("agents-test", url, TOKEN).get_items()
+    assert [item.get("type", item.get("role")) for item in items] == [
+        "user", "function_call", "function_call", "function_call_output", "function_call_output", "message"]
+    storage = SqlStorage.open(embedded[0].removeprefix("database: "))
+    try:
+        assert storage.sql("SELECT role FROM assistant_messages WHERE session_id = 'trip' ORDER BY seq") == [
+            {"role": "user"}, {"role": "assistant"}]
+    finally:
+        storage.close()
 
 
 # -- custom_agent.py (served with --app) --------------------------------------------------------------

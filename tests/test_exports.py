@@ -31,16 +31,16 @@ PUBLIC_SURFACE = {
         "SessionError", "SessionManager", "SkillProvider", "Tool", "WritableContextProvider",
     ],
     "runtime": [
-        "ActorHost", "ActorId", "ActorOverloadedError", "ActorRuntimeError", "ActorStub", "DurableSessionStore",
-        "HostClock", "HostClosedError", "HostStatistics", "InvalidActorIdError", "InvalidArgumentsError",
+        "ActorHost", "ActorId", "ActorOverloadedError", "ActorRuntimeError", "ActorStub", "DurableAgentsSession",
+        "DurableSessionStore", "HostClock", "HostClosedError", "HostStatistics", "InvalidActorIdError", "InvalidArgumentsError",
         "InvalidNamespaceError", "Namespace", "SessionsClient", "TransactionLeftOpenError", "UnknownMethodError",
         "UnknownNamespaceError", "create_app", "open_host", "serve",
     ],
     "runtime.host": ["ActorHost", "ActorId", "ActorStub", "HostClock", "HostStatistics", "Namespace", "open_host"],
     "runtime.server": ["DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "create_app", "require_token_for",
                        "serve"],
-    "runtime.client": ["ConnectionClosed", "DEFAULT_URL", "DurableSessionStore", "LATEST_LEAF", "SessionHandle",
-                       "SessionSocket", "SessionsClient"],
+    "runtime.client": ["ConnectionClosed", "DEFAULT_URL", "DurableAgentsSession", "DurableSessionStore", "LATEST_LEAF",
+                       "SessionHandle", "SessionSocket", "SessionsClient"],
     "runtime.cli": ["main"],
 }
 

@@ -1,4 +1,4 @@
-"""Python clients of a durable-sessions host: HTTP, WebSocket and transcripts.
+"""Python clients of a durable-sessions host: HTTP, WebSocket, transcripts and the OpenAI Agents SDK session.
 
 Imports no server code (nor quart, hypercorn or apsw): httpx, wsproto,
 msgpack and anyio, so it runs under trio and asyncio alike. Errors the
@@ -6,11 +6,12 @@ server answers are raised again as the classes of :mod:`storage.errors`.
 """
 
 from runtime.client.http import DEFAULT_URL, SessionHandle, SessionsClient, SessionSocket
+from runtime.client.openai_agents import DurableAgentsSession
 from runtime.client.transcripts import DurableSessionStore
 from runtime.client.websocket import ConnectionClosed
 from runtime.wire import LATEST_LEAF
 
 __all__ = [
-    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableSessionStore", "SessionHandle", "SessionSocket",
-    "SessionsClient",
+    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableSessionStore", "SessionHandle",
+    "SessionSocket", "SessionsClient",
 ]

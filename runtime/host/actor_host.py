@@ -381,17 +381,17 @@ class ActorHost:
     # -- activation, hibernation, eviction -------------------------------------
 
     async def _activate(self, slot: ActorSlot) -> None:
-        lease = None
+        lease = log_version = None
         try:
             if self.cluster is not None:
                 lease = await self.cluster.acquire(slot.id)  # NotOwnerError before any file is touched
             await self._reserve_file()
             if lease is not None:
-                await self._make_current(slot, lease)
+                log_version = await self._make_current(slot, lease)
             slot.attach(self._open_storage(slot.id))
             storage = slot.storage
             if lease is not None:
-                self.cluster.attach(slot, storage, lease)  # capture every write from here on
+                self.cluster.attach(slot, storage, lease, log_version)  # capture every write from here on
                 slot.alarm_dirty = True  # index the file's alarm here (it may come from another host)
             storage.alarm_listener = partial(self._on_alarm_change, slot)
             namespace = self._namespaces[slot.id.namespace]
@@ -411,17 +411,20 @@ class ActorHost:
             self._counts["activations"] += 1
             slot.gate_changed()
 
-    async def _make_current(self, slot: ActorSlot, lease: Any) -> None:
-        """Cluster mode: rebuild the file from Postgres unless it is current; give back the reservation on failure."""
+    async def _make_current(self, slot: ActorSlot, lease: Any) -> int:
+        """Cluster mode: rebuild the file from Postgres unless it is current; give back the reservation on failure.
+
+        Returns the file's schema version before it is opened."""
         path = self.path_for(slot.id)
         existed = path.exists()
         try:
-            await self.cluster.make_current(slot.id, lease, path, self._template, self.durability)
+            version = await self.cluster.make_current(slot.id, lease, path, self._template, self.durability)
         except BaseException:
             self._open_files -= 1
             raise
         if not existed and slot.id.namespace in self._files:
             self._files[slot.id.namespace] += 1
+        return version
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
         """Open the actor's file (copying the template when new); give back the reservation on failure."""

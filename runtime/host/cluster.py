@@ -65,7 +65,7 @@ from storage.cluster import (
     Ownership,
     PgPool,
     create_cluster_schema,
-    file_marker,
+    file_state,
     restore_actor,
     write_marker,
 )
@@ -73,7 +73,6 @@ from storage.errors import (
     DatabaseError,
     NotOwnerError,
     OwnershipLostError,
-    StorageError,
     StorageUnavailableError,
 )
 from storage.kv import ActorStorage
@@ -318,41 +317,51 @@ class HostCluster:
         name = describe(actor_id)
         result = await self.ownership.acquire(name, base_version=SCHEMA_VERSION)
         if isinstance(result, Owner):
+            if result.host_id is None:
+                raise StorageUnavailableError(f"the ownership of actor {name} keeps changing hands; retry")
             self._counts["not_owner"] += 1
             raise NotOwnerError(name, result.address, owner_host=result.host_id,
                                 retry_after_s=result.remaining_ms / 1000)
         self._counts["acquisitions"] += 1
         return result
 
-    async def make_current(self, actor_id: ActorId, lease: Lease, path: Any, template: Any, durability: str) -> bool:
+    async def make_current(self, actor_id: ActorId, lease: Lease, path: Any, template: Any, durability: str) -> int:
         """Rebuild the actor's file from Postgres unless it is clean at the log's newest entry.
 
-        Returns ``True`` when it was rebuilt.
+        Returns the file's schema version (``PRAGMA user_version``) as the log has it:
+        when opening the file migrates it, :meth:`attach` ships a snapshot first.
 
         Raises:
             StorageUnavailableError: Postgres cannot be reached.
             RestoreError: the log does not rebuild the file (damage; nothing changed).
         """
-        marker = await trio.to_thread.run_sync(file_marker, path)
+        marker, version = await trio.to_thread.run_sync(file_state, path)
         if (marker is not None and marker.clean and marker.cluster_id == self.cluster_id
-                and marker.last_seq == lease.last_seq):
+                and marker.last_seq == lease.last_seq and version is not None):
             self._counts["kept"] += 1
-            return False
+            return version
         started = trio.current_time()
         await restore_actor(self.pool, lease, path, template=template, cluster_id=self.cluster_id,
                             durability=durability, current_version=SCHEMA_VERSION)
         self._counts["restores"] += 1
         self._restore_s += trio.current_time() - started
-        return True
+        _marker, version = await trio.to_thread.run_sync(file_state, path)
+        return version or 0
 
-    def attach(self, slot: ActorSlot, storage: ActorStorage, lease: Lease) -> None:
-        """Start capturing the actor's writes (before the agent exists); mark its file unclean."""
+    def attach(self, slot: ActorSlot, storage: ActorStorage, lease: Lease, log_version: int) -> None:
+        """Start capturing the actor's writes (before the agent exists); mark its file unclean.
+
+        ``log_version`` is the file's schema version before it was opened; when
+        opening migrated it, the first entry is a snapshot of the migrated file.
+        """
         write_marker(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
         capture = ChangeCapture(storage)
         row = storage.read_alarm_row()
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
                        alarm_ms=None if row is None else row.scheduled_ms)
         slot.cluster = ActorCluster(describe(slot.id), lease, log, FrameGate(log, self.host._nursery))
+        if storage.user_version != log_version:
+            log.ship_snapshot()
 
     # -- turns --------------------------------------------------------------------------------------
 
@@ -545,7 +554,7 @@ class FrameGate:
             while self._frames:
                 try:
                     await self._log.wait(self._frames[0][0])
-                except (StorageError, OwnershipLostError, NotOwnerError):
+                except Exception:  # noqa: BLE001 - the log failed: these frames never become durable
                     self.drop()
                     return
                 if self._log.closed and not self._log.is_durable(self._frames[0][0]):

@@ -19,7 +19,7 @@ from .capture import MARKER_TABLE, ChangeCapture, Marker, read_marker, write_mar
 from .driver import PgConnection, PgPool
 from .log import ActorLog, GroupCommitAppender, LogStatistics
 from .ownership import Lease, Owner, Ownership
-from .restore import RestoreError, file_marker, restore_actor, restore_file
+from .restore import RestoreError, file_marker, file_state, restore_actor, restore_file
 from .schema import CLUSTER_SCHEMA_VERSION, create_cluster_schema
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "RestoreError",
     "create_cluster_schema",
     "file_marker",
+    "file_state",
     "read_marker",
     "restore_actor",
     "restore_file",

@@ -125,9 +125,10 @@ class PgConnection:
 
     def __init__(self, conn: _AnyioConnection, statement_timeout_s: float) -> None:
         self._conn = conn
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)  # uncontended by design: no extra scheduling point
         self.statement_timeout_s = statement_timeout_s
         self.used = False  # a statement ran on it (it may have sat idle since)
+        self._cursor: psycopg.AsyncCursor[Any] | None = None  # reused: one statement at a time
 
     @classmethod
     async def connect(cls, dsn: str, *, timeout_s: float, statement_timeout_s: float) -> PgConnection:
@@ -180,7 +181,9 @@ class PgConnection:
             self.used = True
             try:
                 with anyio.fail_after(self.statement_timeout_s if timeout_s is None else timeout_s):
-                    cursor = self._conn.cursor()
+                    cursor = self._cursor
+                    if cursor is None or cursor.closed:
+                        cursor = self._cursor = self._conn.cursor()
                     await cursor.execute(sql, params, prepare=prepare)
                     return await cursor.fetchall() if cursor.description is not None else []
             except Exception as exc:

@@ -67,6 +67,7 @@ from . import statements as sql
 from .capture import ChangeCapture
 from .driver import PgConnection, PgPool
 from .ownership import Lease, Ownership
+from .restore import combine as _combine
 from .restore import compress_image
 
 __all__ = ["ActorLog", "AppendEntry", "GroupCommitAppender", "LogStatistics"]
@@ -236,6 +237,12 @@ class ActorLog:
         except Exception:
             logger.exception("on_poison of %s failed", self.lease.actor)
 
+    def ship_snapshot(self) -> None:
+        """Make the next entry a whole-file snapshot (the file changed in a way changesets miss,
+        e.g. it was migrated when opened). Outside a transaction only."""
+        self.capture.schema_changed = True
+        self._cut(numbered=True)
+
     def close(self) -> None:
         """The actor is closing: stop capturing (nothing more is shipped)."""
         self.closed = True
@@ -364,12 +371,6 @@ class ActorLog:
             self._snapshotting = False
 
 
-def _combine(changesets: list[bytes]) -> bytes:
-    from .restore import combine
-
-    return combine(changesets)
-
-
 class GroupCommitAppender:
     """The host's appender: one statement appends the next entry of many actors.
 
@@ -432,7 +433,12 @@ class GroupCommitAppender:
         while self._dirty and len(batch) < MAX_BATCH:
             log = next(iter(self._dirty))
             del self._dirty[log]
-            entry = log.take_entry()
+            try:
+                entry = log.take_entry()
+            except Exception as exc:  # a fault of the file: this actor fails, not the host
+                logger.exception("cutting the log of %s failed", log.lease.actor)
+                log.poison(StorageError(f"the changes of actor {log.lease.actor} could not be cut ({exc})"))
+                continue
             if entry is None:
                 continue
             if entry.image is not None:
@@ -454,12 +460,20 @@ class GroupCommitAppender:
             entry.sent_at = sent_at
         try:
             conn = await self._connection(conn)
-            rows = await conn.execute(sql.APPEND, {
-                "actors": [e.log.lease.actor for e in batch], "seqs": [e.seq for e in batch],
-                "epochs": [e.epoch for e in batch], "changesets": [e.changeset for e in batch],
-                "alarm_ops": [e.alarm_op for e in batch], "alarm_ms": [e.alarm_ms for e in batch],
-                "me": own.host_id, "address": own.address, "lease_ms": max(1, round(own.lease_s * 1000)),
-            }, prepare=True)
+            lease_ms = max(1, round(own.lease_s * 1000))
+            if len(batch) == 1:
+                entry = batch[0]
+                statement = sql.APPEND_ONE if entry.alarm_op == ALARM_KEEP else sql.APPEND_ONE_ALARM
+                rows = await conn.execute(statement, {
+                    "actor": entry.log.lease.actor, "seq": entry.seq, "epoch": entry.epoch,
+                    "changeset": entry.changeset, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms,
+                    "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
+            else:
+                rows = await conn.execute(sql.APPEND, {
+                    "actors": [e.log.lease.actor for e in batch], "seqs": [e.seq for e in batch],
+                    "epochs": [e.epoch for e in batch], "changesets": [e.changeset for e in batch],
+                    "alarm_ops": [e.alarm_op for e in batch], "alarm_ms": [e.alarm_ms for e in batch],
+                    "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
         except (StorageUnavailableError, DatabaseError) as exc:
             self.stats.statements += 1
             await self._resolve(batch, exc)

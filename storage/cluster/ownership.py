@@ -111,16 +111,19 @@ class Ownership:
         Raises:
             StorageUnavailableError, DatabaseError: see :class:`~storage.cluster.driver.PgConnection`.
         """
-        sent_at = time.monotonic()
-        rows = await self.pool.execute(sql.ACQUIRE, self._params(actor=actor, base_version=base_version),
-                                       prepare=True)
-        if rows:
-            epoch, last_seq, tail_bytes, base = rows[0]
-            return Lease(actor, epoch, last_seq, tail_bytes, base, sent_at + self.usable_s)
-        owner = await self.owner(actor)
-        if owner is None or owner.host_id is None:  # released or expired between the two statements
-            return await self.acquire(actor, base_version=base_version)
-        return owner
+        owner = None
+        for _attempt in range(3):
+            sent_at = time.monotonic()
+            rows = await self.pool.execute(sql.ACQUIRE, self._params(actor=actor, base_version=base_version),
+                                           prepare=True)
+            if rows:
+                epoch, last_seq, tail_bytes, base = rows[0]
+                return Lease(actor, epoch, last_seq, tail_bytes, base, sent_at + self.usable_s)
+            owner = await self.owner(actor)
+            if owner is not None and owner.host_id is not None:
+                return owner
+            # released or expired between the two statements: try again
+        return owner or Owner(None, None, 0, 0)
 
     async def owner(self, actor: str) -> Owner | None:
         """The actor's current owner, or ``None`` when it has no row (never activated)."""
@@ -180,9 +183,7 @@ class Ownership:
 
     async def renew_host(self) -> None:
         """Extend this host's own lease (re-registering it if its row is gone)."""
-        async with self.pool.connection() as conn:
-            await conn.execute(sql.RENEW_HOST, self._params(), prepare=True)
-            await conn.execute(sql.REGISTER_HOST, self._params(), prepare=True)
+        await self.pool.execute(sql.REGISTER_HOST, self._params(), prepare=True)
 
     async def live_hosts(self) -> list[tuple[str, str]]:
         """``(host_id, address)`` of every host whose host lease is live, by id."""

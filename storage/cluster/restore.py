@@ -45,7 +45,8 @@ from .driver import PgPool
 from .ownership import Lease
 
 __all__ = [
-    "RestoreError", "combine", "compress_image", "decompress_image", "file_marker", "restore_actor", "restore_file",
+    "RestoreError", "combine", "compress_image", "decompress_image", "file_marker", "file_state", "restore_actor",
+    "restore_file",
 ]
 
 #: zlib level for snapshots (1: fastest; 6 saves ~12% more for 2-3x the time).
@@ -176,21 +177,31 @@ def file_marker(path: str | os.PathLike[str]) -> Marker | None:
     Opens its own short-lived connection (no checkpoint on close); call it
     while the host has no connection open to the file.
     """
+    return file_state(path)[0]
+
+
+def file_state(path: str | os.PathLike[str]) -> tuple[Marker | None, int | None]:
+    """``(marker, user_version)`` of the actor file at ``path`` (``None`` for what is missing or unreadable).
+
+    The schema version tells whether opening the file will migrate it (a
+    change its log cannot carry: the host then ships a snapshot first).
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
-        return None
+        return None, None
     con = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
     try:
         con.set_busy_timeout(BUSY_TIMEOUT_MS)
         con.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        version = int(con.pragma("user_version"))
         if not any(con.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (MARKER_TABLE,))):
-            return None
+            return None, version
         for cluster_id, last_seq, clean in con.execute(
                 f"SELECT cluster_id, last_seq, clean FROM {MARKER_TABLE} WHERE id = 1"):
-            return Marker(cluster_id, last_seq, bool(clean))
-        return None
+            return Marker(cluster_id, last_seq, bool(clean)), version
+        return None, version
     except apsw.Error:
-        return None  # unreadable: rebuilt from Postgres
+        return None, None  # unreadable: rebuilt from Postgres
     finally:
         con.close()
 

@@ -101,13 +101,33 @@ async def test_hibernation_releases_and_a_wake_on_the_same_host_keeps_its_file(h
         assert pg("SELECT epoch, last_seq FROM ds_actors") == [(3, 3)]
 
 
+async def test_eviction_marks_clean_and_releases_the_lease(hosts, pg, tmp_path, pg_empty_dsn):
+    from runtime.host import open_host
+    from runtime.host.cluster import ClusterOptions
+
+    async with hosts(1) as (b,), open_host(tmp_path / "small", max_active=1, idle_timeout_s=None, cluster=(
+            ClusterOptions(pg_empty_dsn, "http://small", host_id="small", lease_s=1.5))) as small:
+        ns_small = small.bind("counters", Counter, env="small")
+        (nb,) = bind_counters([b])
+        first, second = ns_small.get_by_name("first"), ns_small.get_by_name("second")
+        await first.add(3)
+        await second.add(4)  # one file at a time: the first is evicted
+        assert small.statistics().evictions == 1 and not small.is_active(ns_small, first.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors WHERE actor_id = %s", f"counters/{first.id.hex}")[0][0]:
+                await trio.sleep(0.01)
+        assert await nb.get(first.id).add() == 4  # released: another host takes it at once
+        with pytest.raises(NotOwnerError):
+            await first.read()
+
+
 async def test_a_deposed_owner_refuses_writes_and_stops_answering(hosts, pg):
     async with hosts(2) as (a, b):
         na, nb = bind_counters([a, b])
         stub = na.get_by_name("c")
         await stub.add(10)
         # A's lease lapses (a pause, a partition: here the server is told so) and B takes the actor.
-        pg("UPDATE ds_actors SET lease_expires = now()")
+        pg("UPDATE ds_actors SET owner = NULL, lease_expires = now()")
         assert await nb.get(stub.id).add(100) == 110
         # A still believes it owns the actor: its write commits locally, but the fence refuses it.
         with pytest.raises(OwnershipLostError, match="moved to another host"):
@@ -177,3 +197,57 @@ async def test_bad_cluster_options_fail_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match="advertise_url"):
         async with open_host(tmp_path, cluster=ClusterOptions("dbname=x", "")):
             pass
+
+
+class Broadcaster(Agent):
+    async def tell_inside_a_transaction(self, n: int, fail: bool = False) -> int:
+        with self.storage.transaction():
+            self.storage.put("n", n)
+            self.broadcast(f"n={n}")  # sent mid-transaction: it waits for that transaction's cut
+            if fail:
+                raise ValueError("rolled back")
+        return n
+
+
+async def test_a_frame_sent_inside_a_transaction_waits_for_its_commit_to_be_durable(hosts, pg_empty_dsn):
+    async with hosts(1) as (a,):
+        ns = a.bind("tell", Broadcaster)
+        stub = ns.get_by_name("t")
+        peer = RecordingConnection("p")
+        await ns.connect(stub.id, peer)
+        replies = []
+
+        async def call():
+            replies.append(await stub.tell_inside_a_transaction(1))
+
+        with psycopg.connect(pg_empty_dsn) as blocker:
+            blocker.execute("SELECT 1 FROM ds_actors FOR UPDATE")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call)
+                await trio.sleep(0.4)
+                assert (replies, peer.sent) == ([], [])
+                blocker.commit()
+        assert (replies, peer.sent) == ([1], ["n=1"])
+        # a rolled-back transaction's frame still leaves (nothing it depended on needs shipping)
+        with pytest.raises(ValueError, match="rolled back"):
+            await stub.tell_inside_a_transaction(2, fail=True)
+        with trio.fail_after(2):
+            while len(peer.sent) < 2:
+                await trio.sleep(0.01)
+        assert peer.sent == ["n=1", "n=2"]
+
+
+async def test_release_listeners_hear_why_the_host_stopped_owning_an_actor(hosts, pg):
+    async with hosts(1) as (a,):
+        (na,) = bind_counters([a])
+        heard = []
+        a.cluster.add_release_listener(lambda actor_id, reason: heard.append((actor_id.hex, reason)))
+        first, second = na.get_by_name("one"), na.get_by_name("two")
+        await first.add()
+        await a.hibernate(na, first.id)
+        await second.add()
+        pg("UPDATE ds_actors SET owner = 'elsewhere', epoch = epoch + 1, lease_expires = now() + interval '1 minute' "
+           "WHERE actor_id = %s", f"counters/{second.id.hex}")
+        with pytest.raises(OwnershipLostError):
+            await second.add()
+        assert heard == [(first.id.hex, "hibernated"), (second.id.hex, "deposed")]

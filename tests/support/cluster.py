@@ -95,3 +95,63 @@ async def storage_side(dsn: str, host_id: str, *, lease_s: float = 5.0, statemen
         finally:
             nursery.cancel_scope.cancel()
     pool.close()
+
+
+class TcpProxy:
+    """A loopback TCP proxy to Postgres that can be *partitioned*: a network cut without mocks.
+
+    ``partition()`` stops forwarding on every connection (bytes are held, as
+    dropped packets are) and leaves new connections hanging; ``heal()``
+    resets the stalled connections (as TCP does after a long cut) and
+    forwards again. Run :meth:`serve` in a nursery: ``port = await nursery.start(proxy.serve)``.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._open = trio.Event()
+        self._open.set()
+        self._streams: list[trio.SocketStream] = []
+
+    def partition(self) -> None:
+        self._open = trio.Event()
+
+    def heal(self) -> None:
+        for stream in self._streams:
+            stream.socket.close()
+        self._streams.clear()
+        self._open.set()
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        server = None
+        try:
+            await self._open.wait()
+            server = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+            self._streams += [client, server]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, client, server, nursery.cancel_scope)
+                nursery.start_soon(self._pump, server, client, nursery.cancel_scope)
+        except OSError:
+            pass
+        finally:
+            for stream in (client, server):
+                if stream is not None:
+                    stream.socket.close()
+
+    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, scope: trio.CancelScope) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await self._open.wait()
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        scope.cancel()
+
+
+def dsn_with_port(dsn: str, port: int) -> str:
+    """``dsn`` (libpq key=value form) pointing at ``port`` instead."""
+    return " ".join(f"port={port}" if part.startswith("port=") else part for part in dsn.split())
