@@ -63,6 +63,7 @@ from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.server.config import ServerSettings
+from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
 from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found
@@ -173,6 +174,8 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
+        if MANAGERS_NAMESPACE in self.host.namespaces:
+            add_manager_routes(app, self)
         return app
 
     @staticmethod
