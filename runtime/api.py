@@ -582,8 +582,9 @@ def body_schema(method: ApiMethod, route: HttpRoute) -> Mapping[str, Any] | None
         if field.source != "body":
             continue
         schema = dict(_schema(method, field))
-        if field.param in keyed:  # filled from the path when absent
+        if field.param in keyed:  # filled from the path when absent: no longer the named shape
             schema["required"] = [k for k in schema.get("required", ()) if k != keyed[field.param]]
+            schema.pop("title", None)
         properties[field.wire] = schema
         if not _optional(method, field):
             required.append(field.wire)

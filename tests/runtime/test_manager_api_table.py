@@ -10,7 +10,7 @@ import pytest
 from actors.agent import callable_method
 from actors.manager import SessionManager
 from actors.manager_agent import MANAGED_METHODS, ManagedSession, ManagerAgent
-from actors.session_agent import BlockConfig, SessionAgent, SessionConfig
+from actors.session_agent import BlockConfig, SessionConfig
 from runtime import api, open_host
 from runtime.api import METHODS, SESSION_API
 from runtime.client import ManagedSessionHandle, ManagerHandle, SessionsClient
