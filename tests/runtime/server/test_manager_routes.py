@@ -253,12 +253,10 @@ async def test_metrics_label_manager_routes_by_their_template(http):
 
 def test_durable_sessions_serve_binds_managers_and_their_sessions_outlive_a_restart(tmp_path):
     data = tmp_path / "data"
-    with server_process(data, token=TOKEN) as server:
-        with httpx.Client(base_url=server.url, headers=AUTH) as http:
-            row = http.post(f"{M}/sessions", json={"name": "Lisbon"}).json()["session"]
-            http.post(f"{M}/sessions/{row['id']}/messages", json={"message": text("m1", "Remember ZFA04Y")})
-    with server_process(data, token=TOKEN) as server:
-        with httpx.Client(base_url=server.url, headers=AUTH) as http:
-            [listed] = http.get(f"{M}/sessions").json()["sessions"]
-            assert (listed["id"], listed["name"]) == (row["id"], "Lisbon")
-            assert http.get(f"{M}/search", params={"q": "zfa04y"}).json()["results"][0]["sessionId"] == row["id"]
+    with server_process(data, token=TOKEN) as server, httpx.Client(base_url=server.url, headers=AUTH) as http:
+        row = http.post(f"{M}/sessions", json={"name": "Lisbon"}).json()["session"]
+        http.post(f"{M}/sessions/{row['id']}/messages", json={"message": text("m1", "Remember ZFA04Y")})
+    with server_process(data, token=TOKEN) as server, httpx.Client(base_url=server.url, headers=AUTH) as http:
+        [listed] = http.get(f"{M}/sessions").json()["sessions"]
+        assert (listed["id"], listed["name"]) == (row["id"], "Lisbon")
+        assert http.get(f"{M}/search", params={"q": "zfa04y"}).json()["results"][0]["sessionId"] == row["id"]
