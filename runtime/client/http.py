@@ -39,14 +39,14 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import msgpack
 
-from runtime.api import METHODS, request_for
+from runtime.api import METHODS, ApiMethod, request_for
 from runtime.client.failover import (
     IDEMPOTENT_HTTP,
     NOT_RUN_ERRORS,
@@ -67,6 +67,9 @@ from runtime.wire import (
 )
 from runtime.wsclient import ConnectionClosed, WebSocketConnection
 from storage.shapes import LATEST_LEAF
+
+if TYPE_CHECKING:
+    from runtime.client.managers import ManagerHandle
 
 __all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
 
@@ -160,6 +163,13 @@ class SessionsClient:
     def session(self, session_id: str) -> SessionHandle:
         """A handle on session ``session_id`` (any string of 1-512 UTF-8 bytes). Creates nothing."""
         return SessionHandle(self, session_id)
+
+    def manager(self, manager_id: str) -> ManagerHandle:
+        """A handle on manager ``manager_id`` (any string of 1-512 UTF-8 bytes; e.g. one per end user):
+        the SessionManager's methods, and a session handle per managed session. Creates nothing."""
+        from runtime.client.managers import ManagerHandle
+
+        return ManagerHandle(self, manager_id)
 
     async def request(
         self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None,
@@ -282,8 +292,57 @@ def _decode(response: httpx.Response) -> Any:
         return response.text
 
 
-class SessionHandle:
+class TableHandle:
+    """What :class:`SessionHandle` and :class:`~runtime.client.managers.ManagerHandle` share: one
+    request per call of a method of their table (:attr:`api`), built from the method's first route
+    (under :attr:`path`); a method without a route goes through ``POST {path}/rpc``."""
+
+    #: The table the handle's methods come from, by name.
+    api: Mapping[str, ApiMethod] = METHODS
+    #: Methods that may be sent again when it is unknown whether the first attempt ran (a client of
+    #: several hosts, :mod:`runtime.client.failover`); ``None``: judge by the HTTP method.
+    retry_safe: frozenset[str] | None = None
+
+    def __init__(self, client: SessionsClient, path: str) -> None:
+        self.client = client
+        self.path = path
+
+    async def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call the table's method ``name``: its route (the reply's result key), else ``POST /rpc``."""
+        method = self.api[name]
+        bound = method.signature(client=True).bind(*args, **kwargs)
+        route = method.client_route
+        if route is None:  # the default parent stays unsent: the actor applies it
+            return await self.call(name, **{k: v for k, v in bound.arguments.items() if v is not LATEST_LEAF})
+        request = request_for(method, route, bound.arguments)
+        if request is None:  # an id no path segment can carry: the actor judges it
+            return await self.call(name, *bound.args)
+        catch = route.not_found.catch if route.not_found else ()
+        try:
+            reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
+                                              params=request.query, retry_safe=self._retry_safe(name))
+        except catch:
+            return route.not_found.when
+        return None if route.result_key is None else reply[route.result_key]
+
+    async def call(self, method: str, /, *args: Any, **params: Any) -> Any:
+        """Call any public method of the actor (``POST {path}/rpc``); keywords or positionals."""
+        if args and params:
+            raise TypeError("pass positional or keyword arguments, not both")
+        body = {"method": method, "params": list(args) if args else params}
+        reply = await self.client.request("POST", f"{self.path}/rpc", body=body,
+                                          retry_safe=self._retry_safe(method) or False)
+        return reply["result"]
+
+    def _retry_safe(self, name: str) -> bool | None:
+        return None if self.retry_safe is None else name in self.retry_safe
+
+
+class SessionHandle(TableHandle):
     """One session on the server: the Session's methods over HTTP.
+
+    A client of several hosts repeats a call on another host only when it is
+    in :data:`runtime.client.failover.RETRY_SAFE` (or did not run at all).
 
     Made by :meth:`SessionsClient.session`. Every method is one request
     (``append_messages`` is one request for the whole batch), built from the
@@ -292,33 +351,16 @@ class SessionHandle:
     ``POST /rpc`` with the same answer.
     """
 
+    retry_safe = RETRY_SAFE
+
     def __init__(self, client: SessionsClient, session_id: str) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        self.client = client
+        super().__init__(client, f"/v1/sessions/{quote_segment(session_id)}")
         self.session_id = session_id
-        self.path = f"/v1/sessions/{quote_segment(session_id)}"
 
     def __repr__(self) -> str:
         return f"<SessionHandle {self.session_id!r}>"
-
-    async def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call the table's method ``name``: its route (the reply's result key), else ``POST /rpc``."""
-        method = METHODS[name]
-        bound = method.signature(client=True).bind(*args, **kwargs)
-        route = method.client_route
-        if route is None:
-            return await self.call(name, **bound.arguments)
-        request = request_for(method, route, bound.arguments)
-        if request is None:  # an id no path segment can carry: the actor judges it
-            return await self.call(name, *bound.args)
-        catch = route.not_found.catch if route.not_found else ()
-        try:
-            reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
-                                              params=request.query, retry_safe=name in RETRY_SAFE)
-        except catch:
-            return route.not_found.when
-        return None if route.result_key is None else reply[route.result_key]
 
     # -- messages -------------------------------------------------------------------------
 
@@ -428,14 +470,6 @@ class SessionHandle:
 
     async def unload_skill(self, label: str, key: str) -> bool:
         return await self._invoke("unload_skill", label, key)
-
-    async def call(self, method: str, /, *args: Any, **params: Any) -> Any:
-        """Call any public method of the session's actor (``POST /rpc``); keywords or positionals."""
-        if args and params:
-            raise TypeError("pass positional or keyword arguments, not both")
-        body = {"method": method, "params": list(args) if args else params}
-        reply = await self.client.request("POST", f"{self.path}/rpc", body=body, retry_safe=method in RETRY_SAFE)
-        return reply["result"]
 
     # -- WebSocket ------------------------------------------------------------------------------------------
 
