@@ -397,7 +397,6 @@ class SessionsServer:
 
     async def _session_in_cluster(self, actor_id: ActorId, route: Route, values: dict[str, str]) -> Response:
         """Answer here when this host owns the actor, else forward to the owner (:mod:`runtime.server.forwarding`)."""
-        forwarder = self.forwarder
 
         async def exists() -> bool:  # a never-written session answers its empty reads without activating anywhere
             cluster = getattr(self.host, "cluster", None)
@@ -405,9 +404,20 @@ class SessionsServer:
                 return True
             return await cluster.written(actor_id)
 
-        async def local() -> Response:
-            status, payload = await self._session_call(actor_id, route, values, exists)
-            owner = status < 400 and self.host.is_active(self.namespace, actor_id)  # not for an empty read
+        async def local() -> tuple[int, Any]:
+            return await self._session_call(actor_id, route, values, exists)
+
+        return await self.in_cluster(actor_id, local)
+
+    async def in_cluster(self, actor_id: ActorId, local: Callable[[], Awaitable[tuple[int, Any]]]) -> Response:
+        """Cluster mode: the answer of ``local()`` (``(status, body)``) when this host owns ``actor_id``,
+        else the owner's answer to this very request (:meth:`Forwarder.answer`). The request's body is
+        read by ``local`` or passed on as it came."""
+        forwarder = self.forwarder
+
+        async def here() -> Response:
+            status, payload = await local()
+            owner = status < 400 and self.host.is_active(actor_id.namespace, actor_id)  # not for an empty read
             return self._respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if owner else None)
 
         async def remote(url: str) -> Response:
@@ -420,7 +430,8 @@ class SessionsServer:
                                              actor_id)
             return Response(answer.content, status=answer.status, headers=answer.headers)
 
-        return await forwarder.answer(actor_id, HOP_HEADER in request.headers, local, remote)
+        return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
+
 
 def _raw_path() -> str:
     """The request's path as the client sent it (percent-encoding kept)."""

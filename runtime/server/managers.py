@@ -200,9 +200,15 @@ def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
         try:
             label, route, call = manager_routes.resolve(request.method, rest, request.args)
             g.route = label
-            if route.has_body:
-                call.body = await server._read_body()
-            status, payload = await route.handler(call)
+
+            async def local() -> tuple[int, Any]:
+                if route.has_body:
+                    call.body = await server._read_body()
+                return await route.handler(call)
+
+            if server.forwarder is not None:  # a cluster: the manager's owner answers (runtime.server.forwarding)
+                return await server.in_cluster(manager_routes.actor_id(rest.split("/", 1)[0]), local)
+            status, payload = await local()
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
             return server._error(exc)
         return server._respond(status, payload)

@@ -96,6 +96,24 @@ async def test_a_thousand_concurrent_first_calls_activate_the_session_once(clust
     assert sorted(m["id"] for m in history) == [f"m{i:04d}" for i in range(0, 1000, 10)]
 
 
+async def test_managers_answer_on_any_host_too(cluster):
+    h1, h2, h3 = cluster.hosts
+    async with SessionsClient(h1.url) as c1, SessionsClient(h2.url) as c2, SessionsClient(h3.url) as c3:
+        created = await c1.manager("user-7").create("trip")
+        session_id = created["id"]
+        await c2.manager("user-7").append(session_id, msg("m1", "booking ZFA04Y"))
+        for client in (c1, c2, c3):
+            manager = client.manager("user-7")
+            assert [row["id"] for row in await manager.list()] == [session_id]
+            assert [m["id"] for m in await manager.get_history(session_id)] == ["m1"]
+            assert [hit["id"] for hit in await manager.search("zfa04y")] == ["m1"]
+    async with httpx.AsyncClient() as http:
+        answers = [await http.get(f"{host.url}/v1/managers/user-7/sessions") for host in cluster.hosts]
+    assert {a.headers[OWNER_HEADER] for a in answers} == {h1.url}
+    forwarded = await _forwarded(h1, h2, h3)
+    assert forwarded[0] == 0 and forwarded[1] > 0 and forwarded[2] > 0
+
+
 async def test_reads_of_a_session_never_written_activate_nothing(cluster):
     async with httpx.AsyncClient() as http:
         for host in cluster.hosts:
