@@ -55,6 +55,7 @@ from runtime.client.failover import (
     parse_retry_after,
     parse_urls,
 )
+from runtime.manager_api import MANAGERS_PREFIX
 from runtime.wire import (
     CLOSE_RECONNECT,
     JSON,
@@ -269,10 +270,14 @@ class SessionsClient:
 
 
 def _session_key(path: str) -> str | None:
-    """The encoded session id of a session route's path (the key of owner hints), else ``None``."""
-    if not path.startswith(SESSIONS_PREFIX):
-        return None
-    return path[len(SESSIONS_PREFIX):].split("/", 1)[0] or None
+    """The key of owner hints for a request: the encoded session id of a session route, ``m/<manager id>``
+    for a manager route (managed sessions live with their manager), else ``None``."""
+    if path.startswith(SESSIONS_PREFIX):
+        return path[len(SESSIONS_PREFIX):].split("/", 1)[0] or None
+    if path.startswith(MANAGERS_PREFIX):
+        segment = path[len(MANAGERS_PREFIX):].split("/", 1)[0]
+        return f"m/{segment}" if segment else None
+    return None
 
 
 def _backoff(attempt: int) -> float:

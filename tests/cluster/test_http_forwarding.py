@@ -112,6 +112,11 @@ async def test_managers_answer_on_any_host_too(cluster):
     assert {a.headers[OWNER_HEADER] for a in answers} == {h1.url}
     forwarded = await _forwarded(h1, h2, h3)
     assert forwarded[0] == 0 and forwarded[1] > 0 and forwarded[2] > 0
+    async with SessionsClient([h2.url, h3.url, h1.url]) as client:  # learns where the manager lives
+        await client.manager("user-7").list()
+        assert client.endpoints.owner_of("m/user-7") == h1.url
+        await client.manager("user-7").get_history(session_id)
+    assert await _forwarded(h1, h2, h3) == [forwarded[0], forwarded[1] + 1, forwarded[2]]
 
 
 async def test_reads_of_a_session_never_written_activate_nothing(cluster):
