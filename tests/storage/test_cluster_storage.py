@@ -27,7 +27,7 @@ from storage.errors import OwnershipLostError, SchemaTooNewError, StorageError, 
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 from tests.support.agents import RecordingAgent
-from tests.support.cluster_hosts import file_digest, storage_side
+from tests.support.cluster import file_digest, storage_side
 
 ACTOR = "sessions/" + "ab" * 32
 
