@@ -141,6 +141,13 @@ def parse_wrk(text: str) -> dict:
     return found
 
 
+def machine_busy() -> tuple[float, float]:
+    """``(busy, total)`` CPU jiffies of the whole machine so far (``/proc/stat``)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -178,25 +185,37 @@ def throughput(folder: Path, dsns: tuple[str, str], args: argparse.Namespace, sc
         for round_ in range(args.rounds):
             for label, (hosts, targets) in configs.items():
                 cpu = [cpu_seconds(h.process.pid) for h in hosts]
+                busy = machine_busy()
                 reports = run_wrk([(url, prefix) for url, prefix, _ in targets], args.sessions, args.seconds,
                                   [c for _, _, c in targets], script)
+                after = machine_busy()
                 cpu = [round(cpu_seconds(h.process.pid) - c, 1) for h, c in zip(hosts, cpu, strict=True)]
                 sample = {"rps": sum(r["rps"] for r in reports), "errors": sum(r["errors"] for r in reports),
-                          "cpu": cpu}
+                          "cpu": cpu, "busy": round(100 * (after[0] - busy[0]) / max(1, after[1] - busy[1]))}
                 samples.setdefault(label, []).append(sample)
+                per_append = 1000 * sum(cpu) / max(1, sample["rps"] * args.seconds)
                 print(f"  round {round_ + 1} {label:<16} {sample['rps']:7.0f} appends/s   non-2xx "
-                      f"{sample['errors']:4d}   host CPU s {cpu}", flush=True)
+                      f"{sample['errors']:4d}   host CPU s {cpu} ({per_append:.2f} ms/append)   machine busy "
+                      f"{sample['busy']}%", flush=True)
     finally:
         stop_all([single, one, a, b])
     results = {label: {"appends_per_s": round(statistics.median(s["rps"] for s in runs)),
-                       "rounds": [round(s["rps"]) for s in runs], "non_2xx": sum(s["errors"] for s in runs)}
+                       "rounds": [round(s["rps"]) for s in runs], "non_2xx": sum(s["errors"] for s in runs),
+                       "host_ms_per_append": round(statistics.median(
+                           1000 * sum(s["cpu"]) / max(1, s["rps"] * args.seconds) for s in runs), 2),
+                       "machine_busy_pct": round(statistics.median(s["busy"] for s in runs))}
                for label, runs in samples.items()}
     ratio = results["2 hosts, direct"]["appends_per_s"] / max(1, results["1 host"]["appends_per_s"])
     results["ratio_2_direct_over_1"] = round(ratio, 2)
+    # What two hosts would give with a core each to themselves: twice the per-core rate of the 2-host run.
+    per_core = 2 * results["1 host"]["host_ms_per_append"] / results["2 hosts, direct"]["host_ms_per_append"]
+    results["ratio_per_host_cpu"] = round(per_core, 2)
     for label, found in results.items():
         if isinstance(found, dict):
-            print(f"  median {label:<16} {found['appends_per_s']:7d} appends/s  (rounds {found['rounds']})")
-    print(f"  2 hosts (direct) / 1 host = {ratio:.2f}x (goal >= 1.7x)", flush=True)
+            print(f"  median {label:<16} {found['appends_per_s']:7d} appends/s  (rounds {found['rounds']}; "
+                  f"{found['host_ms_per_append']} ms host CPU per append, machine {found['machine_busy_pct']}% busy)")
+    print(f"  2 hosts (direct) / 1 host = {ratio:.2f}x (goal >= 1.7x); by host CPU per append, two hosts with a core "
+          f"each would give {per_core:.2f}x", flush=True)
     return results
 
 
