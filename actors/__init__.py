@@ -25,6 +25,7 @@ from .context import (
     WritableContextProvider,
 )
 from .manager import SessionManager
+from .manager_agent import ManagerAgent
 from .session import Session
 from .session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig
 from .skills import DirectorySkillProvider
@@ -44,6 +45,7 @@ __all__ = [
     "SearchProvider",
     "Session",
     "SessionManager",
+    "ManagerAgent",
     "SkillProvider",
     "Tool",
     "WritableContextProvider",

@@ -5,7 +5,7 @@ transcripts imported as searchable sessions.
 Start a host in one terminal, then run this from the repository root in another::
 
     .venv/bin/durable-sessions serve
-    .venv/bin/python examples/claude_agent_store.py [FOLDER] [--query WORDS]
+    .venv/bin/python examples/claude_agent_store.py [FOLDER] [--query WORDS] [--check]
 
 The client finds the host at ``$DURABLE_SESSIONS_URL`` (default
 ``http://127.0.0.1:8787``) with ``$DURABLE_SESSIONS_TOKEN`` when set.
@@ -23,6 +23,10 @@ Two halves:
    becomes a message tree you can read and search by its session ID.
    ``--query`` picks what to search for (default ``renderer.py``: a file a
    tool call read).
+
+``--check`` first runs the SDK's own ``SessionStore`` conformance suite
+against the host (:func:`runtime.client.conformance.check_session_store_conformance`:
+a fresh, isolated store per contract, its transcripts deleted afterwards).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from runtime import DurableSessionStore
 from runtime.cli.claude_import import import_claude_code_sessions
 from runtime.cli.formats.claude_code import find_claude_code_files, read_claude_code_session
 from runtime.client import SessionsClient
+from runtime.client.conformance import check_session_store_conformance
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "data" / "claude_code" / "projects"
@@ -145,18 +150,31 @@ async def import_and_search(folder: Path, words: str) -> None:
                 print(f"  {hit['id'][:8]} [{hit['role']}] {text}")
 
 
-async def main(folder: Path, words: str) -> None:
+async def check_contracts() -> None:
+    ### check: The SDK's own contracts, against this host
+    # run_session_store_conformance wants an empty store per contract; on a
+    # shared host each IsolatedSessionStore sees only project keys under its
+    # own prefix, and what the suite wrote is deleted when it ends.
+    print("== SessionStore conformance")
+    stores = await check_session_store_conformance()
+    print(f"{stores - 1} contracts passed (one fresh store each, plus one probe)")
+
+
+async def main(folder: Path, words: str, check: bool) -> None:
+    if check:
+        await check_contracts()
     await agent_with_durable_store()
     await import_and_search(folder, words)
 
 
-def parse_args() -> tuple[Path, str]:
+def parse_args() -> tuple[Path, str, bool]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", type=Path, default=FIXTURES,
                         help="Claude Code transcripts: a folder (searched recursively) or one .jsonl file")
     parser.add_argument("--query", default="renderer.py", help="what to search for in the imported sessions")
+    parser.add_argument("--check", action="store_true", help="run the SDK's SessionStore conformance suite first")
     args = parser.parse_args()
-    return args.folder.expanduser(), args.query
+    return args.folder.expanduser(), args.query, args.check
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ def _block_not_found(label: str) -> NotFoundError:
 
 @dataclass(frozen=True)
 class HttpRoute:
-    """One HTTP route of a method: ``verb`` ``/v1/sessions/{id}/`` + ``path``.
+    """One HTTP route of a method: ``verb`` and ``path`` after its table's prefix
+    (``/v1/sessions/{id}/`` here, ``/v1/managers/{id}/`` in :mod:`runtime.manager_api`).
 
     The reply is an object: the ``echo`` keys (each a wire value, ``message.id``
     reaching into one), then ``result_key`` holding the result, then the
@@ -252,7 +253,7 @@ class HttpRoute:
     stored message (``True``, or a list holding ``True``), else 200.
     """
 
-    verb: Literal["GET", "POST", "PUT", "DELETE"]
+    verb: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
     path: str
     fields: tuple[Field, ...] = ()
     result_key: str | None = None
@@ -267,7 +268,7 @@ class HttpRoute:
 
     @property
     def has_body(self) -> bool:
-        return self.verb in ("POST", "PUT")
+        return self.verb in ("POST", "PUT", "PATCH")
 
     def field(self, wire: str) -> Field:
         return next(f for f in self.fields if f.wire == wire)
@@ -583,8 +584,9 @@ def body_schema(method: ApiMethod, route: HttpRoute) -> Mapping[str, Any] | None
         if field.source != "body":
             continue
         schema = dict(_schema(method, field))
-        if field.param in keyed:  # filled from the path when absent
+        if field.param in keyed:  # filled from the path when absent: no longer the named shape
             schema["required"] = [k for k in schema.get("required", ()) if k != keyed[field.param]]
+            schema.pop("title", None)
         properties[field.wire] = schema
         if not _optional(method, field):
             required.append(field.wire)
@@ -593,9 +595,9 @@ def body_schema(method: ApiMethod, route: HttpRoute) -> Mapping[str, Any] | None
     return {"type": "object", "required": required, "properties": properties}
 
 
-def http_routes() -> Iterator[tuple[ApiMethod, HttpRoute]]:
-    """Every ``(method, route)`` of :data:`SESSION_API`, in table order."""
-    for method in SESSION_API:
+def http_routes(table: tuple[ApiMethod, ...] | None = None) -> Iterator[tuple[ApiMethod, HttpRoute]]:
+    """Every ``(method, route)`` of ``table`` (default :data:`SESSION_API`), in table order."""
+    for method in SESSION_API if table is None else table:
         for route in method.http:
             yield method, route
 
@@ -620,10 +622,11 @@ def _describe(method: ApiMethod, route: HttpRoute) -> tuple[str, str, str, str]:
     return route.verb, where, sent, answer
 
 
-def describe_routes() -> str:
-    """The routes of :data:`SESSION_API` as a reStructuredText table (``runtime.server.routes`` shows it)."""
-    rows = [("method", "path (after ``/v1/sessions/{id}``)", "body", "actor call -> reply")]
-    rows += [_describe(method, route) for method, route in http_routes()]
+def describe_routes(table: tuple[ApiMethod, ...] | None = None, prefix: str = "/v1/sessions/{id}") -> str:
+    """The routes of ``table`` (default :data:`SESSION_API`) as a reStructuredText table
+    (``runtime.server.routes`` and ``runtime.server.managers`` show theirs)."""
+    rows = [("method", f"path (after ``{prefix}``)", "body", "actor call -> reply")]
+    rows += [_describe(method, route) for method, route in http_routes(table)]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     rule = "  ".join("=" * w for w in widths)
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

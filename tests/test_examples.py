@@ -459,6 +459,14 @@ async def test_claude_agent_store_example_mirrors_a_transcript_and_imports_claud
         "/Users/user/workspace/claude-code-log/claude_code_log/renderer.py", "output-available")
 
 
+async def test_claude_agent_store_example_checks_the_sdk_contracts_first(host):
+    url = host()
+    env = example_env(DURABLE_SESSIONS_URL=url, DURABLE_SESSIONS_TOKEN=TOKEN)
+    out = await run_example("claude_agent_store.py", "--check", env=env)
+    assert section(out, "SessionStore conformance") == ["14 contracts passed (one fresh store each, plus one probe)"]
+    assert section(out, "transcript store")[2] == "appended 3 entries twice, stored: 3"
+
+
 # -- test_hibernation_example.py ---------------------------------------------------------------------------
 
 

@@ -27,8 +27,8 @@ PUBLIC_SURFACE = {
         "Agent", "AgentContext", "AgentContextProvider", "AgentSearchProvider", "AlarmInfo", "BlockConfig",
         "CompactionConfig", "CompactionError", "ConflictError", "ConnectionLike", "ContextBlock", "ContextBlockError",
         "ContextBlocks", "ContextProvider", "DirectorySkillProvider", "InvalidInputError", "InvalidMessageError",
-        "MessageNotFoundError", "NotFoundError", "SearchProvider", "Session", "SessionAgent", "SessionConfig",
-        "SessionError", "SessionManager", "SkillProvider", "Tool", "WritableContextProvider",
+        "ManagerAgent", "MessageNotFoundError", "NotFoundError", "SearchProvider", "Session", "SessionAgent",
+        "SessionConfig", "SessionError", "SessionManager", "SkillProvider", "Tool", "WritableContextProvider",
     ],
     "runtime": [
         "ActorHost", "ActorId", "ActorOverloadedError", "ActorRuntimeError", "ActorStub", "DurableAgentsSession",
@@ -37,10 +37,11 @@ PUBLIC_SURFACE = {
         "UnknownNamespaceError", "create_app", "open_host", "serve",
     ],
     "runtime.host": ["ActorHost", "ActorId", "ActorStub", "HostClock", "HostStatistics", "Namespace", "open_host"],
-    "runtime.server": ["DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "create_app", "require_token_for",
-                       "serve"],
-    "runtime.client": ["ConnectionClosed", "DEFAULT_URL", "DurableAgentsSession", "DurableSessionStore", "LATEST_LEAF",
-                       "SessionHandle", "SessionSocket", "SessionsClient"],
+    "runtime.server": ["DEFAULT_NAMESPACE", "SessionsServer", "bind_managers", "bind_sessions", "create_app",
+                       "require_token_for", "serve"],
+    "runtime.client": ["ConnectionClosed", "DEFAULT_URL", "DurableAgentsSession", "DurableSessionStore",
+                       "LATEST_LEAF", "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket",
+                       "SessionsClient"],
     "runtime.cli": ["main"],
 }
 

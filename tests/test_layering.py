@@ -17,7 +17,7 @@ each offence as ``path:line``. The rules:
   pass-through of a user's own SQL (a Durable Object's ``ctx.storage.sql``);
 * inside ``runtime``, each room imports only the rooms below it
   (docs/architecture.md): the client neither the host nor the server, the
-  host not the server, and ``runtime.wire``/``runtime.api`` none of them.
+  host not the server, and ``runtime.wire``/``runtime.api``/``runtime.manager_api`` none of them.
 """
 
 from __future__ import annotations
@@ -195,6 +195,7 @@ def test_package_imports_point_one_way(package):
 RUNTIME_ROOMS = {
     "runtime.wire": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
     "runtime.api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
+    "runtime.manager_api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
     "runtime.client": ("runtime.host", "runtime.server", "runtime.cli", "actors", "quart", "hypercorn", "apsw"),
     "runtime.host": ("runtime.server", "runtime.client", "runtime.cli"),
     "runtime.server": ("runtime.client", "runtime.cli"),

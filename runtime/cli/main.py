@@ -49,6 +49,7 @@ from runtime.client import SessionsClient
 from runtime.host.actor_host import open_host
 from runtime.server.app import bind_sessions, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
+from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
 
 logger = logging.getLogger("durable_sessions")
@@ -187,6 +188,7 @@ async def _serve(args: argparse.Namespace) -> int:
             durability=settings.durability, max_pending_calls=settings.max_pending_calls,
         ) as host, open_transcripts(host):
             bind_sessions(host, config.session, agent_class=agent_class)
+            bind_managers(host, config.session)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))

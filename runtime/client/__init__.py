@@ -6,12 +6,13 @@ server answers are raised again as the classes of :mod:`storage.errors`.
 """
 
 from runtime.client.http import DEFAULT_URL, SessionHandle, SessionsClient, SessionSocket
+from runtime.client.managers import ManagedSessionHandle, ManagerHandle
 from runtime.client.openai_agents import DurableAgentsSession
 from runtime.client.transcripts import DurableSessionStore
 from runtime.client.websocket import ConnectionClosed
 from runtime.wire import LATEST_LEAF
 
 __all__ = [
-    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableSessionStore", "SessionHandle",
-    "SessionSocket", "SessionsClient",
+    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableSessionStore",
+    "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket", "SessionsClient",
 ]

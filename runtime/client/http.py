@@ -28,17 +28,20 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import msgpack
 
-from runtime.api import METHODS, request_for
+from runtime.api import METHODS, ApiMethod, request_for
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
 from runtime.wire import JSON, MSGPACK, encode_body, error_from_payload, quote_segment
 from storage.shapes import LATEST_LEAF
+
+if TYPE_CHECKING:
+    from runtime.client.managers import ManagerHandle
 
 __all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "SessionsClient"]
 
@@ -105,6 +108,13 @@ class SessionsClient:
         """A handle on session ``session_id`` (any string of 1-512 UTF-8 bytes). Creates nothing."""
         return SessionHandle(self, session_id)
 
+    def manager(self, manager_id: str) -> ManagerHandle:
+        """A handle on manager ``manager_id`` (any string of 1-512 UTF-8 bytes; e.g. one per end user):
+        the SessionManager's methods, and a session handle per managed session. Creates nothing."""
+        from runtime.client.managers import ManagerHandle
+
+        return ManagerHandle(self, manager_id)
+
     async def request(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         """Send one request to ``path`` (under the base URL) and return the decoded body.
 
@@ -162,7 +172,45 @@ def _decode(response: httpx.Response) -> Any:
         return response.text
 
 
-class SessionHandle:
+class TableHandle:
+    """What :class:`SessionHandle` and :class:`~runtime.client.managers.ManagerHandle` share: one
+    request per call of a method of their table (:attr:`api`), built from the method's first route
+    (under :attr:`path`); a method without a route goes through ``POST {path}/rpc``."""
+
+    #: The table the handle's methods come from, by name.
+    api: Mapping[str, ApiMethod] = METHODS
+
+    def __init__(self, client: SessionsClient, path: str) -> None:
+        self.client = client
+        self.path = path
+
+    async def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call the table's method ``name``: its route (the reply's result key), else ``POST /rpc``."""
+        method = self.api[name]
+        bound = method.signature(client=True).bind(*args, **kwargs)
+        route = method.client_route
+        if route is None:  # the default parent stays unsent: the actor applies it
+            return await self.call(name, **{k: v for k, v in bound.arguments.items() if v is not LATEST_LEAF})
+        request = request_for(method, route, bound.arguments)
+        if request is None:  # an id no path segment can carry: the actor judges it
+            return await self.call(name, *bound.args)
+        catch = route.not_found.catch if route.not_found else ()
+        try:
+            reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
+                                              params=request.query)
+        except catch:
+            return route.not_found.when
+        return None if route.result_key is None else reply[route.result_key]
+
+    async def call(self, method: str, /, *args: Any, **params: Any) -> Any:
+        """Call any public method of the actor (``POST {path}/rpc``); keywords or positionals."""
+        if args and params:
+            raise TypeError("pass positional or keyword arguments, not both")
+        body = {"method": method, "params": list(args) if args else params}
+        return (await self.client.request("POST", f"{self.path}/rpc", body=body))["result"]
+
+
+class SessionHandle(TableHandle):
     """One session on the server: the Session's methods over HTTP.
 
     Made by :meth:`SessionsClient.session`. Every method is one request
@@ -175,30 +223,11 @@ class SessionHandle:
     def __init__(self, client: SessionsClient, session_id: str) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        self.client = client
+        super().__init__(client, f"/v1/sessions/{quote_segment(session_id)}")
         self.session_id = session_id
-        self.path = f"/v1/sessions/{quote_segment(session_id)}"
 
     def __repr__(self) -> str:
         return f"<SessionHandle {self.session_id!r}>"
-
-    async def _invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
-        """Call the table's method ``name``: its route (the reply's result key), else ``POST /rpc``."""
-        method = METHODS[name]
-        bound = method.signature(client=True).bind(*args, **kwargs)
-        route = method.client_route
-        if route is None:
-            return await self.call(name, **bound.arguments)
-        request = request_for(method, route, bound.arguments)
-        if request is None:  # an id no path segment can carry: the actor judges it
-            return await self.call(name, *bound.args)
-        catch = route.not_found.catch if route.not_found else ()
-        try:
-            reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
-                                              params=request.query)
-        except catch:
-            return route.not_found.when
-        return None if route.result_key is None else reply[route.result_key]
 
     # -- messages -------------------------------------------------------------------------
 
@@ -308,13 +337,6 @@ class SessionHandle:
 
     async def unload_skill(self, label: str, key: str) -> bool:
         return await self._invoke("unload_skill", label, key)
-
-    async def call(self, method: str, /, *args: Any, **params: Any) -> Any:
-        """Call any public method of the session's actor (``POST /rpc``); keywords or positionals."""
-        if args and params:
-            raise TypeError("pass positional or keyword arguments, not both")
-        body = {"method": method, "params": list(args) if args else params}
-        return (await self.client.request("POST", f"{self.path}/rpc", body=body))["result"]
 
     # -- WebSocket ------------------------------------------------------------------------------------------
 

@@ -16,7 +16,12 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below);
 * ``/v1/transcripts/...`` -- the Claude Agent SDK transcript store
   (:mod:`runtime.server.transcript_routes`), when the host has the ``"transcripts"``
-  namespace bound (:func:`runtime.server.transcripts.open_transcripts`).
+  namespace bound (:func:`runtime.server.transcripts.open_transcripts`);
+* ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
+  Session API of each managed session (:mod:`runtime.server.managers`), when the
+  ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
+  routes and Swagger UI (:mod:`runtime.server.openapi`).
 
 Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
@@ -63,8 +68,10 @@ from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.server.config import ServerSettings
+from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
+from runtime.server.openapi import add_docs_routes
 from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found
 from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
@@ -173,6 +180,9 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
+        if MANAGERS_NAMESPACE in self.host.namespaces:
+            add_manager_routes(app, self)
+        add_docs_routes(app, self)
         return app
 
     @staticmethod
@@ -222,7 +232,9 @@ class SessionsServer:
         if error.code == 404:
             return self._error(RouteNotFoundError(f"no route for {request.path}"))
         if error.code == 405:
-            return self._error(MethodNotAllowedError(f"{request.method} is not allowed on {request.path}"))
+            refused = MethodNotAllowedError(f"{request.method} is not allowed on {request.path}")
+            refused.allowed = sorted(getattr(error, "valid_methods", None) or ())  # RFC 9110: a 405 lists them
+            return self._error(refused)
         return self._respond(error.code or 500, error_payload(type(error).__name__, error.description or ""))
 
     # -- responses -----------------------------------------------------------------------------------

@@ -157,13 +157,16 @@ class Route:
         return values
 
 
-def match(method: str, segments: list[str]) -> tuple[Route, dict[str, str]] | tuple[None, list[str]]:
-    """``(route, values)`` for this request, or ``(None, allowed_methods)`` when none fits.
+def match(
+    method: str, segments: list[str], routes: tuple[Route, ...] | None = None,
+) -> tuple[Route, dict[str, str]] | tuple[None, list[str]]:
+    """``(route, values)`` for this request among ``routes`` (default :data:`ROUTES`), or
+    ``(None, allowed_methods)`` when none fits.
 
     ``allowed_methods`` is empty when no route has this path at all.
     """
     allowed = []
-    for route in ROUTES:
+    for route in ROUTES if routes is None else routes:
         values = route.bind(segments)
         if values is None:
             continue

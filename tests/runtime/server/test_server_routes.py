@@ -98,6 +98,17 @@ async def test_unknown_routes_and_methods(client):
     assert response.headers["Allow"] == "POST, GET, DELETE"
 
 
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("TRACE", "/v1/health", "GET, HEAD, OPTIONS"),
+    ("DELETE", "/v1/actors:hibernate", "OPTIONS, POST"),
+    ("POST", "/openapi.json", "GET, HEAD, OPTIONS"),
+])
+async def test_a_wrong_method_on_a_plain_route_is_405_with_allow(client, method, path, allowed):
+    status, body, response = await call(client, method, path)
+    assert (status, body) == (405, error("MethodNotAllowedError", f"{method} is not allowed on {path}"))
+    assert response.headers["Allow"] == allowed
+
+
 async def test_a_body_over_the_limit_is_refused_with_413(client):
     big = {"message": msg("m1", "x" * (65 * 1024))}
     status, body, _ = await call(client, "POST", f"{S}/messages", big)

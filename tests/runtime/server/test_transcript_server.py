@@ -28,6 +28,7 @@ from claude_agent_sdk.testing import run_session_store_conformance
 from runtime import DurableSessionStore, open_host
 from runtime.cli.formats.claude_code import find_claude_code_files, read_transcript_entries
 from runtime.client import SessionsClient
+from runtime.client.conformance import IsolatedSessionStore, PrefixedProjects, check_session_store_conformance
 from runtime.host.ids import id_from_name
 from runtime.server.transcripts import (
     TRANSCRIPTS_NAMESPACE,
@@ -46,6 +47,14 @@ WORKTREES = "ef958aa1-0e93-49f0-bb71-150f63befcd1"
 _prefixes = itertools.count()
 
 
+class _AnyInt:
+    def __eq__(self, other):
+        return isinstance(other, int)
+
+
+ANY_INT = _AnyInt()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with server_process(tmp_path_factory.mktemp("transcripts") / "data", token=TOKEN) as running:
@@ -62,56 +71,8 @@ def fresh_project(name="proj"):
     return f"t{next(_prefixes)}-{name}"
 
 
-class _FreshProjects:
-    """A store that sees only its own projects: every project key gets a prefix unique to the instance."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.prefix = f"iso{next(_prefixes)}/"
-
-    def _key(self, key):
-        return {**key, "project_key": self.prefix + key["project_key"]}
-
-    async def append(self, key, entries):
-        return await super().append(self._key(key), entries)
-
-    async def load(self, key):
-        return await super().load(self._key(key))
-
-    async def list_sessions(self, project_key):
-        return await super().list_sessions(self.prefix + project_key)
-
-    async def list_session_summaries(self, project_key):
-        return await super().list_session_summaries(self.prefix + project_key)
-
-    async def delete(self, key):
-        return await super().delete(self._key(key))
-
-    async def list_subkeys(self, key):
-        return await super().list_subkeys(self._key(key))
-
-
-class IsolatedHttpStore(_FreshProjects, DurableSessionStore):
-    pass
-
-
-class IsolatedHostStore(_FreshProjects, HostTranscriptStore):
-    pass
-
-
-async def _conformance_over_http(url):
-    stores = []
-
-    def make_store():
-        stores.append(IsolatedHttpStore(url, token=TOKEN))
-        return stores[-1]
-
-    try:
-        await run_session_store_conformance(make_store)
-    finally:
-        for made in stores:
-            await made.aclose()
-    return len(stores)
+class IsolatedHostStore(PrefixedProjects, HostTranscriptStore):
+    """The in-process host store with the shipped fresh-store-per-contract isolation."""
 
 
 # -- the SDK's conformance suite -------------------------------------------------------
@@ -132,11 +93,26 @@ def test_durable_session_store_implements_every_optional_method():
 
 async def test_conformance_suite_passes_over_http_under_trio(server):
     # One store per contract plus the probe: no contract was skipped.
-    assert await _conformance_over_http(server.url) == 15
+    assert await check_session_store_conformance(server.url, token=TOKEN) == 15
 
 
 def test_conformance_suite_passes_over_http_under_asyncio(server):
-    assert asyncio.run(_conformance_over_http(server.url)) == 15
+    assert asyncio.run(check_session_store_conformance(server.url, token=TOKEN)) == 15
+
+
+async def test_an_isolated_store_is_empty_and_purges_what_it_wrote(server, store):
+    key = {"project_key": "proj", "session_id": "s"}
+    await store.append(key, [{"type": "user", "uuid": "u1"}])
+    async with IsolatedSessionStore(server.url, token=TOKEN) as isolated:
+        assert await isolated.load(key) is None
+        await isolated.append(key, [{"type": "user", "uuid": "i1"}])
+        await isolated.append({**key, "subpath": "subagents/agent-1"}, [{"type": "user", "uuid": "i2"}])
+        assert await isolated.list_sessions("proj") == [{"session_id": "s", "mtime": ANY_INT}]
+        assert await isolated.purge() == 2
+        assert await isolated.load(key) is None
+        assert isolated.written == []
+    assert await store.load(key) == [{"type": "user", "uuid": "u1"}]
+    await store.delete(key)
 
 
 async def test_conformance_suite_passes_on_the_in_process_host_store(tmp_path):

@@ -1,0 +1,211 @@
+"""The manager routes: ``/v1/managers/{manager_id}/...`` -> one call of a manager actor, built from the tables.
+
+A manager is one :class:`~actors.manager_agent.ManagerAgent` actor of the
+``"managers"`` namespace (:func:`bind_managers`; the server registers these
+routes when that namespace is bound). The manager id is any string of 1 to
+512 UTF-8 bytes, percent-encoded as one path segment, like a session id.
+
+Two families, both answered by the generic handler of
+:mod:`runtime.server.routes` (:func:`~runtime.server.routes.answer`):
+
+* the manager's own routes, built from :data:`runtime.manager_api.MANAGER_API`
+  (the table below is :func:`runtime.api.describe_routes` of it; a test keeps
+  it so), plus ``POST /v1/managers/{id}/rpc`` ``{method, params?}`` for
+  any manager method;
+* each managed session's Session API routes, the routes of
+  :data:`runtime.api.SESSION_API` unchanged, under
+  ``/v1/managers/{id}/sessions/{session_id}/`` (``.../messages``,
+  ``.../search?q=``, ``.../context/{label}``, ...), plus ``POST .../rpc``.
+  Each becomes one ``call_session`` turn of the manager actor.
+
+A session id the manager has not registered is ``404 NotFoundError``
+(``kind`` ``session``). Reads of a manager never written (``list``,
+``get``, ``search``) are answered without creating its file, and a route
+naming a session of such a manager answers 404 without creating it either.
+
+======  ============================================  =============================================  ====================================================
+method  path (after ``/v1/managers/{id}``)            body                                           actor call -> reply
+======  ============================================  =============================================  ====================================================
+POST    ``/sessions``                                 ``{name, parentSessionId?, model?, source?}``  ``create`` -> ``{session}`` 201 if stored
+GET     ``/sessions``                                                                                ``list`` -> ``{sessions}`` *
+GET     ``/sessions/{session_id}``                                                                   ``get`` -> ``{session}`` 404 if null *
+PATCH   ``/sessions/{session_id}``                    ``{name}``                                     ``rename`` -> ``{session}``
+DELETE  ``/sessions/{session_id}``                                                                   ``delete`` -> ``{deleted: true}``
+POST    ``/sessions/{session_id}:fork``               ``{atMessageId, name}``                        ``fork`` -> ``{session}`` 201 if stored
+POST    ``/sessions/{session_id}:compact-and-split``  ``{summary, name?}``                           ``compact_and_split`` -> ``{session}`` 201 if stored
+POST    ``/sessions/{session_id}:add-usage``          ``{inputTokens, outputTokens, cost}``          ``add_usage`` -> ``{session}``
+GET     ``/search?q=&limit=``                                                                        ``search`` -> ``{results}`` *
+GET     ``/tools?format=``                                                                           ``tools`` -> ``{tools}``
+POST    ``/tools/{name}``                             the arguments                                  ``execute_tool`` -> ``{result}``
+======  ============================================  =============================================  ====================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from quart import g, request
+from quart_trio import QuartTrio
+
+from actors.manager_agent import ManagerAgent, managed_method
+from actors.session_agent import SessionConfig
+from runtime.api import http_routes
+from runtime.host.actor_host import ActorHost
+from runtime.host.ids import ActorId
+from runtime.host.namespace import ActorStub, Namespace
+from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
+from runtime.server import routes
+from runtime.server.routes import Call, Route, answer
+from runtime.wire import check_session_id, unquote_segment
+from storage.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
+
+if TYPE_CHECKING:
+    from quart import Response
+
+    from runtime.server.app import SessionsServer
+
+__all__ = ["MANAGERS_NAMESPACE", "MANAGERS_PREFIX", "MANAGER_ROUTES", "ManagedSessionStub", "ManagerRoutes",
+           "add_manager_routes", "bind_managers"]
+
+#: Namespace the server routes ``/v1/managers`` to.
+MANAGERS_NAMESPACE = "managers"
+#: HTTP methods of the manager routes (the Session API's and PATCH).
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def bind_managers(
+    host: ActorHost, config: SessionConfig | None = None, *, namespace: str = MANAGERS_NAMESPACE,
+) -> Namespace:
+    """Bind :class:`~actors.manager_agent.ManagerAgent` as ``namespace`` with ``env=config``
+    (the same :class:`SessionConfig` as the sessions; ``None``: the default)."""
+    return host.bind(namespace, ManagerAgent, env=config if config is not None else SessionConfig())
+
+
+def _route(method: Any, route: Any) -> Route:
+    return Route(route.verb, route.pattern, functools.partial(answer, method, route), route.has_body)
+
+
+#: The manager table's routes in its order, then ``POST /rpc``.
+MANAGER_ROUTES: tuple[Route, ...] = (
+    *(_route(method, route) for method, route in http_routes(MANAGER_API)),
+    Route("POST", ("rpc",), routes.rpc, True),
+)
+
+
+def _session_not_found(session_id: str) -> NotFoundError:
+    return NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
+
+
+class ManagedSessionStub:
+    """A stub-like handle on one managed session: ``await stub.call(name, *args, **kwargs)``.
+
+    Each call is one ``call_session(session_id, name, args, kwargs)`` turn of
+    the manager actor. As with an actor stub, an unknown method or arguments
+    that do not fit it are refused before the manager is woken.
+    """
+
+    def __init__(self, manager: ActorStub, session_id: str) -> None:
+        self.manager = manager
+        self.session_id = session_id
+
+    async def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Run the Session API method ``method`` on the managed session.
+
+        Raises:
+            UnknownMethodError: no such Session API method.
+            InvalidArgumentsError: the arguments do not fit it.
+            NotFoundError: the session is not registered.
+        """
+        function = managed_method(method)
+        try:
+            inspect.signature(function).bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgumentsError(f"ManagedSession.{method}(): {exc}") from None
+        return await self.manager.call("call_session", self.session_id, method, list(args), kwargs)
+
+
+class _ManagedCall(Call):
+    """A call of a managed session's route: every read goes to the manager (which knows the session)."""
+
+    async def read(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self.stub.call(method, *args, **kwargs)
+
+
+class ManagerRoutes:
+    """Finds the route of a request under ``/v1/managers/`` and answers it with one call of the manager.
+
+    Protocol logic only: ``answer`` takes the request's verb, the path after
+    the prefix (still percent-encoded), the query and a body reader.
+    """
+
+    def __init__(self, namespace: Namespace) -> None:
+        self.namespace = namespace
+
+    def actor_id(self, segment: str) -> ActorId:
+        """The actor id of a manager id path segment.
+
+        Raises:
+            InvalidInputError: (``field="manager_id"``) not 1-512 bytes of UTF-8.
+        """
+        try:
+            manager_id = check_session_id(unquote_segment(segment, "manager_id"))
+        except InvalidInputError as exc:
+            raise InvalidInputError(str(exc).replace("session_id", "manager_id"), field="manager_id") from None
+        return self.namespace.id_from_name(manager_id)
+
+    def resolve(self, verb: str, rest: str, query: Mapping[str, str]) -> tuple[str, Route, Call]:
+        """``(metrics label, route, call)`` of a request to ``MANAGERS_PREFIX + rest``, the body still unread.
+
+        Raises:
+            InvalidInputError: a bad manager or session id.
+            NotFoundError: a route naming a session of a manager never written.
+            RouteNotFoundError, MethodNotAllowedError: no route fits.
+        """
+        first, *segments = rest.split("/")
+        actor_id = self.actor_id(first)
+        stub = self.namespace.get(actor_id)
+        if segments[:1] == ["sessions"] and len(segments) >= 3:
+            session_id = check_session_id(unquote_segment(segments[1], "session_id"))
+            route, values = _matched(verb, segments[2:], routes.ROUTES, rest)
+            label = f"{verb} {MANAGERS_PREFIX}{{id}}/sessions/{{session_id}}/{'/'.join(route.pattern)}"
+            if not self.namespace.exists(actor_id):
+                raise _session_not_found(session_id)
+            return label, route, _ManagedCall(ManagedSessionStub(stub, session_id), values, query)
+        route, values = _matched(verb, segments, MANAGER_ROUTES, rest)
+        if "session_id" in values and not self.namespace.exists(actor_id):
+            raise _session_not_found(values["session_id"])
+        return f"{verb} {MANAGERS_PREFIX}{{id}}/{'/'.join(route.pattern)}", route, Call(stub, values, query)
+
+
+def _matched(verb: str, segments: list[str], table: tuple[Route, ...], rest: str) -> tuple[Route, dict[str, str]]:
+    route, found = routes.match(verb, segments, table)
+    if route is not None:
+        return route, found
+    path = MANAGERS_PREFIX + rest
+    if not found:
+        raise routes.not_found(path)
+    error = MethodNotAllowedError(f"{verb} is not allowed on {path}; use {', '.join(found)}")
+    error.allowed = found
+    raise error
+
+
+def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
+    """Register ``/v1/managers/<rest>`` on ``app``, served by ``server``'s host's ``"managers"`` namespace."""
+    manager_routes = ManagerRoutes(server.host.namespace(MANAGERS_NAMESPACE))
+
+    async def managers(rest: str) -> Response:
+        try:
+            label, route, call = manager_routes.resolve(request.method, rest, request.args)
+            g.route = label
+            if route.has_body:
+                call.body = await server._read_body()
+            status, payload = await route.handler(call)
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error response
+            return server._error(exc)
+        return server._respond(status, payload)
+
+    app.add_url_rule(f"{MANAGERS_PREFIX}<rest:rest>", "managers", managers, methods=list(METHODS))
+    return manager_routes
