@@ -50,10 +50,10 @@ async def test_alarms_of_a_departed_host_fire_exactly_once_on_the_others(hosts, 
             na = a.bind("alarmed", Alarmed, env="h0")
             ids = [na.get_by_name(f"a{i}").id for i in range(12)]
             for actor_id in ids:
-                await na.get(actor_id).arm(1500)
+                await na.get(actor_id).arm(3000)
             assert pg("SELECT count(*) FROM ds_alarms") == [(12,)]  # the index came with the writes
         # A left (its leases released): B's and C's polls race for every due alarm
-        await wait_for(lambda: len(FIRED) >= 12, 8)
+        await wait_for(lambda: len(FIRED) >= 12, 10)
         await trio.sleep(1.0)  # time for any duplicate to show up
         assert sorted(hex_id for _host, hex_id in FIRED) == sorted(i.hex for i in ids)
         assert {host for host, _ in FIRED} <= {"h1", "h2"}
@@ -67,9 +67,9 @@ async def test_alarms_of_hibernated_actors_fire_once_though_every_host_may_claim
         namespaces = [h.bind("alarmed", Alarmed, env=h.cluster.host_id) for h in all_hosts]
         ids = [namespaces[0].get_by_name(f"a{i}").id for i in range(12)]
         for actor_id in ids:
-            await namespaces[0].get(actor_id).arm(1500)
+            await namespaces[0].get(actor_id).arm(3000)
         await all_hosts[0].hibernate_all()  # released: A's own scheduler and every poll race for each
-        await wait_for(lambda: len(FIRED) >= 12, 8)
+        await wait_for(lambda: len(FIRED) >= 12, 10)
         await trio.sleep(1.0)
         assert sorted(hex_id for _host, hex_id in FIRED) == sorted(i.hex for i in ids)
         assert [await read_anywhere(namespaces, actor_id) for actor_id in ids] == [1] * 12

@@ -41,7 +41,7 @@ async def test_a_partitioned_owner_stops_and_its_alarms_fire_once_elsewhere(host
                 host.bind("alarmed", Alarmed, env=host.cluster.host_id)
             ids = [na.get_by_name(f"x{i}").id for i in range(6)]
             for actor_id in ids:
-                await na.get(actor_id).arm(2500)
+                await na.get(actor_id).arm(3000)
             proxy.partition()
             cut_at = trio.current_time()
             with pytest.raises(StorageUnavailableError):

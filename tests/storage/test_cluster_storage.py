@@ -98,18 +98,19 @@ async def test_one_owner_at_a_time_and_takeover_after_expiry(pg_empty_dsn):
         assert again.epoch == 2
         await trio.sleep(0.55)
         assert not again.live()  # the local deadline (0.54 s) passes before the server's expiry (0.6 s)
-        await trio.sleep(0.15)
-        taken = await b.ownership.acquire(ACTOR, base_version=SCHEMA_VERSION)
-        assert isinstance(taken, Lease) and taken.epoch == 3
+        with trio.fail_after(3):
+            while not isinstance(taken := await b.ownership.acquire(ACTOR, base_version=SCHEMA_VERSION), Lease):
+                await trio.sleep(0.02)
+        assert taken.epoch == 3
         assert await a.ownership.renew([again]) == [again] and again.lost
         owner = await a.ownership.owner(ACTOR)
         assert (owner.host_id, owner.epoch) == ("h2", 3)
 
 
 async def test_renew_keeps_and_release_frees(pg_empty_dsn):
-    async with storage_side(pg_empty_dsn, "h1", lease_s=0.5) as a, storage_side(pg_empty_dsn, "h2") as b:
+    async with storage_side(pg_empty_dsn, "h1", lease_s=1.0) as a, storage_side(pg_empty_dsn, "h2") as b:
         lease = await a.ownership.acquire(ACTOR, base_version=SCHEMA_VERSION)
-        for _ in range(4):
+        for _ in range(6):
             await trio.sleep(0.2)
             assert await a.ownership.renew([lease]) == []
         assert isinstance(await b.ownership.acquire(ACTOR, base_version=SCHEMA_VERSION), Owner)
