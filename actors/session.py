@@ -71,6 +71,7 @@ parts, ``""`` for a message found through its tool calls alone.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
@@ -99,7 +100,15 @@ from .session_messages import (
     utf8_length,
 )
 from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit
-from .session_store import HistoryStore, compaction_records, path_messages, read_history
+from .session_store import (
+    AsyncHistoryStore,
+    HistoryStore,
+    as_async_store,
+    compaction_records,
+    path_messages,
+    read_history,
+    sync_store,
+)
 from .skills import skill_events
 from .tokens import estimate_message_tokens
 from .tools import Tool
@@ -189,7 +198,7 @@ class Session:
         session_id: str = "",
         broadcaster: Callable[[str], Any] | None = None,
         on_history_changed: Callable[[str], object] | None = None,
-        store_for: Callable[[str], HistoryStore] | None = None,
+        store_for: Callable[[str], HistoryStore | AsyncHistoryStore] | None = None,
     ) -> None:
         spec = _DEFAULT_SPEC if spec is None else spec
         self._storage = storage
@@ -203,7 +212,7 @@ class Session:
 
     def _bind(self, compaction: CompactionSpec) -> None:
         """Open the message store of :attr:`session_id` and the compaction part over it."""
-        self._messages = self._store_for(self._session_id)
+        self._messages = as_async_store(self._store_for(self._session_id))
         self._channel.session_id = self._session_id
         self._compaction = SessionCompaction(
             self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
@@ -421,7 +430,7 @@ class Session:
             inserted, parent = False, None
         else:
             m = prepared.message
-            inserted, parent = self._messages.append(
+            inserted, parent = await self._messages.append(
                 m["id"], m["role"], prepared.content, prepared.text, parent_id,
                 tokens=prepared.tokens, tools=prepared.tools,
             )
@@ -471,7 +480,7 @@ class Session:
             # Restore the loaded set against the history *before* the batch, so each
             # message's loads and unloads then apply exactly once, in order.
             await self._context.get_loaded_skill_keys()
-        outcomes = self._messages.append_chain([p.row() for p in batch], parent_id)
+        outcomes = await self._messages.append_chain([p.row() for p in batch], parent_id)
         stored = tuple(p.message for p, (inserted, _) in zip(batch, outcomes) if inserted)
         await self._committed(MessagesChange("append_batch", inserted=bool(stored), messages=stored))
         return [inserted for inserted, _ in outcomes]
@@ -479,11 +488,12 @@ class Session:
     def seed_messages(self, messages: Iterable[Message]) -> list[bool]:
         """Fill an empty session with ``messages``, chained from a new root, without after-write effects.
 
-        Synchronous, so a caller can write it inside its own transaction
-        together with other rows (:class:`~actors.manager.SessionManager`
-        registers a fork and stores its history in one transaction). The
-        messages go through the same validation, row-size limit and chain
-        rules as :meth:`append_messages`, but nothing follows the write: no
+        Synchronous, so a caller can write it inside its own SQLite
+        transaction together with other rows; only a session on a
+        synchronous store (SQLite) has it -- elsewhere store
+        :meth:`prepared_rows` in the caller's own transaction. The messages
+        go through the same validation, row-size limit and chain rules as
+        :meth:`append_messages`, but nothing follows the write: no
         broadcast, no auto-compaction, no skill notes (a session's loaded
         skills are restored from its history on first use). Use
         :meth:`append_messages` for anything else.
@@ -494,11 +504,28 @@ class Session:
         Raises:
             ConflictError: the session already holds messages.
             InvalidMessageError, InvalidInputError: as :meth:`append_messages`.
+            TypeError: the session's store is ``async`` (Postgres).
         """
-        batch = self._prepare_batch(messages)
-        if self._messages.latest_leaf() is not None:
+        store = sync_store(self._messages)
+        if store is None:
+            raise TypeError("seed_messages() needs a synchronous (SQLite) store; use prepared_rows() elsewhere")
+        rows = self.prepared_rows(messages)
+        if store.latest_leaf() is not None:
             raise ConflictError(f"session {self._session_id!r} already holds messages; only an empty one is seeded")
-        return [inserted for inserted, _ in self._messages.append_chain([p.row() for p in batch], None)]
+        return [inserted for inserted, _ in store.append_chain(rows, None)]
+
+    def prepared_rows(self, messages: Iterable[Message]) -> list[NewMessage]:
+        """``messages`` as the rows this session would store for them, nothing written.
+
+        Each is validated and prepared as :meth:`append_messages` prepares
+        it (the :meth:`_before_store` hook, the row-size limit, the text and
+        tool calls it is searched by, its token estimate), so a caller can
+        store them in a transaction of its own (``append_chain``).
+
+        Raises:
+            InvalidMessageError, InvalidInputError: as :meth:`append_messages`.
+        """
+        return [p.row() for p in self._prepare_batch(messages)]
 
     async def update_message(self, message: Message) -> None:
         """Replace the stored message with ``message["id"]``; its place in the tree is kept.
@@ -512,7 +539,7 @@ class Session:
         """
         prepared = self._prepare_message(message)
         m = prepared.message
-        stored = self._messages.update(
+        stored = await self._messages.update(
             m["id"], m["role"], prepared.content, prepared.text, tokens=prepared.tokens, tools=prepared.tools
         )
         if not stored:
@@ -530,7 +557,7 @@ class Session:
         if isinstance(message_ids, (str, bytes)) or not isinstance(message_ids, Iterable):
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
         ids = [_check_str(i, "message_ids") for i in message_ids]
-        deleted = self._messages.delete(ids)
+        deleted = await self._messages.delete(ids)
         await self._committed(MessagesChange("delete", message_ids=tuple(deleted)))
         return len(deleted)
 
@@ -540,7 +567,7 @@ class Session:
         The loaded-skill set is emptied and the system prompt refreshed (docs/behaviours.md §2);
         block contents are kept.
         """
-        self._messages.clear()
+        await self._messages.clear()
         await self._committed(MessagesChange("clear"))
 
     # -- extension points ------------------------------------------------------
@@ -582,12 +609,14 @@ class Session:
     async def _committed(self, change: MessagesChange) -> None:
         """After a committed write: the "history changed" notice (when it changed), then :meth:`_after_write`."""
         if _changes_history(change):
-            self._history_changed()
+            await self._history_changed()
         await self._after_write(change)
 
-    def _history_changed(self) -> None:
+    async def _history_changed(self) -> None:
         if self._on_history_changed is not None:
-            self._on_history_changed(self._session_id)
+            result = self._on_history_changed(self._session_id)
+            if inspect.isawaitable(result):
+                await result
 
     async def _after_write(self, change: MessagesChange) -> None:
         """Run after every committed write (append, also when nothing was inserted;
@@ -611,12 +640,12 @@ class Session:
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None`` (overlay ids are never stored)."""
-        content = self._messages.get(_check_str(message_id, "message_id"))
+        content = await self._messages.get(_check_str(message_id, "message_id"))
         return None if content is None else parse(content)
 
     async def get_latest_leaf(self) -> Message | None:
         """The latest leaf message (see the module docstring), or ``None`` in an empty session."""
-        leaf = self._messages.latest_leaf()
+        leaf = await self._messages.latest_leaf()
         return None if leaf is None else await self.get_message(leaf)
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
@@ -625,7 +654,7 @@ class Session:
         The whole path, however long (docs/deviations.md #18). An unknown ``leaf_id``
         gives ``[]``; a ``leaf_id`` with children gives the path to it.
         """
-        return read_history(self._messages, self._leaf(leaf_id))
+        return await read_history(self._messages, await self._leaf(leaf_id))
 
     async def raw_path_messages(self) -> list[Message]:
         """The stored messages root -> latest leaf, *without* compaction overlays.
@@ -633,28 +662,28 @@ class Session:
         What the one-time skill restore scans, so loads inside compacted
         ranges are still seen (docs/behaviours.md §7).
         """
-        leaf = self._messages.latest_leaf()
-        return [] if leaf is None else path_messages(self._messages, leaf)
+        leaf = await self._messages.latest_leaf()
+        return [] if leaf is None else await path_messages(self._messages, leaf)
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""
-        leaf = self._leaf(leaf_id)
-        place = None if leaf is None else self._messages.place(leaf)
+        leaf = await self._leaf(leaf_id)
+        place = None if leaf is None else await self._messages.place(leaf)
         return 0 if place is None else place[0]
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first (ties in insertion order)."""
-        return parse_all(self._messages.children(_check_str(message_id, "message_id")))
+        return parse_all(await self._messages.children(_check_str(message_id, "message_id")))
 
     async def get_history_row_stats(self, leaf_id: str | None = None) -> list[dict[str, Any]]:
         """``[{"id", "role", "bytes"}]`` root -> leaf without reading content.
 
         ``bytes`` is the UTF-8 size of the stored JSON. No overlays.
         """
-        leaf = self._leaf(leaf_id)
+        leaf = await self._leaf(leaf_id)
         if leaf is None:
             return []
-        return [{"id": i, "role": role, "bytes": size} for i, role, size in self._messages.path_stats(leaf)]
+        return [{"id": i, "role": role, "bytes": size} for i, role, size in await self._messages.path_stats(leaf)]
 
     async def get_recent_history(
         self, max_bytes: int, min_recent: int = 1, *, leaf_id: str | None = None
@@ -678,20 +707,20 @@ class Session:
         budget = min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)
         floor = min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)
         floor = 1 if floor < 1 else int(floor)  # -inf and anything below 1 mean "the leaf"
-        leaf = self._leaf(leaf_id)
-        place = None if leaf is None else self._messages.place(leaf)
+        leaf = await self._leaf(leaf_id)
+        place = None if leaf is None else await self._messages.place(leaf)
         if place is None:
             return {"messages": [], "truncated": False, "totalContentBytes": 0}
-        contents, truncated = self._messages.window(leaf, budget, floor)
+        contents, truncated = await self._messages.window(leaf, budget, floor)
         return {
-            "messages": apply_overlays(parse_all(contents), self._messages.compactions()),
+            "messages": apply_overlays(parse_all(contents), await self._messages.compactions()),
             "truncated": truncated,
             "totalContentBytes": place[1],
         }
 
-    def _leaf(self, leaf_id: str | None) -> str | None:
+    async def _leaf(self, leaf_id: str | None) -> str | None:
         if leaf_id is None:
-            return self._messages.latest_leaf()
+            return await self._messages.latest_leaf()
         return _check_str(leaf_id, "leaf_id")
 
     # -- search ----------------------------------------------------------------
@@ -725,7 +754,7 @@ class Session:
             return []
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
-            for r in self._messages.search(parsed, limit)
+            for r in await self._messages.search(parsed, limit)
         ]
 
     # -- compaction overlays ---------------------------------------------------
@@ -741,13 +770,13 @@ class Session:
         Raises:
             InvalidInputError: an argument is not a string.
         """
-        row = self._messages.add_compaction(
+        row = await self._messages.add_compaction(
             str(uuid.uuid4()),
             _check_str(summary, "summary"),
             _check_str(from_id, "from_id"),
             _check_str(to_id, "to_id"),
         )
-        self._history_changed()
+        await self._history_changed()
         return compaction_record(row, iso=True)
 
     async def get_compactions(self) -> list[dict[str, str]]:
@@ -757,7 +786,7 @@ class Session:
         original's, with milliseconds); :meth:`add_compaction` gives the same
         instant as ISO-8601.
         """
-        return compaction_records(self._messages)
+        return await compaction_records(self._messages)
 
     async def compact(self) -> CompactResult | None:
         """Compact now with the :meth:`on_compaction` function (docs/behaviours.md §8).

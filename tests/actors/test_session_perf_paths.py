@@ -32,7 +32,7 @@ def ids(messages):
 
 
 def row_by_row(session, leaf):
-    return parse_all(session._messages.path_contents(leaf))
+    return parse_all(session._messages.sync.path_contents(leaf))  # the SQLite store behind the Session
 
 
 async def test_parent_seq_follows_parent_id_through_appends_chains_deletes_and_forks(storage):
@@ -98,7 +98,7 @@ async def test_a_path_over_sqlites_string_limit_is_read_row_by_row(storage):
     await session.append_messages([msg(f"m{i}", "x" * 200) for i in range(30)])
     expected = await session.get_history()
     storage.connection.limit(apsw.SQLITE_LIMIT_LENGTH, 4000)  # one row fits, the whole array does not
-    assert session._messages.path_json("m29") is None
+    assert session._messages.sync.path_json("m29") is None
     assert await session.get_history() == expected
     assert len(expected) == 30
 
