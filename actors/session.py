@@ -170,7 +170,10 @@ class Session:
 
     Args:
         storage: the actor's :class:`~storage.SqlStorage` (context-block rows,
-            the cached prompt, the loaded-skill state and, by default, the messages).
+            the cached prompt, the loaded-skill state and, by default, the
+            messages), or a :class:`~storage.postgres.PostgresStorage` holding
+            the same rows in Postgres, or ``None`` (then ``store_for`` is
+            required; blocks without a provider are read-only and empty).
         spec: the declared configuration (default: none declared).
         session_id: the id rows are stored under (see :meth:`for_session`).
         broadcaster: see :attr:`broadcaster`.
@@ -180,11 +183,16 @@ class Session:
             a stored compaction -- before the write's other effects (a
             :class:`~actors.manager.SessionManager` touches ``updated_at`` with it).
         store_for: ``store_for(session_id)`` -> the message store of that
-            session (:class:`~actors.session_store.HistoryStore`); default
-            :class:`storage.messages.MessageStore` on ``storage``.
+            session (:class:`~actors.session_store.HistoryStore`, synchronous
+            or ``async``); default :class:`storage.messages.MessageStore` on a
+            ``SqlStorage``, ``storage.messages(session_id)`` on a
+            ``PostgresStorage``. A store with ``get_config`` / ``set_config``
+            (a :class:`~storage.postgres.PostgresSessionProvider`) also keeps
+            the loaded-skill set when ``storage`` is not a SQLite file.
 
     Raises:
         InvalidInputError: ``session_id`` is not a string.
+        TypeError: neither ``storage`` nor ``store_for`` gives a message store.
     """
 
     #: Default parent of :meth:`append_message`: the latest leaf.
@@ -204,7 +212,7 @@ class Session:
         self._storage = storage
         self._session_id = _check_str(session_id, "session_id")
         self._on_history_changed = on_history_changed
-        self._store_for = partial(MessageStore, storage) if store_for is None else store_for
+        self._store_for = _default_store_for(storage) if store_for is None else store_for
         self._row_max_bytes = spec.row_max_bytes
         self._channel = BroadcastChannel(broadcaster, self._session_id)
         self._context = ContextBlocks(storage, host=self, session_id=self._session_id, spec=spec.context)
@@ -213,6 +221,7 @@ class Session:
     def _bind(self, compaction: CompactionSpec) -> None:
         """Open the message store of :attr:`session_id` and the compaction part over it."""
         self._messages = as_async_store(self._store_for(self._session_id))
+        self._context.with_state(self._messages if callable(getattr(self._messages, "get_config", None)) else None)
         self._channel.session_id = self._session_id
         self._compaction = SessionCompaction(
             self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
@@ -221,20 +230,38 @@ class Session:
     # -- builders ------------------------------------------------------------
 
     @classmethod
-    def create(cls, target: Any, *, spec: SessionSpec | None = None) -> Session:
+    def create(
+        cls, target: Any, *, spec: SessionSpec | None = None, broadcaster: Callable[[str], Any] | None = None
+    ) -> Session:
         """A Session on ``target``'s storage, for session id ``''``.
 
         Args:
-            target: a :class:`storage.SqlStorage`, or an object (an Agent)
-                whose ``.storage`` is one. If ``target.broadcast`` is
-                callable it becomes :attr:`broadcaster`.
+            target: a :class:`storage.SqlStorage` or a
+                :class:`storage.PostgresStorage` (everything auto-wired into
+                it), or an object (an Agent) whose ``.storage`` is one -- if
+                ``target.broadcast`` is callable it becomes :attr:`broadcaster`;
+                or a session provider: an object with the ``async``
+                :class:`~actors.session_store.HistoryStore` methods, such as
+                ``PostgresSessionProvider(conn, session_id)`` (the spec's
+                ``Session.create(new PostgresSessionProvider(client, id))``).
+                A provider gives the session its ``session_id`` and skips all
+                auto-wiring, as the spec says: blocks without a provider are
+                read-only and empty, ``with_cached_prompt()`` needs a provider,
+                and there is no broadcaster unless ``broadcaster`` is given.
+                It keeps the loaded-skill set when it has ``get_config`` /
+                ``set_config``; :meth:`for_session` needs its ``for_session``.
             spec: the configuration to start from (default: none declared).
+            broadcaster: replaces ``target.broadcast`` (see :attr:`broadcaster`).
 
         Raises:
-            TypeError: no :class:`SqlStorage` can be found on ``target``.
+            TypeError: ``target`` is none of these.
         """
-        storage, broadcaster = target_parts(target, "Session.create()")
-        return cls(storage, spec=spec, broadcaster=broadcaster)
+        if is_session_provider(target):
+            session_id = getattr(target, "session_id", "")
+            return cls(None, spec=spec, session_id=session_id, broadcaster=broadcaster,
+                       store_for=partial(_provider_for, target))
+        storage, own = target_parts(target, "Session.create()")
+        return cls(storage, spec=spec, broadcaster=own if broadcaster is None else broadcaster)
 
     def for_session(self, session_id: str) -> Session:
         """Scope this Session to ``session_id`` (many sessions can share one file); returns ``self``.
@@ -381,8 +408,9 @@ class Session:
         return self._channel.broadcast_id
 
     @property
-    def storage(self) -> SqlStorage:
-        """The :class:`SqlStorage` holding this session."""
+    def storage(self) -> Any:
+        """The :class:`SqlStorage` (or :class:`~storage.postgres.PostgresStorage`) holding this
+        session; ``None`` for a session made from a provider."""
         return self._storage
 
     @property
@@ -906,20 +934,54 @@ class Session:
 _DEFAULT_SPEC = SessionSpec()
 
 
-def target_parts(target: Any, caller: str) -> tuple[SqlStorage, Callable[[str], Any] | None]:
-    """``(storage, broadcaster)`` of a ``create()`` target: a :class:`SqlStorage`, or an
-    object whose ``.storage`` is one (its callable ``broadcast`` is the broadcaster).
+def target_parts(target: Any, caller: str) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(storage, broadcaster)`` of a ``create()`` target: a :class:`SqlStorage` or a
+    :class:`~storage.postgres.PostgresStorage`, or an object whose ``.storage`` is one
+    (its callable ``broadcast`` is the broadcaster).
 
     Raises:
-        TypeError: no :class:`SqlStorage` on ``target`` (the message names ``caller``).
+        TypeError: no such storage on ``target`` (the message names ``caller``).
     """
-    storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
-    if not isinstance(storage, SqlStorage):
+    storage = target if is_storage(target) else getattr(target, "storage", None)
+    if not is_storage(storage):
         raise TypeError(
-            f"{caller} needs a SqlStorage or an object whose .storage is one, not {type(target).__name__}"
+            f"{caller} needs a SqlStorage or a PostgresStorage, or an object whose .storage is one, "
+            f"not {type(target).__name__}"
         )
     broadcast = getattr(target, "broadcast", None)
     return storage, broadcast if callable(broadcast) else None
+
+
+def is_storage(value: Any) -> bool:
+    """``True`` for a :class:`SqlStorage` or a :class:`~storage.postgres.PostgresStorage`."""
+    if isinstance(value, SqlStorage):
+        return True
+    from storage.postgres.storage import PostgresStorage
+
+    return isinstance(value, PostgresStorage)
+
+
+def is_session_provider(value: Any) -> bool:
+    """``True`` for an object with the ``async`` message-store methods (a session provider)."""
+    return all(inspect.iscoroutinefunction(getattr(value, name, None)) for name in ("get", "latest_leaf", "append"))
+
+
+def _default_store_for(storage: Any) -> Callable[[str], Any]:
+    if isinstance(storage, SqlStorage):
+        return partial(MessageStore, storage)
+    if storage is None:
+        raise TypeError("a Session without storage needs store_for (or use Session.create(provider))")
+    return storage.messages
+
+
+def _provider_for(provider: Any, session_id: str) -> Any:
+    """``provider`` for its own session id, else its ``for_session(session_id)``."""
+    if session_id == getattr(provider, "session_id", ""):
+        return provider
+    other = getattr(provider, "for_session", None)
+    if not callable(other):
+        raise TypeError(f"{type(provider).__name__} serves one session; it has no for_session()")
+    return other(session_id)
 
 
 def _changes_history(change: MessagesChange) -> bool:

@@ -27,6 +27,7 @@ def _stamp(column: str) -> str:
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('durable_sessions.messages'), hashtext(%(s)s))"
 GET = "SELECT content FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s"
 COUNT = "SELECT count(*) AS n FROM assistant_messages WHERE session_id = %(s)s"
+ANALYZE = "ANALYZE assistant_messages"
 
 # A scalar subquery, not NOT EXISTS: the planner cannot turn it into a hash anti-join over
 # the whole session (which it picks when statistics are missing); it probes the child index.
@@ -47,6 +48,13 @@ INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, '{ACTIVE_LE
 ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
 """
 DROP_ACTIVE_LEAF = f"DELETE FROM assistant_config WHERE session_id = %(s)s AND key = '{ACTIVE_LEAF_KEY}'"
+
+GET_CONFIG = "SELECT value FROM assistant_config WHERE session_id = %(s)s AND key = %(key)s"
+SET_CONFIG = """
+INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, %(key)s, %(value)s)
+ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
+"""
+DELETE_CONFIG = "DELETE FROM assistant_config WHERE session_id = %(s)s AND key = %(key)s"
 
 # The path from %(leaf)s up to its root; depth 0 is the leaf. Each step needs an older parent.
 # Each step is a LATERAL primary-key lookup (LIMIT 1 keeps it from being flattened into a

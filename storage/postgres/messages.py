@@ -31,7 +31,10 @@ Writes: each public write is one transaction (a lost connection leaves
 nothing half-written) that first takes a per-session advisory lock
 (``pg_advisory_xact_lock``), so two writers of one session -- two hosts
 during a hand-over, two tasks -- append one after the other instead of
-both choosing the same parent. Reads take no lock.
+both choosing the same parent. Reads take no lock. Calls made through one
+provider object run one at a time, in the order they were made (an
+``anyio.Lock``, FIFO): appends of concurrent tasks land in the order they
+arrive, as with the SQLite store.
 
 Timestamps are stored with millisecond precision and returned as
 ``YYYY-MM-DD HH:MM:SS.SSS`` (UTC), the SQLite store's text form, so
@@ -41,7 +44,11 @@ What it does not mirror from ``MessageStore``: ``storage`` (a shared SQLite
 transaction other writes can join; here each call is its own transaction),
 ``token_places`` and ``ancestor_at_depth`` (the SQLite file's jump
 pointers; :meth:`~PostgresSessionProvider.path_tokens` walks the path
-instead). Added: :meth:`~PostgresSessionProvider.count` and the spec's
+instead). Added: :meth:`~PostgresSessionProvider.for_session` (the same
+connection, another session), the session's ``assistant_config`` values
+(:meth:`~PostgresSessionProvider.get_config`, ``set_config``,
+``delete_config``: the loaded-skill set lives there),
+:meth:`~PostgresSessionProvider.count` and the spec's
 :meth:`~PostgresSessionProvider.search_messages` (user text in, hits
 ``{id, role, content, createdAt}`` out).
 """
@@ -51,6 +58,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
+
+import anyio
 
 from storage.errors import InvalidInputError
 
@@ -117,9 +126,24 @@ class PostgresSessionProvider:
         self.max_value_bytes = max_value_bytes
         self.conn = conn
         self._runner = runner_for(conn)
+        self._order = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"PostgresSessionProvider(session_id={self.session_id!r})"
+
+    def for_session(self, session_id: str) -> PostgresSessionProvider:
+        """A provider of session ``session_id`` on the same connection (and the same value limit).
+
+        Raises:
+            InvalidInputError: ``session_id`` is not text Postgres can store.
+        """
+        provider = PostgresSessionProvider.__new__(PostgresSessionProvider)
+        provider.session_id = check_text(session_id, "session_id")
+        provider.max_value_bytes = self.max_value_bytes
+        provider.conn = self.conn
+        provider._runner = self._runner
+        provider._order = anyio.Lock()
+        return provider
 
     # -- running -------------------------------------------------------------------------
 
@@ -127,10 +151,12 @@ class PostgresSessionProvider:
         return Query(sql, {"s": self.session_id, **params})
 
     async def _read(self, op: Operation[Any]) -> Any:
-        return await self._runner.run(op, write=False)
+        async with self._order:
+            return await self._runner.run(op, write=False)
 
     async def _write(self, op: Operation[Any]) -> Any:
-        return await self._runner.run(op, write=True)
+        async with self._order:
+            return await self._runner.run(op, write=True)
 
     def _rows(self, sql: str, **params: Any) -> Operation[list[dict[str, Any]]]:
         return (yield self._q(sql, **params))
@@ -374,7 +400,9 @@ class PostgresSessionProvider:
         parent_id = self._check_parent(parent_id)
         if not rows:
             return []
-        return await self._write(self._chain(rows, parent_id))
+        results = await self._write(self._chain(rows, parent_id))
+        await refresh_statistics(self._runner, sum(inserted for inserted, _ in results))
+        return results
 
     def _chain_row(self, index: int, message: Any) -> dict[str, Any]:
         if not isinstance(message, NewMessage):
@@ -483,6 +511,44 @@ class PostgresSessionProvider:
         }
         [row] = await self._write(self._rows(sql.ADD_COMPACTION, **params))
         return _compaction(row)
+
+
+    # -- per-session values (assistant_config) ----------------------------------------------
+
+    async def get_config(self, key: str) -> str | None:
+        """The session's ``assistant_config`` value ``key`` (e.g. ``loaded_skills``), or ``None``."""
+        return await self._read(self._one(sql.GET_CONFIG, key=check_text(key, "key")))
+
+    async def set_config(self, key: str, value: str) -> None:
+        """Insert or replace the session's value ``key``."""
+        params = {"key": check_text(key, "key"), "value": check_text(value, "value", max_bytes=self.max_value_bytes)}
+        await self._write(self._rows(sql.SET_CONFIG, **params))
+
+    async def delete_config(self, key: str) -> None:
+        """Delete the session's value ``key`` (nothing when there is none)."""
+        await self._write(self._rows(sql.DELETE_CONFIG, key=check_text(key, "key")))
+
+#: A write storing at least this many messages refreshes the table's planner statistics.
+ANALYZE_AFTER_ROWS = 1000
+
+
+async def refresh_statistics(runner: Any, inserted: int) -> None:
+    """``ANALYZE assistant_messages`` after a write that stored ``inserted`` >= :data:`ANALYZE_AFTER_ROWS` rows.
+
+    Statistics taken while the table was (nearly) empty make every index
+    led by ``session_id`` look as good as the primary key, and the planner
+    may then walk a path by scanning the whole session at every step
+    (O(n^2): 9 s for a 10,000-message path instead of 40 ms). Autovacuum
+    refreshes them as a table grows gradually; a bulk write (an import, a
+    fork) is followed at once. ANALYZE samples a bounded number of rows
+    (~20 ms here).
+    """
+    if inserted >= ANALYZE_AFTER_ROWS:
+
+        def op() -> Operation[None]:
+            yield Query(sql.ANALYZE)
+
+        await runner.run(op(), write=False)
 
 
 def _applied(

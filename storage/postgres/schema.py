@@ -34,6 +34,10 @@ processes may run it at once):
      ones serves ``ILIKE`` substring searches of CJK terms (DEVIATIONS 10);
    * indexes for children (``session_id, parent_id, seq``), the newest
      leaf (``session_id, created_at, seq``) and compactions;
+   * ``assistant_sessions``, the SessionManager's registry (the SQLite
+     file's columns; ``updated_seq`` from the sequence
+     ``assistant_sessions_updated_seq`` orders writes within one
+     millisecond), added in version 2;
    * ``durable_sessions_meta``: ``schema_version``. A database of a newer
      version is refused (:class:`~storage.errors.SchemaTooNewError`).
 
@@ -56,7 +60,7 @@ from ..fts import _CJK_RANGES
 from .connection import Operation, Query, runner_for
 
 #: Version of the schema this code writes; stored in ``durable_sessions_meta``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Our text search configuration (English stemming, no stop words).
 TS_CONFIG = "durable_sessions_english"
@@ -171,6 +175,23 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_search_entries_seq ON cf_agents_search_ent
 CREATE INDEX IF NOT EXISTS idx_search_entries_search ON cf_agents_search_entries USING GIN (search_tsv);
 CREATE INDEX IF NOT EXISTS idx_search_entries_cjk ON cf_agents_search_entries
   USING GIN (cjk_content gin_trgm_ops) WHERE cjk_content <> '';
+
+CREATE TABLE IF NOT EXISTS assistant_sessions (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  parent_session_id TEXT,
+  model TEXT,
+  source TEXT,
+  input_tokens BIGINT NOT NULL DEFAULT 0,
+  output_tokens BIGINT NOT NULL DEFAULT 0,
+  estimated_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
+  end_reason TEXT,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+  updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+  updated_seq BIGINT NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS assistant_sessions_updated_seq;
+CREATE INDEX IF NOT EXISTS idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);
 
 CREATE TABLE IF NOT EXISTS durable_sessions_meta (
   key TEXT PRIMARY KEY,
