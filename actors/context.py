@@ -169,6 +169,16 @@ def render_prompt(blocks: list[ContextBlock]) -> str:
 # -- the built-in SQLite providers ----------------------------------------------------------
 
 
+def _sqlite(storage: Any, name: str) -> SqlStorage:
+    """``storage`` if it is a :class:`SqlStorage`, else TypeError naming the Postgres twin to use."""
+    if not isinstance(storage, SqlStorage):
+        raise TypeError(
+            f"{name} needs a SqlStorage, not {type(storage).__name__} "
+            "(on Postgres: PostgresContextProvider / PostgresSearchProvider, or row_provider / search_provider_for)"
+        )
+    return storage
+
+
 class AgentContextProvider:
     """A writable block stored as one ``cf_agents_context_blocks`` row.
 
@@ -179,7 +189,7 @@ class AgentContextProvider:
     """
 
     def __init__(self, storage: SqlStorage, key: str | None = None) -> None:
-        self.storage = storage
+        self.storage = _sqlite(storage, "AgentContextProvider")
         self.key = key or ""
 
     def init(self, label: str) -> None:
@@ -203,7 +213,7 @@ class AgentSearchProvider:
     """
 
     def __init__(self, storage: SqlStorage) -> None:
-        self.storage = storage
+        self.storage = _sqlite(storage, "AgentSearchProvider")
         self.label = ""
 
     def init(self, label: str) -> None:

@@ -59,7 +59,7 @@ from .context import mark_block_source_changed
 from .manager_registry import Registry, registry_for
 from .session import LATEST_LEAF, Session, target_parts
 from .session_messages import search_limit
-from .session_spec import SessionSpec
+from .session_spec import SessionSpec, check_text
 from .tools import Tool
 
 __all__ = [
@@ -634,9 +634,8 @@ def _check_usage_sums(row: Row, input_tokens: int, output_tokens: int, cost: flo
 
 
 def _check_text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
-    return value
+    """``value`` if it is a ``str`` without lone surrogates (any store can hold it), else InvalidInputError."""
+    return check_text(value, name)
 
 
 def _check_optional_text(value: Any, name: str) -> str | None:

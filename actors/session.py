@@ -99,7 +99,7 @@ from .session_messages import (
     tool_search_text,
     utf8_length,
 )
-from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit
+from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit, check_text
 from .session_store import (
     AsyncHistoryStore,
     HistoryStore,
@@ -210,7 +210,7 @@ class Session:
     ) -> None:
         spec = _DEFAULT_SPEC if spec is None else spec
         self._storage = storage
-        self._session_id = _check_str(session_id, "session_id")
+        self._session_id = _check_id(session_id, "session_id")
         self._on_history_changed = on_history_changed
         self._store_for = _default_store_for(storage) if store_for is None else store_for
         self._row_max_bytes = spec.row_max_bytes
@@ -274,7 +274,7 @@ class Session:
             InvalidInputError: ``session_id`` is not a string.
             ConflictError: the context blocks were already used.
         """
-        _check_str(session_id, "session_id")
+        _check_id(session_id, "session_id")
         self._context.for_session(session_id)
         self._session_id = session_id
         self._bind(self._compaction.spec)
@@ -452,7 +452,7 @@ class Session:
             InvalidInputError: ``parent_id`` is not a string or ``None``.
         """
         if parent_id is not LATEST_LEAF and parent_id is not None:
-            _check_str(parent_id, "parent_id")
+            _check_id(parent_id, "parent_id")
         prepared = self._prepare_message(message)
         if prepared.message["id"].startswith(COMPACTION_PREFIX):
             inserted, parent = False, None
@@ -500,7 +500,7 @@ class Session:
             apsw.Error: SQLite failed; the whole batch was rolled back.
         """
         if parent_id is not LATEST_LEAF and parent_id is not None:
-            _check_str(parent_id, "parent_id")
+            _check_id(parent_id, "parent_id")
         batch = self._prepare_batch(messages)
         if not batch:
             return []
@@ -584,7 +584,7 @@ class Session:
         """
         if isinstance(message_ids, (str, bytes)) or not isinstance(message_ids, Iterable):
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
-        ids = [_check_str(i, "message_ids") for i in message_ids]
+        ids = [_check_id(i, "message_ids") for i in message_ids]
         deleted = await self._messages.delete(ids)
         await self._committed(MessagesChange("delete", message_ids=tuple(deleted)))
         return len(deleted)
@@ -668,7 +668,7 @@ class Session:
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None`` (overlay ids are never stored)."""
-        content = await self._messages.get(_check_str(message_id, "message_id"))
+        content = await self._messages.get(_check_id(message_id, "message_id"))
         return None if content is None else parse(content)
 
     async def get_latest_leaf(self) -> Message | None:
@@ -701,7 +701,7 @@ class Session:
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first (ties in insertion order)."""
-        return parse_all(await self._messages.children(_check_str(message_id, "message_id")))
+        return parse_all(await self._messages.children(_check_id(message_id, "message_id")))
 
     async def get_history_row_stats(self, leaf_id: str | None = None) -> list[dict[str, Any]]:
         """``[{"id", "role", "bytes"}]`` root -> leaf without reading content.
@@ -749,7 +749,7 @@ class Session:
     async def _leaf(self, leaf_id: str | None) -> str | None:
         if leaf_id is None:
             return await self._messages.latest_leaf()
-        return _check_str(leaf_id, "leaf_id")
+        return _check_id(leaf_id, "leaf_id")
 
     # -- search ----------------------------------------------------------------
 
@@ -800,9 +800,9 @@ class Session:
         """
         row = await self._messages.add_compaction(
             str(uuid.uuid4()),
-            _check_str(summary, "summary"),
-            _check_str(from_id, "from_id"),
-            _check_str(to_id, "to_id"),
+            _check_id(summary, "summary"),
+            _check_id(from_id, "from_id"),
+            _check_id(to_id, "to_id"),
         )
         await self._history_changed()
         return compaction_record(row, iso=True)
@@ -991,6 +991,11 @@ def _changes_history(change: MessagesChange) -> bool:
     if change.kind == "delete":
         return bool(change.message_ids)
     return True
+
+
+def _check_id(value: Any, name: str) -> str:
+    """``value`` if it is a ``str`` any store can hold as an id or text (no lone surrogate), else InvalidInputError."""
+    return check_text(value, name)
 
 
 def _check_str(value: Any, name: str) -> str:

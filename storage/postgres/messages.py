@@ -83,8 +83,8 @@ from .values import (
     SEARCH_TOOLS_MAX_BYTES,
     check_int,
     check_number,
-    check_optional_text,
     check_text,
+    lookup_key,
     search_text,
 )
 
@@ -169,7 +169,8 @@ class PostgresSessionProvider:
 
     async def get(self, message_id: str) -> str | None:
         """The stored JSON of ``message_id``, or ``None``."""
-        return await self._read(self._one(sql.GET, id=check_text(message_id, "message_id")))
+        key = lookup_key(message_id, "message_id")
+        return None if key is None else await self._read(self._one(sql.GET, id=key))
 
     async def exists(self, message_id: str) -> bool:
         """``True`` when ``message_id`` is stored in this session."""
@@ -185,7 +186,8 @@ class PostgresSessionProvider:
 
     async def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
-        rows = await self._read(self._rows(sql.PATH_ROWS, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        rows = [] if key is None else await self._read(self._rows(sql.PATH_ROWS, leaf=key))
         return [row["content"] for row in rows]
 
     async def path_json(self, leaf_id: str) -> tuple[str, int] | None:
@@ -197,12 +199,16 @@ class PostgresSessionProvider:
         ``("[]", 0)`` for an unknown leaf; ``None`` when the path's JSON
         exceeds :data:`~storage.postgres.message_sql.PATH_JSON_MAX_BYTES`.
         """
-        [row] = await self._read(self._rows(sql.PATH_JSON, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        if key is None:
+            return "[]", 0
+        [row] = await self._read(self._rows(sql.PATH_JSON, leaf=key))
         return None if row["text"] is None else (row["text"], row["n"])
 
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
-        rows = await self._read(self._rows(sql.PATH_STATS, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        rows = [] if key is None else await self._read(self._rows(sql.PATH_STATS, leaf=key))
         return [(row["id"], row["role"], row["bytes"]) for row in rows]
 
     async def path_ids(self, leaf_id: str) -> list[str]:
@@ -211,7 +217,10 @@ class PostgresSessionProvider:
 
     async def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)``: its path's row count and JSON bytes; ``None`` if not stored."""
-        [row] = await self._read(self._rows(sql.PLACE, leaf=check_text(message_id, "message_id")))
+        key = lookup_key(message_id, "message_id")
+        if key is None:
+            return None
+        [row] = await self._read(self._rows(sql.PLACE, leaf=key))
         return None if row["depth"] == 0 else (row["depth"], int(row["bytes"]))
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
@@ -226,16 +235,17 @@ class PostgresSessionProvider:
             an unknown leaf) and whether older rows were left out.
         """
         params = {
-            "leaf": check_text(leaf_id, "leaf_id"),
+            "leaf": lookup_key(leaf_id, "leaf_id"),
             "max_bytes": check_number(max_bytes, "max_bytes"),
             "min_rows": check_int(min_rows, "min_rows"),
         }
-        rows = await self._read(self._rows(sql.WINDOW, **params))
+        rows = [] if params["leaf"] is None else await self._read(self._rows(sql.WINDOW, **params))
         return [row["content"] for row in rows], bool(rows) and rows[0]["parent_id"] is not None
 
     async def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
-        rows = await self._read(self._rows(sql.CHILDREN, id=check_text(message_id, "message_id")))
+        key = lookup_key(message_id, "message_id")
+        rows = [] if key is None else await self._read(self._rows(sql.CHILDREN, id=key))
         return [row["content"] for row in rows]
 
     async def compactions(self) -> list[CompactionRow]:
@@ -252,7 +262,9 @@ class PostgresSessionProvider:
         hides. Reads the path's ids and token counts (no content) and the
         compaction rows, in one transaction. ``None`` for an unknown leaf.
         """
-        leaf_id = check_text(leaf_id, "leaf_id")
+        leaf_id = lookup_key(leaf_id, "leaf_id")
+        if leaf_id is None:
+            return None
 
         def op() -> Operation[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
             path = yield self._q(sql.PATH_STATS, leaf=leaf_id)
@@ -333,7 +345,10 @@ class PostgresSessionProvider:
 
     @staticmethod
     def _check_parent(parent_id: Any) -> str | None | _LatestLeaf:
-        return parent_id if parent_id is LATEST_LEAF else check_optional_text(parent_id, "parent_id")
+        """The parent to resolve: an id holding NUL names no stored message, so it makes a root."""
+        if parent_id is LATEST_LEAF or parent_id is None:
+            return parent_id
+        return lookup_key(parent_id, "parent_id")
 
     async def append(
         self,
@@ -453,6 +468,8 @@ class PostgresSessionProvider:
 
         Returns ``False`` (and writes nothing) when ``message_id`` is not stored.
         """
+        if lookup_key(message_id, "message_id") is None:
+            return False
         row = self._row(message_id, role, content, text, tools, tokens)
 
         def op() -> Operation[bool]:
@@ -473,7 +490,8 @@ class PostgresSessionProvider:
         """
         if isinstance(message_ids, (str, bytes)) or not isinstance(message_ids, Iterable):
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
-        ids = list(dict.fromkeys(check_text(i, "message_ids") for i in message_ids))
+        keys = (lookup_key(i, "message_ids") for i in message_ids)  # one holding NUL is not stored
+        ids = list(dict.fromkeys(key for key in keys if key is not None))
 
         def op() -> Operation[list[str]]:
             yield self._q(sql.LOCK)

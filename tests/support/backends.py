@@ -25,7 +25,10 @@ emptied (``DELETE``: ~0.5 ms, against ~0.45 s for a fresh database).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -58,12 +61,21 @@ def to_postgres_sql(query: str) -> str:
     return query.replace("%", "%%").replace("?", "%s")
 
 
+def _sqlite_value(value: Any) -> Any:
+    """A timestamp as the SQLite file stores it (UTC ``YYYY-MM-DD HH:MM:SS.SSS``); else ``value``."""
+    if isinstance(value, datetime.datetime):
+        utc = value.astimezone(datetime.timezone.utc)
+        return f"{utc:%Y-%m-%d %H:%M:%S}.{utc.microsecond // 1000:03d}"
+    return value
+
+
 class PgTestStorage(PostgresStorage):
     """A :class:`PostgresStorage` with the synchronous helpers tests use on a ``SqlStorage``.
 
     ``sql``, ``scalar`` and ``exec`` run test SQL (``?`` placeholders) on the
-    same connection, outside any provider call; ``close`` is a no-op (the
-    connection belongs to the fixture). ``kind`` is ``"postgres"``.
+    same connection, outside any provider call, and give timestamps as the
+    SQLite file's text; ``close`` is a no-op (the connection belongs to the
+    fixture). ``kind`` is ``"postgres"``.
     """
 
     kind = "postgres"
@@ -72,8 +84,12 @@ class PgTestStorage(PostgresStorage):
         from psycopg.rows import dict_row
 
         with _lock_for(self.conn), self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(to_postgres_sql(query), params or None)
-            return [dict(row) for row in cur.fetchall()] if cur.description is not None else []
+            if params:
+                cur.execute(to_postgres_sql(query), params)
+            else:
+                cur.execute(query.encode())  # as written: no placeholders, % is a plain character
+            rows = cur.fetchall() if cur.description is not None else []
+        return [{key: _sqlite_value(value) for key, value in row.items()} for row in rows]
 
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         return self._run(query, params)
@@ -107,6 +123,49 @@ def index_rows(storage: Any) -> list[dict[str, Any]]:
         "SELECT id, session_id, role, text_content AS content FROM assistant_messages "
         "WHERE text_content <> '' ORDER BY seq"
     )
+
+
+def write_counts(storage: Any) -> dict[str, int]:
+    """Rows of everything a message write touches: messages, the text index, the CJK index, config rows."""
+    if isinstance(storage, SqlStorage):
+        tables = ("assistant_messages", "assistant_fts", "assistant_fts_cjk", "assistant_config")
+        return {table: storage.scalar(f"SELECT count(*) FROM {table}") for table in tables}
+    return {
+        "assistant_messages": storage.scalar("SELECT count(*) FROM assistant_messages"),
+        "text index": len(index_rows(storage)),
+        "cjk index": storage.scalar("SELECT count(*) FROM assistant_messages WHERE cjk_content <> ''"),
+        "assistant_config": storage.scalar("SELECT count(*) FROM assistant_config"),
+    }
+
+
+@contextlib.contextmanager
+def refusing_inserts(storage: Any, table: str, message: str, when: str = "TRUE") -> Iterator[type[Exception]]:
+    """A trigger refusing inserts into ``table`` (where ``when``, SQL on ``NEW``) with ``message``.
+
+    Yields the exception class a write then raises (apsw's on SQLite, our
+    :class:`~storage.errors.DatabaseError` on Postgres); the trigger is
+    dropped on exit (the Postgres database is shared by the whole run).
+    """
+    if isinstance(storage, SqlStorage):
+        import apsw
+
+        storage.exec(f"CREATE TRIGGER refuse BEFORE INSERT ON {table} WHEN {when} "
+                     f"BEGIN SELECT RAISE(ABORT, '{message}'); END")
+        try:
+            yield apsw.ConstraintError
+        finally:
+            storage.exec("DROP TRIGGER IF EXISTS refuse")
+        return
+    from storage.errors import DatabaseError
+
+    storage.exec(f"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                 f"$$ BEGIN IF {when} THEN RAISE EXCEPTION '{message}'; END IF; RETURN NEW; END $$")
+    storage.exec(f"CREATE TRIGGER refuse BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION refuse()")
+    try:
+        yield DatabaseError
+    finally:
+        storage.exec(f"DROP TRIGGER IF EXISTS refuse ON {table}")
+        storage.exec("DROP FUNCTION IF EXISTS refuse()")
 
 
 def reopen(storage: Any) -> Any:
