@@ -92,6 +92,7 @@ async def test_create_records_parent_model_and_source(manager):
      ({"name": "x", "parent_session_id": 5}, "parent_session_id")],
 )
 async def test_create_refuses_non_string_fields(manager, kwargs, field):
+    kwargs = dict(kwargs)  # the parameter dict is shared by the runs on each storage
     name = kwargs.pop("name")
     with pytest.raises(InvalidInputError) as info:
         await manager.create(name, **kwargs)

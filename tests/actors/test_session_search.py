@@ -200,6 +200,7 @@ async def test_a_storage_failure_is_raised_not_hidden(session):
 @pytest.mark.parametrize(("kwargs", "field"), [({"query": 5}, "query"), ({"query": "x", "limit": -1}, "limit"),
                                               ({"query": "x", "limit": True}, "limit")])
 async def test_bad_arguments_are_refused(session, kwargs, field):
+    kwargs = dict(kwargs)  # the parameter dict is shared by the runs on each storage
     query = kwargs.pop("query")
     with pytest.raises(InvalidInputError) as info:
         await session.search(query, **kwargs)
