@@ -465,6 +465,7 @@ SESSION_EXCLUDED: Mapping[str, str] = MappingProxyType({
         "a builder: the actor's configuration sets it up",
     ),
     "seed_messages": "synchronous, for a SessionManager fork inside its own transaction",
+    "prepared_rows": "stored rows for a writer's own transaction (a SessionManager fork); writes nothing",
     "raw_path_messages": "the stored path without overlays, for the skill restore",
     "get_history_row_stats": "per-row sizes for in-process callers; not served",
     "add_context": "takes a provider object, which is no wire data",

@@ -55,7 +55,9 @@ class PostgresStorage:
         TypeError: ``conn`` cannot run statements (see ``runner_for``).
     """
 
-    def __init__(self, conn: Any, *, call_timeout_s: float | None = None, max_value_bytes: int = MAX_VALUE_BYTES) -> None:
+    def __init__(
+        self, conn: Any, *, call_timeout_s: float | None = None, max_value_bytes: int = MAX_VALUE_BYTES
+    ) -> None:
         self.conn = conn
         self.max_value_bytes = max_value_bytes
         self.runner: Runner = runner_for(conn, deadline_s=call_timeout_s)

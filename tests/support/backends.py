@@ -179,27 +179,52 @@ def reopen(storage: Any) -> Any:
 # -- fixtures (registered in tests/conftest.py) -----------------------------------------------
 
 
+class _SharedDatabase:
+    """One database for the whole test session and a connection to it, opened again when a test
+    restarted the server (tests/storage/test_postgres_failures.py does)."""
+
+    def __init__(self, server: Any) -> None:
+        from tests.support.postgres import SCHEMA_TEMPLATE
+
+        self.server = server
+        self.name = server.create_database(SCHEMA_TEMPLATE)
+        self.conn: Any = None
+
+    def connection(self) -> Any:
+        import psycopg
+
+        if self.conn is not None and not self.conn.closed:
+            try:
+                with _lock_for(self.conn):
+                    self.conn.execute("SELECT 1")
+                return self.conn
+            except psycopg.OperationalError:
+                self.conn.close()
+        self.conn = psycopg.connect(self.server.dsn(self.name), autocommit=True)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        if self.server.is_running():
+            self.server.drop_database(self.name)
+
+
 @pytest.fixture(scope="session")
-def pg_shared_conn(pg_server):
-    """One autocommit connection to one database holding the schema, for the whole test session."""
-    import psycopg
-
-    from tests.support.postgres import SCHEMA_TEMPLATE
-
-    name = pg_server.create_database(SCHEMA_TEMPLATE)
-    conn = psycopg.connect(pg_server.dsn(name), autocommit=True)
-    yield conn
-    conn.close()
-    if pg_server.is_running():
-        pg_server.drop_database(name)
+def pg_shared_db(pg_server):
+    """One database holding the schema for the whole test session (see :class:`_SharedDatabase`)."""
+    shared = _SharedDatabase(pg_server)
+    yield shared
+    shared.close()
 
 
 @pytest.fixture
-def pg_storage(pg_shared_conn):
+def pg_storage(pg_shared_db):
     """A :class:`PgTestStorage` on an emptied database."""
-    with _lock_for(pg_shared_conn):
-        pg_shared_conn.execute(";".join(f"DELETE FROM {table}" for table in TABLES))
-    return PgTestStorage(pg_shared_conn)
+    conn = pg_shared_db.connection()
+    with _lock_for(conn):
+        conn.execute(";".join(f"DELETE FROM {table}" for table in TABLES))
+    return PgTestStorage(conn)
 
 
 def parametrize_storages(metafunc: pytest.Metafunc) -> None:
