@@ -358,3 +358,29 @@ async def test_same_tree_as_the_sqlite_store(store, tmp_path):
             assert {r.id for r in await store.search(query, 1000)} == {r.id for r in mirror.search(query, 1000)}
     finally:
         sqlite.close()
+
+
+# -- planner statistics ----------------------------------------------------------------------
+
+
+def _walk_plan(conn, leaf: str) -> str:
+    from storage.postgres import message_sql as sql
+
+    query = sql.PATH_STATS.replace("%(s)s", "'s'").replace("%(leaf)s", f"'{leaf}'")
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + query))
+
+
+async def test_a_bulk_chain_refreshes_statistics_so_path_walks_use_the_primary_key(pg_conn, store):
+    # Statistics taken on a (nearly) empty table make every index led by session_id look as good
+    # as the primary key: a path walk then scans the session at every step (O(n^2), seconds at 10k).
+    scans = ("idx_assistant_msg_session", "idx_assistant_msg_created", "idx_assistant_msg_children")
+    await store.append_chain([new(f"x{i}") for i in range(3)], None)
+    await store.clear()
+    pg_conn.execute("ANALYZE assistant_messages")
+    await store.append_chain([new(f"m{i}") for i in range(999)], None)  # under the threshold: no ANALYZE
+    stale = _walk_plan(pg_conn, "m998")
+    assert "assistant_messages_pkey" not in stale and any(index in stale for index in scans)
+    await store.append_chain([new(f"n{i}") for i in range(1000)], LATEST_LEAF)  # a bulk write: ANALYZE follows
+    plan = _walk_plan(pg_conn, "n999")
+    assert "assistant_messages_pkey" in plan and not any(index in plan for index in scans)
+    assert len(await store.path_ids("n999")) == 1999
