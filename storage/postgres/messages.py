@@ -56,7 +56,6 @@ connection, another session), the session's ``assistant_config`` values
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -76,6 +75,7 @@ from ..messages import (
 )
 from . import message_sql as sql
 from .connection import Many, Operation, Query, runner_for
+from .places import applied, place_subtrees, token_places
 from .search import match
 from .values import (
     MAX_VALUE_BYTES,
@@ -86,6 +86,7 @@ from .values import (
     check_text,
     lookup_key,
     search_text,
+    utf8_size,
 )
 
 
@@ -218,10 +219,8 @@ class PostgresSessionProvider:
     async def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)``: its path's row count and JSON bytes; ``None`` if not stored."""
         key = lookup_key(message_id, "message_id")
-        if key is None:
-            return None
-        [row] = await self._read(self._rows(sql.PLACE, leaf=key))
-        return None if row["depth"] == 0 else (row["depth"], int(row["bytes"]))
+        rows = [] if key is None else await self._read(self._rows(sql.PLACE, leaf=key))
+        return (int(rows[0]["depth"]), int(rows[0]["bytes"])) if rows else None
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
@@ -259,23 +258,27 @@ class PostgresSessionProvider:
         on the path, the newest compaction whose end is on the path at or
         after it; walking root -> leaf, a start inside an overlay already
         taken is skipped. Each is paired with the tokens of the messages it
-        hides. Reads the path's ids and token counts (no content) and the
-        compaction rows, in one transaction. ``None`` for an unknown leaf.
+        hides. The total is the leaf's stored ``path_tokens`` (one row);
+        which compaction ends lie on the path is found by climbing jump
+        pointers (:mod:`storage.postgres.places`): O(compactions x log
+        depth), whatever the history length. ``None`` for an unknown leaf.
         """
         leaf_id = lookup_key(leaf_id, "leaf_id")
         if leaf_id is None:
             return None
 
-        def op() -> Operation[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-            path = yield self._q(sql.PATH_STATS, leaf=leaf_id)
-            compactions = (yield self._q(sql.COMPACTIONS)) if path else []
-            return path, compactions
+        def op() -> Operation[PathTokens | None]:
+            leaf = (yield from token_places(self.session_id, [leaf_id])).get(leaf_id)
+            if leaf is None:
+                return None
+            rows = [_compaction(row) for row in (yield self._q(sql.COMPACTIONS))]
+            if not rows:
+                return PathTokens(leaf.path_tokens, ())
+            named = {i for r in rows for i in (r.from_message_id, r.to_message_id)}
+            ends = yield from token_places(self.session_id, named)
+            return PathTokens(leaf.path_tokens, tuple((yield from applied(leaf, rows, ends))))
 
-        path, rows = await self._read(op())
-        if not path:
-            return None
-        tokens = [int(row["tokens"]) for row in path]
-        return PathTokens(sum(tokens), tuple(_applied([row["id"] for row in path], tokens, map(_compaction, rows))))
+        return await self._read(op())
 
     async def search(self, query: ParsedQuery, limit: int) -> list[SearchRow]:
         """Messages whose searched text matches ``query``: best rank first, ties oldest first.
@@ -384,7 +387,10 @@ class PostgresSessionProvider:
             yield self._q(sql.LOCK)
             parent = yield from self._resolve_parent(parent_id)
             inserted = yield Query(sql.APPEND, {**row, "parent": parent})
-            return (True, parent) if inserted else (False, None)
+            if not inserted:
+                return False, None
+            yield from _keep_statistics(1, inserted[0]["depth"])
+            return True, parent
 
         return await self._write(op())
 
@@ -415,9 +421,7 @@ class PostgresSessionProvider:
         parent_id = self._check_parent(parent_id)
         if not rows:
             return []
-        results = await self._write(self._chain(rows, parent_id))
-        await refresh_statistics(self._runner, sum(inserted for inserted, _ in results))
-        return results
+        return await self._write(self._chain(rows, parent_id))
 
     def _chain_row(self, index: int, message: Any) -> dict[str, Any]:
         if not isinstance(message, NewMessage):
@@ -452,6 +456,8 @@ class PostgresSessionProvider:
         if new:
             yield Many(sql.INSERT, new)
             yield self._q(sql.SET_ACTIVE_LEAF, leaf=new[-1]["id"])
+            depth = yield from self._one(sql.DEPTH, id=new[-1]["id"])
+            yield from _keep_statistics(len(new), depth)
         return results
 
     def _overlay_end(self, overlay_id: str, current: str | None) -> Operation[str | None]:
@@ -471,10 +477,18 @@ class PostgresSessionProvider:
         if lookup_key(message_id, "message_id") is None:
             return False
         row = self._row(message_id, role, content, text, tools, tokens)
+        size = utf8_size(row["content"], "content")
 
         def op() -> Operation[bool]:
             yield self._q(sql.LOCK)
-            return bool((yield Query(sql.UPDATE, row)))
+            own = yield self._q(sql.OWN, id=row["id"])
+            if not own:
+                return False
+            yield Query(sql.UPDATE, row)
+            moved = {"bytes": size - own[0]["bytes"], "tokens": row["tokens"] - own[0]["tokens"]}
+            if moved["bytes"] or moved["tokens"]:
+                yield self._q(sql.SHIFT_SUBTREE, id=row["id"], seq=own[0]["seq"], depth=0, **moved)
+            return True
 
         return await self._write(op())
 
@@ -495,11 +509,15 @@ class PostgresSessionProvider:
 
         def op() -> Operation[list[str]]:
             yield self._q(sql.LOCK)
-            deleted = []
+            deleted, moved = [], []
             for message_id in ids:
-                [row] = yield self._q(sql.DELETE, id=message_id)
-                if row["n"]:
-                    deleted.append(message_id)
+                if not (yield self._q(sql.OWN, id=message_id)):
+                    continue
+                moved.extend(row["id"] for row in (yield self._q(sql.DELETE, id=message_id)))
+                deleted.append(message_id)
+            # the re-attached subtrees get their places again, once (depths, totals, jumps)
+            gone = set(deleted)
+            yield from place_subtrees(self.session_id, [i for i in dict.fromkeys(moved) if i not in gone])
             if deleted and (yield from self._one(sql.ACTIVE_LEAF)) is None:
                 yield self._q(sql.DROP_ACTIVE_LEAF)
             return deleted
@@ -546,44 +564,31 @@ class PostgresSessionProvider:
         """Delete the session's value ``key`` (nothing when there is none)."""
         await self._write(self._rows(sql.DELETE_CONFIG, key=check_text(key, "key")))
 
-#: A write storing at least this many messages refreshes the table's planner statistics.
-ANALYZE_AFTER_ROWS = 1000
+#: Session depths from which a write checks the table's planner statistics (64, 128, 256, ...).
+CHECK_STATISTICS_FROM = 64
 
 
-async def refresh_statistics(runner: Any, inserted: int) -> None:
-    """``ANALYZE assistant_messages`` after a write that stored ``inserted`` >= :data:`ANALYZE_AFTER_ROWS` rows.
+def _keep_statistics(inserted: int, depth: int) -> Operation[None]:
+    """``ANALYZE assistant_messages`` when the statistics are far behind a session that grew.
 
-    Statistics taken while the table was (nearly) empty make every index
-    led by ``session_id`` look as good as the primary key, and the planner
-    may then walk a path by scanning the whole session at every step
-    (O(n^2): 9 s for a 10,000-message path instead of 40 ms). Autovacuum
-    refreshes them as a table grows gradually; a bulk write (an import, a
-    fork) is followed at once. ANALYZE samples a bounded number of rows
-    (~20 ms here).
+    Statistics taken while the table was (nearly) empty -- or none at all --
+    make every index led by ``session_id`` look as good as the primary key,
+    and the planner may then find each message by scanning its whole
+    session: a path walk becomes O(n^2) (9 s for a 10,000-message path
+    instead of 40 ms; 3 ms instead of 0.4 ms at 100). So a write whose
+    ``inserted`` rows brought the session past a power of two from
+    :data:`CHECK_STATISTICS_FROM` on (``depth`` is its last row's) reads the
+    table's row estimate -- one catalog row -- and, when it is under four
+    times that depth, analyzes the table in the same transaction (ANALYZE
+    counts the transaction's own rows; the new statistics appear with the
+    commit; it samples a bounded number of rows, ~20 ms here). Autovacuum
+    keeps them current otherwise.
     """
-    if inserted >= ANALYZE_AFTER_ROWS:
-
-        def op() -> Operation[None]:
-            yield Query(sql.ANALYZE)
-
-        await runner.run(op(), write=False)
-
-
-def _applied(
-    path: list[str], tokens: list[int], rows: Iterable[CompactionRow]
-) -> list[tuple[CompactionRow, int]]:
-    """The overlays applied on ``path`` (ids root first) and the tokens each hides (see ``path_tokens``)."""
-    position = {message_id: i for i, message_id in enumerate(path)}
-    chosen: dict[str, tuple[CompactionRow, int, int]] = {}
-    for row in reversed(list(rows)):  # newest first
-        start, end = position.get(row.from_message_id), position.get(row.to_message_id)
-        if start is None or end is None or end < start or row.from_message_id in chosen:
-            continue
-        chosen[row.from_message_id] = (row, start, end)
-    sums = [0, *accumulate(tokens)]
-    applied, reached = [], -1
-    for row, start, end in sorted(chosen.values(), key=lambda c: c[1]):
-        if start > reached:
-            applied.append((row, sums[end + 1] - sums[start]))
-            reached = end
-    return applied
+    if depth is None or depth < CHECK_STATISTICS_FROM:
+        return
+    crossed = 1 << (depth.bit_length() - 1)  # the power of two at or below depth
+    if crossed <= depth - inserted:
+        return
+    [row] = yield Query(sql.RELTUPLES)
+    if row["reltuples"] < 4 * depth:
+        yield Query(sql.ANALYZE)

@@ -33,7 +33,7 @@ from ..messages import NewMessage
 from ..registry import SESSION_COLUMNS
 from .connection import Operation, Query, runner_for
 from .message_sql import NOW_MS, _stamp
-from .messages import PostgresSessionProvider, refresh_statistics
+from .messages import PostgresSessionProvider
 from .search import match
 from .values import check_int, check_optional_text, check_text
 
@@ -187,9 +187,7 @@ class PostgresRegistry:
                 yield from store._chain(rows, None)
             return dict(row)
 
-        row = await self._runner.run(op(), write=True)
-        await refresh_statistics(self._runner, len(rows))
-        return row
+        return await self._runner.run(op(), write=True)
 
     async def touch_session(self, session_id: str) -> bool:
         """Set ``updated_at`` to now (and take the next ``updated_seq``); ``False`` if unknown."""

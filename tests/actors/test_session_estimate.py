@@ -35,13 +35,32 @@ async def assert_totals_match_history(session):
 
 
 async def assert_jumps_find_every_ancestor(session):
-    store = MessageStore(session.storage, session.session_id)
+    if kind_of(session.storage) == "sqlite":
+        store = MessageStore(session.storage, session.session_id)
+        climb = store.ancestor_at_depth
+    else:  # the same jump pointers, kept by storage/postgres/places.py
+        from storage.postgres.places import ancestor_at_depth
+
+        def climb(seq, depth):
+            import psycopg
+
+            conn = session.storage.conn
+            with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+                op, result = ancestor_at_depth(seq, depth), None
+                try:
+                    step = next(op)
+                    while True:
+                        cur.execute(step.sql, step.params)
+                        step = op.send(cur.fetchall())
+                except StopIteration as done:
+                    result = done.value
+            return result
     seq_of = seqs(session.storage, session.session_id)
     for mid, seq in seq_of.items():
         path = [row["id"] for row in await session.get_history_row_stats(mid)]
-        assert [store.ancestor_at_depth(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
-        assert store.ancestor_at_depth(seq, len(path) + 1) is None
-        assert store.ancestor_at_depth(seq, 0) is None
+        assert [climb(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
+        assert climb(seq, len(path) + 1) is None
+        assert climb(seq, 0) is None
 
 
 async def test_estimate_of_a_plain_chain_is_the_heuristic_plus_the_prompt(storage):
@@ -104,13 +123,12 @@ async def test_running_totals_and_jumps_stay_exact_through_random_edits_and_comp
     assert len(live) > 150
     assert len(await session.get_compactions()) > 60
     await assert_totals_match_history(session)
-    if kind_of(storage) == "sqlite":  # jump pointers are columns of the SQLite file
-        await assert_jumps_find_every_ancestor(session)
+    await assert_jumps_find_every_ancestor(session)
     history = await session.get_history()
     assert await session.estimate_tokens() == estimate_message_tokens(history)
 
 
-@pytest.mark.sqlite_only("jump pointers are columns of the SQLite file")
+@pytest.mark.sqlite_only("the climb is counted with SQLite SQL")
 async def test_a_long_chain_climbs_in_logarithmic_steps(storage):
     session = Session.create(storage)
     for i in range(1, 1025):

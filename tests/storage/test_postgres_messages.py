@@ -370,17 +370,19 @@ def _walk_plan(conn, leaf: str) -> str:
     return "\n".join(row[0] for row in conn.execute("EXPLAIN " + query))
 
 
-async def test_a_bulk_chain_refreshes_statistics_so_path_walks_use_the_primary_key(pg_conn, store):
+async def test_a_growing_session_refreshes_stale_statistics_so_path_walks_use_the_primary_key(pg_conn, store):
     # Statistics taken on a (nearly) empty table make every index led by session_id look as good
     # as the primary key: a path walk then scans the session at every step (O(n^2), seconds at 10k).
     scans = ("idx_assistant_msg_session", "idx_assistant_msg_created", "idx_assistant_msg_children")
-    await store.append_chain([new(f"x{i}") for i in range(3)], None)
-    await store.clear()
-    pg_conn.execute("ANALYZE assistant_messages")
-    await store.append_chain([new(f"m{i}") for i in range(999)], None)  # under the threshold: no ANALYZE
-    stale = _walk_plan(pg_conn, "m998")
-    assert "assistant_messages_pkey" not in stale and any(index in stale for index in scans)
-    await store.append_chain([new(f"n{i}") for i in range(1000)], LATEST_LEAF)  # a bulk write: ANALYZE follows
-    plan = _walk_plan(pg_conn, "n999")
-    assert "assistant_messages_pkey" in plan and not any(index in plan for index in scans)
-    assert len(await store.path_ids("n999")) == 1999
+    pg_conn.execute("ANALYZE assistant_messages")  # of an empty table
+    pg_conn.execute(  # 255 messages written behind the provider's back: no statistics follow
+        "INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes, path_tokens) "
+        "SELECT 's', 'r' || i, CASE WHEN i = 1 THEN NULL ELSE 'r' || (i - 1) END, 'user', '{}', i, 2 * i, 0 "
+        "FROM generate_series(1, 255) AS i")
+    stale = _walk_plan(pg_conn, "r255")
+    assert "assistant_messages_pkey" not in stale  # each step scans: the table, or a whole session
+    await add(store, "m256", "r255")  # the session reaches depth 256: the statistics are checked, then refreshed
+    plan = _walk_plan(pg_conn, "m256")
+    assert "assistant_messages_pkey" in plan and "Seq Scan" not in plan and not any(i in plan for i in scans)
+    assert len(await store.path_ids("m256")) == 256
+    assert pg_conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'assistant_messages'").fetchone()[0] == 256
