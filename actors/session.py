@@ -38,10 +38,21 @@ overlay's ``createdAt`` is the time the compaction was *stored* (the
 original uses the time of the read): a deliberate choice so two reads of the
 same history are identical.
 
-Concurrency. Data methods are ``async`` for a uniform API, but their storage
-work is synchronous and each write is one transaction with no ``await``
-inside: calls from different trio tasks never interleave mid-write, and
-concurrent appends land in the order they arrive.
+Concurrency. Data methods are ``async``. On a SQLite file the storage
+work is synchronous (the store is awaited through
+:class:`~actors.session_store.SyncStore`, which never suspends) and each
+write is one transaction with no ``await`` inside: calls from different
+trio tasks never interleave mid-write, and concurrent appends land in the
+order they arrive. On Postgres each store call is one transaction of its
+own on a worker thread, and the calls of one store run in the order they
+were made; other tasks may run between two of a call's store calls (the
+host's Postgres actor holds its input gate for whole calls).
+
+Storage. ``Session.create`` takes a :class:`~storage.SqlStorage`, a
+:class:`~storage.postgres.PostgresStorage` (everything auto-wired into
+Postgres rows as into the file), an Agent whose ``storage`` is one of them,
+or the spec's session provider (``PostgresSessionProvider``: no
+auto-wiring), see :meth:`Session.create`.
 
 Every write passes through :meth:`Session._prepare_message` (validation,
 the :meth:`~Session._before_store` hook, then the row-size limit: a message
