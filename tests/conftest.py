@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, claude_code_log_files, missing_reason, shared_data_dir
-
 # Storage on SQLite or on Postgres for the behaviour suite (tests/support/backends.py).
 from tests.support.backends import parametrize_storages, pg_shared_db, pg_storage  # noqa: F401
+from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, claude_code_log_files, missing_reason, shared_data_dir
 
 # The throwaway Postgres server and its per-test databases (tests/support/postgres.py).
 from tests.support.postgres import pg_conn, pg_dsn, pg_empty_dsn, pg_server  # noqa: F401

@@ -52,9 +52,8 @@ async def test_create_accepts_storage_or_an_object_with_storage(storage, recordi
 
 
 def test_create_refuses_a_target_without_storage():
-    expected = (
-        r"SessionManager.create\(\) needs a SqlStorage or a PostgresStorage, or an object whose .storage is one, not int"
-    )
+    expected = (r"SessionManager.create\(\) needs a SqlStorage or a PostgresStorage, "
+                r"or an object whose .storage is one, not int")
     with pytest.raises(TypeError, match=expected):
         SessionManager.create(3)
 
