@@ -169,6 +169,16 @@ def render_prompt(blocks: list[ContextBlock]) -> str:
 # -- the built-in SQLite providers ----------------------------------------------------------
 
 
+def _sqlite(storage: Any, name: str) -> SqlStorage:
+    """``storage`` if it is a :class:`SqlStorage`, else TypeError naming the Postgres twin to use."""
+    if not isinstance(storage, SqlStorage):
+        raise TypeError(
+            f"{name} needs a SqlStorage, not {type(storage).__name__} "
+            "(on Postgres: PostgresContextProvider / PostgresSearchProvider, or row_provider / search_provider_for)"
+        )
+    return storage
+
+
 class AgentContextProvider:
     """A writable block stored as one ``cf_agents_context_blocks`` row.
 
@@ -179,7 +189,7 @@ class AgentContextProvider:
     """
 
     def __init__(self, storage: SqlStorage, key: str | None = None) -> None:
-        self.storage = storage
+        self.storage = _sqlite(storage, "AgentContextProvider")
         self.key = key or ""
 
     def init(self, label: str) -> None:
@@ -203,7 +213,7 @@ class AgentSearchProvider:
     """
 
     def __init__(self, storage: SqlStorage) -> None:
-        self.storage = storage
+        self.storage = _sqlite(storage, "AgentSearchProvider")
         self.label = ""
 
     def init(self, label: str) -> None:
@@ -226,6 +236,19 @@ class AgentSearchProvider:
     async def set(self, key: str, content: str) -> None:
         """Insert or replace entry ``key`` and its index rows, atomically."""
         sql.upsert_search_entry(self.storage, self.label, key, content)
+
+
+def row_provider(storage: Any, key: str) -> Any:
+    """The writable block row ``key`` of ``storage``: an :class:`AgentContextProvider` on a
+    :class:`~storage.SqlStorage`, ``storage.block(key)`` on a :class:`~storage.postgres.PostgresStorage`."""
+    return AgentContextProvider(storage, key) if isinstance(storage, SqlStorage) else storage.block(key)
+
+
+def search_provider_for(storage: Any) -> Any:
+    """A searchable block over ``storage``'s entries: an :class:`AgentSearchProvider` on a
+    :class:`~storage.SqlStorage`, ``storage.search()`` on a :class:`~storage.postgres.PostgresStorage`
+    (a :class:`~actors.session_spec.PerSession` maker)."""
+    return AgentSearchProvider(storage) if isinstance(storage, SqlStorage) else storage.search()
 
 
 # -- writes seen by every engine ------------------------------------------------------------------
@@ -304,14 +327,21 @@ class ContextBlocks:
             auto-wired to :class:`AgentContextProvider` rows
             (``<label>_<session_id>``, or ``<label>`` without a session id),
             the cached prompt to ``_system_prompt[_<session_id>]``, and the
-            loaded-skill set to an ``assistant_config`` row. ``None``: blocks
-            without a provider are empty and read-only, nothing is persisted.
+            loaded-skill set to an ``assistant_config`` row. A
+            :class:`~storage.postgres.PostgresStorage` wires the same rows in
+            Postgres (``storage.block(key)``). ``None``: blocks without a
+            provider are empty and read-only, nothing is persisted.
         host: the session's history (:class:`~actors.skills.SkillHost`), used
             to rewrite unloaded skills and for the one-time restore scan.
         session_id: namespace of auto-wired rows (``""`` for none).
         spec: the declared blocks and prompt store (default: none); a
             :class:`~actors.session_spec.PerSession` provider is made here,
             from ``storage``, on first use.
+        state: where the loaded-skill set is kept when ``storage`` is not a
+            SQLite file: an object with ``async get_config(key)`` /
+            ``set_config(key, value)`` / ``delete_config(key)`` scoped to this
+            session (a :class:`~storage.postgres.PostgresSessionProvider`),
+            or ``None`` (kept in memory, rebuilt by a history scan on wake).
 
     Raises:
         InvalidInputError: ``spec`` keeps the prompt in the default row and
@@ -333,8 +363,10 @@ class ContextBlocks:
         host: SkillHost | None = None,
         session_id: str = "",
         spec: ContextSpec | None = None,
+        state: Any = None,
     ) -> None:
         self._storage = storage
+        self._state = state
         self._host = host
         self._session_id = session_id
         self._spec = ContextSpec()
@@ -363,6 +395,16 @@ class ContextBlocks:
         if spec.cached_prompt and spec.prompt_store is None and self._storage is None:
             raise InvalidInputError(f"{method}() needs a provider when there is no storage", field="provider")
         self._spec = spec
+        return self
+
+    def with_state(self, state: Any) -> ContextBlocks:
+        """Keep the loaded-skill set in ``state`` (see the ``state`` argument). Returns ``self``.
+
+        Raises:
+            ConflictError: the engine is in use.
+        """
+        self._check_unresolved("with_state")
+        self._state = state
         return self
 
     def for_session(self, session_id: str) -> ContextBlocks:
@@ -414,7 +456,7 @@ class ContextBlocks:
         if config.provider is None and self._storage is not None:
             key = self._auto_key(config.label)
             self._auto_keys.append(key)
-            return replace(config, provider=AgentContextProvider(self._storage, key))
+            return replace(config, provider=row_provider(self._storage, key))
         return config
 
     def _resolve(self) -> list[BlockSpec]:
@@ -423,8 +465,9 @@ class ContextBlocks:
             if self._spec.prompt_store is not None:
                 self._prompt_store = self._spec.prompt_store
             elif self._spec.cached_prompt:
-                self._prompt_store = AgentContextProvider(self._storage, self._default_prompt_key())
-            self._skills = SkillTracker(self._storage, self._session_id, self._host)
+                self._prompt_store = row_provider(self._storage, self._default_prompt_key())
+            state = self._storage if isinstance(self._storage, SqlStorage) else self._state
+            self._skills = SkillTracker(state, self._session_id, self._host)
         return self._configs
 
     def _default_prompt_key(self) -> str:
@@ -654,7 +697,7 @@ class ContextBlocks:
         if self._blocks is not None:
             self._blocks.pop(label, None)
             self._writes_seen = self._writes_signature()
-        tracker.drop_label(label)
+        await tracker.drop_label(label)
         return True
 
     # -- the system prompt ------------------------------------------------------------------------
@@ -729,7 +772,7 @@ class ContextBlocks:
                 f'skill provider of "{label}" returned {type(content).__name__} from load(), not str or None'
             )
         if content is not None:
-            (await self._tracker()).add(f"{label}:{key}")
+            await (await self._tracker()).add(f"{label}:{key}")
         return content
 
     async def unload_skill(self, label: str, key: str) -> bool:
@@ -751,7 +794,7 @@ class ContextBlocks:
     async def clear_loaded_skills(self) -> None:
         """Forget every loaded skill (persisted), without touching history."""
         self._resolve()
-        self._skills.clear()
+        await self._skills.clear()
 
     # -- host notifications ----------------------------------------------------------------------------
 
@@ -777,11 +820,15 @@ class ContextBlocks:
         row and its loaded-skill row (for a session being deleted). Shared
         search entries and explicit providers are left alone."""
         self._resolve()
-        if self._storage is None:
-            return
         keys = list(self._auto_keys)
         if self._spec.cached_prompt and self._spec.prompt_store is None:
             keys.append(self._prompt_store.key)
-        with self._storage.transaction():
-            sql.delete_blocks(self._storage, keys)
-            sql.delete_config(self._storage, self._session_id, SkillTracker.CONFIG_KEY)
+        if isinstance(self._storage, SqlStorage):
+            with self._storage.transaction():
+                sql.delete_blocks(self._storage, keys)
+                sql.delete_config(self._storage, self._session_id, SkillTracker.CONFIG_KEY)
+            return
+        if self._storage is not None:
+            await self._storage.delete_blocks(keys)
+        if self._state is not None:
+            await self._state.delete_config(SkillTracker.CONFIG_KEY)

@@ -2,7 +2,9 @@
 
 A manager keeps a registry row per session (``assistant_sessions``, see
 :mod:`storage.registry`) and hands out one cached :class:`~actors.session.Session`
-per session id. The builders declare one frozen
+per session id. It runs on an actor's SQLite file or, the same way, on a
+:class:`~storage.postgres.PostgresStorage` (registry, messages, block rows
+and search entries in Postgres; :mod:`actors.manager_registry`). The builders declare one frozen
 :class:`~actors.session_spec.SessionSpec` (:attr:`SessionManager.spec`:
 context blocks, the cached prompt, compaction) and every session the
 manager opens is built from that value: blocks without a provider are
@@ -55,15 +57,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from storage import SqlStorage, registry
 from storage.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from storage.fts import parse_query
 from storage.messages import to_iso8601
 
 from .context import mark_block_source_changed
+from .manager_registry import Registry, registry_for
 from .session import LATEST_LEAF, Session, target_parts
 from .session_messages import search_limit
-from .session_spec import SessionSpec
+from .session_spec import SessionSpec, check_text
 from .tools import Tool
 
 __all__ = [
@@ -104,7 +106,7 @@ class _HistorySearchProvider:
 
     async def get(self) -> str | None:
         """``"<n> sessions available for search."`` (``session`` for 1), ``None`` with no sessions."""
-        count = registry.count_sessions(self._manager.storage)
+        count = await self._manager.registry.count_sessions()
         if not count:
             return None
         return f"{count} session{'' if count == 1 else 's'} available for search."
@@ -134,7 +136,7 @@ class _ClassOrInstanceMethod:
 
 
 class SessionManager:
-    """A registry of named sessions sharing one actor's SQLite file.
+    """A registry of named sessions sharing one actor's SQLite file (or one Postgres database).
 
     Build with :meth:`create` and the chainable builders; builders touch no
     SQL and must all come before the first session is opened (after that
@@ -147,8 +149,9 @@ class SessionManager:
     ``updated_at`` are UTC ``YYYY-MM-DD HH:MM:SS.SSS``.
     """
 
-    def __init__(self, storage: SqlStorage, *, target: Any = None) -> None:
+    def __init__(self, storage: Any, *, target: Any = None) -> None:
         self._storage = storage
+        self._registry = registry_for(storage)
         self._target = storage if target is None else target
         self._history_provider = _HistorySearchProvider(self)
         self._spec = SessionSpec()
@@ -159,20 +162,26 @@ class SessionManager:
         """``SessionManager.create(target)``: a manager on ``target``'s storage.
 
         Args:
-            target: a :class:`storage.SqlStorage`, or an object (an Agent)
+            target: a :class:`storage.SqlStorage` or a
+                :class:`storage.PostgresStorage`, or an object (an Agent)
                 whose ``.storage`` is one. A callable ``target.broadcast``
                 becomes every session's broadcaster, as with :meth:`Session.create`.
 
         Raises:
-            TypeError: no :class:`SqlStorage` can be found on ``target``.
+            TypeError: no such storage can be found on ``target``.
         """
         storage, _ = target_parts(target, "SessionManager.create()")
         return cls(storage, target=target)
 
     @property
-    def storage(self) -> SqlStorage:
-        """The :class:`SqlStorage` holding every managed session."""
+    def storage(self) -> Any:
+        """The :class:`SqlStorage` (or :class:`~storage.postgres.PostgresStorage`) holding every managed session."""
         return self._storage
+
+    @property
+    def registry(self) -> Registry:
+        """The registry rows this manager keeps (:mod:`actors.manager_registry`)."""
+        return self._registry
 
     @property
     def spec(self) -> SessionSpec:
@@ -283,13 +292,13 @@ class SessionManager:
             self._sessions[session_id] = session
         return session
 
-    def _touch(self, session_id: str) -> None:
+    async def _touch(self, session_id: str) -> None:
         """A managed session's stored history changed: touch its row's ``updated_at``."""
-        registry.touch_session(self._storage, session_id)
+        await self._registry.touch_session(session_id)
 
-    def _require(self, session_id: Any) -> str:
+    async def _require(self, session_id: Any) -> str:
         session_id = _check_text(session_id, "session_id")
-        if not registry.session_exists(self._storage, session_id):
+        if not await self._registry.session_exists(session_id):
             self._sessions.pop(session_id, None)
             raise NotFoundError(f"session {session_id!r} not found", kind="session", key=session_id)
         return session_id
@@ -302,7 +311,7 @@ class SessionManager:
             NotFoundError: ``session_id`` is not registered.
             InvalidInputError: ``session_id`` is not a string.
         """
-        return self._open(self._require(session_id))
+        return self._open(await self._require(session_id))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -331,7 +340,7 @@ class SessionManager:
             "model": _check_optional_text(model, "model"),
             "source": _check_optional_text(source, "source"),
         }
-        row = registry.insert_session(self._storage, str(uuid.uuid4()), name, **options)
+        row = await self._registry.insert_session(str(uuid.uuid4()), name, **options)
         self._session_count_changed()
         return row
 
@@ -342,12 +351,12 @@ class SessionManager:
 
     async def get(self, session_id: str) -> Row | None:
         """The row of ``session_id``, or ``None`` when it is not registered."""
-        return registry.get_session(self._storage, _check_text(session_id, "session_id"))
+        return await self._registry.get_session(_check_text(session_id, "session_id"))
 
     async def list(self) -> list[Row]:
         """Every row, most recently updated first; within one millisecond the
         later write first (creation counts as a write)."""
-        return registry.list_sessions(self._storage)
+        return await self._registry.list_sessions()
 
     async def rename(self, session_id: str, name: str) -> Row:
         """Set the name (touches ``updated_at``); returns the new row.
@@ -357,7 +366,7 @@ class SessionManager:
             InvalidInputError: ``name`` is not a string.
         """
         name = _check_text(name, "name")
-        return self._found(registry.rename_session(self._storage, self._require(session_id), name), session_id)
+        return self._found(await self._registry.rename_session(await self._require(session_id), name), session_id)
 
     async def delete(self, session_id: str) -> None:
         """Delete the session and every row it owns, in one transaction.
@@ -380,12 +389,12 @@ class SessionManager:
             Exception: with a broadcaster, whatever a block provider raises
                 during the refresh; nothing was deleted.
         """
-        session_id = self._require(session_id)
+        session_id = await self._require(session_id)
         session = self._open(session_id)
         if session.broadcaster is not None:
             await session.refresh_system_prompt()
         self._sessions.pop(session_id, None)
-        registry.delete_session(self._storage, session_id)
+        await self._registry.delete_session(session_id)
         self._session_count_changed()
         await session.broadcast_status()
 
@@ -498,16 +507,14 @@ class SessionManager:
         text = SPLIT_PREFIX + summary
         message = {"id": str(uuid.uuid4()), "role": "assistant", "parts": [{"type": "text", "text": text}]}
         new_id = str(uuid.uuid4())
-        with self._storage.transaction():
-            registry.end_session(self._storage, old["id"], END_REASON_COMPACTION)
-            registry.insert_session(
-                self._storage, new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"]
-            )
-            session = self._open(new_id)
-            session.seed_messages([message])
+        rows = self._open(new_id).prepared_rows([message])
+        row = await self._registry.insert_session(
+            new_id, name, parent_session_id=old["id"], model=old["model"], source=old["source"],
+            messages=rows, end=(old["id"], END_REASON_COMPACTION),
+        )
         self._session_count_changed()
-        await session.broadcast_status(then_compact=True)
-        return registry.get_session(self._storage, new_id)
+        await self._open(new_id).broadcast_status(then_compact=True)
+        return row
 
     async def fork(self, session_id: str, at_message_id: str, name: str) -> Row:
         """A new session holding the history root -> ``at_message_id`` of ``session_id``.
@@ -540,13 +547,11 @@ class SessionManager:
             raise MessageNotFoundError(at_message_id)
         copies = [{**message, "id": str(uuid.uuid4())} for message in await source.get_history(at_message_id)]
         new_id = str(uuid.uuid4())
-        with self._storage.transaction():
-            registry.insert_session(self._storage, new_id, name, parent_session_id=source.session_id)
-            fork = self._open(new_id)
-            fork.seed_messages(copies)
+        rows = self._open(new_id).prepared_rows(copies)
+        row = await self._registry.insert_session(new_id, name, parent_session_id=source.session_id, messages=rows)
         self._session_count_changed()
-        await fork.broadcast_status(then_compact=True)
-        return registry.get_session(self._storage, new_id)
+        await self._open(new_id).broadcast_status(then_compact=True)
+        return row
 
     # -- usage ------------------------------------------------------------------------------------
 
@@ -565,10 +570,10 @@ class SessionManager:
                 raise InvalidInputError(f"{field} must be an int >= 0, not {value!r}", field=field)
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not (math.isfinite(cost) and cost >= 0):
             raise InvalidInputError(f"cost must be a finite number >= 0, not {cost!r}", field="cost")
-        with self._storage.transaction():
-            current = self._found(registry.get_session(self._storage, self._require(session_id)), session_id)
-            _check_usage_sums(current, input_tokens, output_tokens, cost)
-            row = registry.add_usage(self._storage, session_id, input_tokens, output_tokens, cost)
+        row = await self._registry.add_usage(
+            await self._require(session_id), input_tokens, output_tokens, cost,
+            check=lambda current: _check_usage_sums(current, input_tokens, output_tokens, cost),
+        )
         return self._found(row, session_id)
 
     # -- search and tools ----------------------------------------------------------------------------
@@ -603,7 +608,7 @@ class SessionManager:
                 "createdAt": to_iso8601(hit["created_at"]),
                 "sessionId": hit["session_id"],
             }
-            for hit in registry.search_messages(self._storage, parsed, limit)
+            for hit in await self._registry.search_messages(parsed, limit)
         ]
 
     def tools(self) -> dict[str, Tool]:
@@ -624,7 +629,7 @@ class SessionManager:
     # -- helpers ------------------------------------------------------------------------------------
 
     async def _get_row(self, session_id: Any) -> Row:
-        row = registry.get_session(self._storage, _check_text(session_id, "session_id"))
+        row = await self._registry.get_session(_check_text(session_id, "session_id"))
         return self._found(row, session_id)
 
     def _session_count_changed(self) -> None:
@@ -654,9 +659,8 @@ def _check_usage_sums(row: Row, input_tokens: int, output_tokens: int, cost: flo
 
 
 def _check_text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}", field=name)
-    return value
+    """``value`` if it is a ``str`` without lone surrogates (any store can hold it), else InvalidInputError."""
+    return check_text(value, name)
 
 
 def _check_optional_text(value: Any, name: str) -> str | None:

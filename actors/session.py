@@ -38,10 +38,21 @@ overlay's ``createdAt`` is the time the compaction was *stored* (the
 original uses the time of the read): a deliberate choice so two reads of the
 same history are identical.
 
-Concurrency. Data methods are ``async`` for a uniform API, but their storage
-work is synchronous and each write is one transaction with no ``await``
-inside: calls from different trio tasks never interleave mid-write, and
-concurrent appends land in the order they arrive.
+Concurrency. Data methods are ``async``. On a SQLite file the storage
+work is synchronous (the store is awaited through
+:class:`~actors.session_store.SyncStore`, which never suspends) and each
+write is one transaction with no ``await`` inside: calls from different
+trio tasks never interleave mid-write, and concurrent appends land in the
+order they arrive. On Postgres each store call is one transaction of its
+own on a worker thread, and the calls of one store run in the order they
+were made; other tasks may run between two of a call's store calls (the
+host's Postgres actor holds its input gate for whole calls).
+
+Storage. ``Session.create`` takes a :class:`~storage.SqlStorage`, a
+:class:`~storage.postgres.PostgresStorage` (everything auto-wired into
+Postgres rows as into the file), an Agent whose ``storage`` is one of them,
+or the spec's session provider (``PostgresSessionProvider``: no
+auto-wiring), see :meth:`Session.create`.
 
 Every write passes through :meth:`Session._prepare_message` (validation,
 the :meth:`~Session._before_store` hook, then the row-size limit: a message
@@ -71,8 +82,9 @@ parts, ``""`` for a message found through its tool calls alone.
 
 from __future__ import annotations
 
+import inspect
 import uuid
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -98,8 +110,16 @@ from .session_messages import (
     tool_search_text,
     utf8_length,
 )
-from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit
-from .session_store import HistoryStore, compaction_records, path_messages, read_history
+from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler, SessionSpec, check_row_limit, check_text
+from .session_store import (
+    AsyncHistoryStore,
+    HistoryStore,
+    as_async_store,
+    compaction_records,
+    path_messages,
+    read_history,
+    sync_store,
+)
 from .skills import skill_events
 from .tokens import estimate_message_tokens
 from .tools import Tool
@@ -161,7 +181,10 @@ class Session:
 
     Args:
         storage: the actor's :class:`~storage.SqlStorage` (context-block rows,
-            the cached prompt, the loaded-skill state and, by default, the messages).
+            the cached prompt, the loaded-skill state and, by default, the
+            messages), or a :class:`~storage.postgres.PostgresStorage` holding
+            the same rows in Postgres, or ``None`` (then ``store_for`` is
+            required; blocks without a provider are read-only and empty).
         spec: the declared configuration (default: none declared).
         session_id: the id rows are stored under (see :meth:`for_session`).
         broadcaster: see :attr:`broadcaster`.
@@ -171,11 +194,16 @@ class Session:
             a stored compaction -- before the write's other effects (a
             :class:`~actors.manager.SessionManager` touches ``updated_at`` with it).
         store_for: ``store_for(session_id)`` -> the message store of that
-            session (:class:`~actors.session_store.HistoryStore`); default
-            :class:`storage.messages.MessageStore` on ``storage``.
+            session (:class:`~actors.session_store.HistoryStore`, synchronous
+            or ``async``); default :class:`storage.messages.MessageStore` on a
+            ``SqlStorage``, ``storage.messages(session_id)`` on a
+            ``PostgresStorage``. A store with ``get_config`` / ``set_config``
+            (a :class:`~storage.postgres.PostgresSessionProvider`) also keeps
+            the loaded-skill set when ``storage`` is not a SQLite file.
 
     Raises:
         InvalidInputError: ``session_id`` is not a string.
+        TypeError: neither ``storage`` nor ``store_for`` gives a message store.
     """
 
     #: Default parent of :meth:`append_message`: the latest leaf.
@@ -189,13 +217,13 @@ class Session:
         session_id: str = "",
         broadcaster: Callable[[str], Any] | None = None,
         on_history_changed: Callable[[str], object] | None = None,
-        store_for: Callable[[str], HistoryStore] | None = None,
+        store_for: Callable[[str], HistoryStore | AsyncHistoryStore] | None = None,
     ) -> None:
         spec = _DEFAULT_SPEC if spec is None else spec
         self._storage = storage
-        self._session_id = _check_str(session_id, "session_id")
+        self._session_id = _check_id(session_id, "session_id")
         self._on_history_changed = on_history_changed
-        self._store_for = partial(MessageStore, storage) if store_for is None else store_for
+        self._store_for = _default_store_for(storage) if store_for is None else store_for
         self._row_max_bytes = spec.row_max_bytes
         self._channel = BroadcastChannel(broadcaster, self._session_id)
         self._context = ContextBlocks(storage, host=self, session_id=self._session_id, spec=spec.context)
@@ -203,7 +231,8 @@ class Session:
 
     def _bind(self, compaction: CompactionSpec) -> None:
         """Open the message store of :attr:`session_id` and the compaction part over it."""
-        self._messages = self._store_for(self._session_id)
+        self._messages = as_async_store(self._store_for(self._session_id))
+        self._context.with_state(self._messages if callable(getattr(self._messages, "get_config", None)) else None)
         self._channel.session_id = self._session_id
         self._compaction = SessionCompaction(
             self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
@@ -212,20 +241,38 @@ class Session:
     # -- builders ------------------------------------------------------------
 
     @classmethod
-    def create(cls, target: Any, *, spec: SessionSpec | None = None) -> Session:
+    def create(
+        cls, target: Any, *, spec: SessionSpec | None = None, broadcaster: Callable[[str], Any] | None = None
+    ) -> Session:
         """A Session on ``target``'s storage, for session id ``''``.
 
         Args:
-            target: a :class:`storage.SqlStorage`, or an object (an Agent)
-                whose ``.storage`` is one. If ``target.broadcast`` is
-                callable it becomes :attr:`broadcaster`.
+            target: a :class:`storage.SqlStorage` or a
+                :class:`storage.PostgresStorage` (everything auto-wired into
+                it), or an object (an Agent) whose ``.storage`` is one -- if
+                ``target.broadcast`` is callable it becomes :attr:`broadcaster`;
+                or a session provider: an object with the ``async``
+                :class:`~actors.session_store.HistoryStore` methods, such as
+                ``PostgresSessionProvider(conn, session_id)`` (the spec's
+                ``Session.create(new PostgresSessionProvider(client, id))``).
+                A provider gives the session its ``session_id`` and skips all
+                auto-wiring, as the spec says: blocks without a provider are
+                read-only and empty, ``with_cached_prompt()`` needs a provider,
+                and there is no broadcaster unless ``broadcaster`` is given.
+                It keeps the loaded-skill set when it has ``get_config`` /
+                ``set_config``; :meth:`for_session` needs its ``for_session``.
             spec: the configuration to start from (default: none declared).
+            broadcaster: replaces ``target.broadcast`` (see :attr:`broadcaster`).
 
         Raises:
-            TypeError: no :class:`SqlStorage` can be found on ``target``.
+            TypeError: ``target`` is none of these.
         """
-        storage, broadcaster = target_parts(target, "Session.create()")
-        return cls(storage, spec=spec, broadcaster=broadcaster)
+        if is_session_provider(target):
+            session_id = getattr(target, "session_id", "")
+            return cls(None, spec=spec, session_id=session_id, broadcaster=broadcaster,
+                       store_for=partial(_provider_for, target))
+        storage, own = target_parts(target, "Session.create()")
+        return cls(storage, spec=spec, broadcaster=own if broadcaster is None else broadcaster)
 
     def for_session(self, session_id: str) -> Session:
         """Scope this Session to ``session_id`` (many sessions can share one file); returns ``self``.
@@ -238,7 +285,7 @@ class Session:
             InvalidInputError: ``session_id`` is not a string.
             ConflictError: the context blocks were already used.
         """
-        _check_str(session_id, "session_id")
+        _check_id(session_id, "session_id")
         self._context.for_session(session_id)
         self._session_id = session_id
         self._bind(self._compaction.spec)
@@ -372,8 +419,9 @@ class Session:
         return self._channel.broadcast_id
 
     @property
-    def storage(self) -> SqlStorage:
-        """The :class:`SqlStorage` holding this session."""
+    def storage(self) -> Any:
+        """The :class:`SqlStorage` (or :class:`~storage.postgres.PostgresStorage`) holding this
+        session; ``None`` for a session made from a provider."""
         return self._storage
 
     @property
@@ -415,13 +463,13 @@ class Session:
             InvalidInputError: ``parent_id`` is not a string or ``None``.
         """
         if parent_id is not LATEST_LEAF and parent_id is not None:
-            _check_str(parent_id, "parent_id")
+            _check_id(parent_id, "parent_id")
         prepared = self._prepare_message(message)
         if prepared.message["id"].startswith(COMPACTION_PREFIX):
             inserted, parent = False, None
         else:
             m = prepared.message
-            inserted, parent = self._messages.append(
+            inserted, parent = await self._messages.append(
                 m["id"], m["role"], prepared.content, prepared.text, parent_id,
                 tokens=prepared.tokens, tools=prepared.tools,
             )
@@ -463,7 +511,7 @@ class Session:
             apsw.Error: SQLite failed; the whole batch was rolled back.
         """
         if parent_id is not LATEST_LEAF and parent_id is not None:
-            _check_str(parent_id, "parent_id")
+            _check_id(parent_id, "parent_id")
         batch = self._prepare_batch(messages)
         if not batch:
             return []
@@ -471,7 +519,7 @@ class Session:
             # Restore the loaded set against the history *before* the batch, so each
             # message's loads and unloads then apply exactly once, in order.
             await self._context.get_loaded_skill_keys()
-        outcomes = self._messages.append_chain([p.row() for p in batch], parent_id)
+        outcomes = await self._messages.append_chain([p.row() for p in batch], parent_id)
         stored = tuple(p.message for p, (inserted, _) in zip(batch, outcomes) if inserted)
         await self._committed(MessagesChange("append_batch", inserted=bool(stored), messages=stored))
         return [inserted for inserted, _ in outcomes]
@@ -479,11 +527,12 @@ class Session:
     def seed_messages(self, messages: Iterable[Message]) -> list[bool]:
         """Fill an empty session with ``messages``, chained from a new root, without after-write effects.
 
-        Synchronous, so a caller can write it inside its own transaction
-        together with other rows (:class:`~actors.manager.SessionManager`
-        registers a fork and stores its history in one transaction). The
-        messages go through the same validation, row-size limit and chain
-        rules as :meth:`append_messages`, but nothing follows the write: no
+        Synchronous, so a caller can write it inside its own SQLite
+        transaction together with other rows; only a session on a
+        synchronous store (SQLite) has it -- elsewhere store
+        :meth:`prepared_rows` in the caller's own transaction. The messages
+        go through the same validation, row-size limit and chain rules as
+        :meth:`append_messages`, but nothing follows the write: no
         broadcast, no auto-compaction, no skill notes (a session's loaded
         skills are restored from its history on first use). Use
         :meth:`append_messages` for anything else.
@@ -494,11 +543,28 @@ class Session:
         Raises:
             ConflictError: the session already holds messages.
             InvalidMessageError, InvalidInputError: as :meth:`append_messages`.
+            TypeError: the session's store is ``async`` (Postgres).
         """
-        batch = self._prepare_batch(messages)
-        if self._messages.latest_leaf() is not None:
+        store = sync_store(self._messages)
+        if store is None:
+            raise TypeError("seed_messages() needs a synchronous (SQLite) store; use prepared_rows() elsewhere")
+        rows = self.prepared_rows(messages)
+        if store.latest_leaf() is not None:
             raise ConflictError(f"session {self._session_id!r} already holds messages; only an empty one is seeded")
-        return [inserted for inserted, _ in self._messages.append_chain([p.row() for p in batch], None)]
+        return [inserted for inserted, _ in store.append_chain(rows, None)]
+
+    def prepared_rows(self, messages: Iterable[Message]) -> list[NewMessage]:
+        """``messages`` as the rows this session would store for them, nothing written.
+
+        Each is validated and prepared as :meth:`append_messages` prepares
+        it (the :meth:`_before_store` hook, the row-size limit, the text and
+        tool calls it is searched by, its token estimate), so a caller can
+        store them in a transaction of its own (``append_chain``).
+
+        Raises:
+            InvalidMessageError, InvalidInputError: as :meth:`append_messages`.
+        """
+        return [p.row() for p in self._prepare_batch(messages)]
 
     async def update_message(self, message: Message) -> None:
         """Replace the stored message with ``message["id"]``; its place in the tree is kept.
@@ -512,7 +578,7 @@ class Session:
         """
         prepared = self._prepare_message(message)
         m = prepared.message
-        stored = self._messages.update(
+        stored = await self._messages.update(
             m["id"], m["role"], prepared.content, prepared.text, tokens=prepared.tokens, tools=prepared.tools
         )
         if not stored:
@@ -529,8 +595,8 @@ class Session:
         """
         if isinstance(message_ids, (str, bytes)) or not isinstance(message_ids, Iterable):
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
-        ids = [_check_str(i, "message_ids") for i in message_ids]
-        deleted = self._messages.delete(ids)
+        ids = [_check_id(i, "message_ids") for i in message_ids]
+        deleted = await self._messages.delete(ids)
         await self._committed(MessagesChange("delete", message_ids=tuple(deleted)))
         return len(deleted)
 
@@ -540,7 +606,7 @@ class Session:
         The loaded-skill set is emptied and the system prompt refreshed (docs/behaviours.md §2);
         block contents are kept.
         """
-        self._messages.clear()
+        await self._messages.clear()
         await self._committed(MessagesChange("clear"))
 
     async def broadcast_status(self, *, then_compact: bool = False) -> None:
@@ -595,12 +661,14 @@ class Session:
     async def _committed(self, change: MessagesChange) -> None:
         """After a committed write: the "history changed" notice (when it changed), then :meth:`_after_write`."""
         if _changes_history(change):
-            self._history_changed()
+            await self._history_changed()
         await self._after_write(change)
 
-    def _history_changed(self) -> None:
+    async def _history_changed(self) -> None:
         if self._on_history_changed is not None:
-            self._on_history_changed(self._session_id)
+            result = self._on_history_changed(self._session_id)
+            if inspect.isawaitable(result):
+                await result
 
     async def _after_write(self, change: MessagesChange) -> None:
         """Run after every committed write (append, also when nothing was inserted;
@@ -624,12 +692,12 @@ class Session:
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None`` (overlay ids are never stored)."""
-        content = self._messages.get(_check_str(message_id, "message_id"))
+        content = await self._messages.get(_check_id(message_id, "message_id"))
         return None if content is None else parse(content)
 
     async def get_latest_leaf(self) -> Message | None:
         """The latest leaf message (see the module docstring), or ``None`` in an empty session."""
-        leaf = self._messages.latest_leaf()
+        leaf = await self._messages.latest_leaf()
         return None if leaf is None else await self.get_message(leaf)
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
@@ -638,7 +706,7 @@ class Session:
         The whole path, however long (docs/deviations.md #18). An unknown ``leaf_id``
         gives ``[]``; a ``leaf_id`` with children gives the path to it.
         """
-        return read_history(self._messages, self._leaf(leaf_id))
+        return await read_history(self._messages, await self._leaf(leaf_id))
 
     async def raw_path_messages(self) -> list[Message]:
         """The stored messages root -> latest leaf, *without* compaction overlays.
@@ -646,10 +714,10 @@ class Session:
         What the one-time skill restore scans, so loads inside compacted
         ranges are still seen (docs/behaviours.md §7).
         """
-        leaf = self._messages.latest_leaf()
-        return [] if leaf is None else path_messages(self._messages, leaf)
+        leaf = await self._messages.latest_leaf()
+        return [] if leaf is None else await path_messages(self._messages, leaf)
 
-    def raw_path_chunks(self, keep: Callable[[str], bool] | None = None) -> Iterator[list[Message]]:
+    async def raw_path_chunks(self, keep: Callable[[str], bool] | None = None) -> AsyncIterator[list[Message]]:
         """The stored messages latest leaf -> root, *without* compaction overlays, a
         bounded chunk at a time, leaf first (chunk after chunk, and within each).
 
@@ -660,35 +728,35 @@ class Session:
         are skipped unparsed. Rows that are not messages are left out.
 
         Raises:
-            apsw.Error: SQLite failed; chunks already yielded stay valid.
+            apsw.Error, StorageUnavailableError: the store failed; chunks already yielded stay valid.
         """
-        leaf = self._messages.latest_leaf()
+        leaf = await self._messages.latest_leaf()
         if leaf is None:
             return
-        for contents in self._messages.path_chunks(leaf):
+        async for contents in self._messages.path_chunks(leaf):
             if keep is not None:
                 contents = [c for c in contents if isinstance(c, str) and keep(c)]
             yield parse_all(contents)
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Number of stored messages on the path root -> leaf (no overlays); 0 if unknown."""
-        leaf = self._leaf(leaf_id)
-        place = None if leaf is None else self._messages.place(leaf)
+        leaf = await self._leaf(leaf_id)
+        place = None if leaf is None else await self._messages.place(leaf)
         return 0 if place is None else place[0]
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """The children of ``message_id``, oldest first (ties in insertion order)."""
-        return parse_all(self._messages.children(_check_str(message_id, "message_id")))
+        return parse_all(await self._messages.children(_check_id(message_id, "message_id")))
 
     async def get_history_row_stats(self, leaf_id: str | None = None) -> list[dict[str, Any]]:
         """``[{"id", "role", "bytes"}]`` root -> leaf without reading content.
 
         ``bytes`` is the UTF-8 size of the stored JSON. No overlays.
         """
-        leaf = self._leaf(leaf_id)
+        leaf = await self._leaf(leaf_id)
         if leaf is None:
             return []
-        return [{"id": i, "role": role, "bytes": size} for i, role, size in self._messages.path_stats(leaf)]
+        return [{"id": i, "role": role, "bytes": size} for i, role, size in await self._messages.path_stats(leaf)]
 
     async def get_recent_history(
         self, max_bytes: int, min_recent: int = 1, *, leaf_id: str | None = None
@@ -712,21 +780,21 @@ class Session:
         budget = min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)
         floor = min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)
         floor = 1 if floor < 1 else int(floor)  # -inf and anything below 1 mean "the leaf"
-        leaf = self._leaf(leaf_id)
-        place = None if leaf is None else self._messages.place(leaf)
+        leaf = await self._leaf(leaf_id)
+        place = None if leaf is None else await self._messages.place(leaf)
         if place is None:
             return {"messages": [], "truncated": False, "totalContentBytes": 0}
-        contents, truncated = self._messages.window(leaf, budget, floor)
+        contents, truncated = await self._messages.window(leaf, budget, floor)
         return {
-            "messages": apply_overlays(parse_all(contents), self._messages.compactions()),
+            "messages": apply_overlays(parse_all(contents), await self._messages.compactions()),
             "truncated": truncated,
             "totalContentBytes": place[1],
         }
 
-    def _leaf(self, leaf_id: str | None) -> str | None:
+    async def _leaf(self, leaf_id: str | None) -> str | None:
         if leaf_id is None:
-            return self._messages.latest_leaf()
-        return _check_str(leaf_id, "leaf_id")
+            return await self._messages.latest_leaf()
+        return _check_id(leaf_id, "leaf_id")
 
     # -- search ----------------------------------------------------------------
 
@@ -759,7 +827,7 @@ class Session:
             return []
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
-            for r in self._messages.search(parsed, limit)
+            for r in await self._messages.search(parsed, limit)
         ]
 
     # -- compaction overlays ---------------------------------------------------
@@ -775,13 +843,13 @@ class Session:
         Raises:
             InvalidInputError: an argument is not a string.
         """
-        row = self._messages.add_compaction(
+        row = await self._messages.add_compaction(
             str(uuid.uuid4()),
-            _check_str(summary, "summary"),
-            _check_str(from_id, "from_id"),
-            _check_str(to_id, "to_id"),
+            _check_id(summary, "summary"),
+            _check_id(from_id, "from_id"),
+            _check_id(to_id, "to_id"),
         )
-        self._history_changed()
+        await self._history_changed()
         return compaction_record(row, iso=True)
 
     async def get_compactions(self) -> list[dict[str, str]]:
@@ -791,7 +859,7 @@ class Session:
         original's, with milliseconds); :meth:`add_compaction` gives the same
         instant as ISO-8601.
         """
-        return compaction_records(self._messages)
+        return await compaction_records(self._messages)
 
     async def compact(self) -> CompactResult | None:
         """Compact now with the :meth:`on_compaction` function (docs/behaviours.md §8).
@@ -911,20 +979,54 @@ class Session:
 _DEFAULT_SPEC = SessionSpec()
 
 
-def target_parts(target: Any, caller: str) -> tuple[SqlStorage, Callable[[str], Any] | None]:
-    """``(storage, broadcaster)`` of a ``create()`` target: a :class:`SqlStorage`, or an
-    object whose ``.storage`` is one (its callable ``broadcast`` is the broadcaster).
+def target_parts(target: Any, caller: str) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(storage, broadcaster)`` of a ``create()`` target: a :class:`SqlStorage` or a
+    :class:`~storage.postgres.PostgresStorage`, or an object whose ``.storage`` is one
+    (its callable ``broadcast`` is the broadcaster).
 
     Raises:
-        TypeError: no :class:`SqlStorage` on ``target`` (the message names ``caller``).
+        TypeError: no such storage on ``target`` (the message names ``caller``).
     """
-    storage = target if isinstance(target, SqlStorage) else getattr(target, "storage", None)
-    if not isinstance(storage, SqlStorage):
+    storage = target if is_storage(target) else getattr(target, "storage", None)
+    if not is_storage(storage):
         raise TypeError(
-            f"{caller} needs a SqlStorage or an object whose .storage is one, not {type(target).__name__}"
+            f"{caller} needs a SqlStorage or a PostgresStorage, or an object whose .storage is one, "
+            f"not {type(target).__name__}"
         )
     broadcast = getattr(target, "broadcast", None)
     return storage, broadcast if callable(broadcast) else None
+
+
+def is_storage(value: Any) -> bool:
+    """``True`` for a :class:`SqlStorage` or a :class:`~storage.postgres.PostgresStorage`."""
+    if isinstance(value, SqlStorage):
+        return True
+    from storage.postgres.storage import PostgresStorage
+
+    return isinstance(value, PostgresStorage)
+
+
+def is_session_provider(value: Any) -> bool:
+    """``True`` for an object with the ``async`` message-store methods (a session provider)."""
+    return all(inspect.iscoroutinefunction(getattr(value, name, None)) for name in ("get", "latest_leaf", "append"))
+
+
+def _default_store_for(storage: Any) -> Callable[[str], Any]:
+    if isinstance(storage, SqlStorage):
+        return partial(MessageStore, storage)
+    if storage is None:
+        raise TypeError("a Session without storage needs store_for (or use Session.create(provider))")
+    return storage.messages
+
+
+def _provider_for(provider: Any, session_id: str) -> Any:
+    """``provider`` for its own session id, else its ``for_session(session_id)``."""
+    if session_id == getattr(provider, "session_id", ""):
+        return provider
+    other = getattr(provider, "for_session", None)
+    if not callable(other):
+        raise TypeError(f"{type(provider).__name__} serves one session; it has no for_session()")
+    return other(session_id)
 
 
 def _changes_history(change: MessagesChange) -> bool:
@@ -934,6 +1036,11 @@ def _changes_history(change: MessagesChange) -> bool:
     if change.kind == "delete":
         return bool(change.message_ids)
     return True
+
+
+def _check_id(value: Any, name: str) -> str:
+    """``value`` if it is a ``str`` any store can hold as an id or text (no lone surrogate), else InvalidInputError."""
+    return check_text(value, name)
 
 
 def _check_str(value: Any, name: str) -> str:

@@ -40,7 +40,7 @@ from storage.errors import InvalidInputError, NotFoundError
 
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize
-from .context import AgentSearchProvider
+from .context import search_provider_for
 from .session import LATEST_LEAF, Session
 from .session_metadata import read_metadata, write_metadata
 from .session_spec import PerSession, SessionSpec
@@ -263,7 +263,7 @@ def _provider(block: BlockConfig) -> Any:
         path = block.path
         return PerSession(lambda storage: DirectorySkillProvider(path))
     if block.kind == "searchable":
-        return PerSession(AgentSearchProvider)
+        return PerSession(search_provider_for)
     return None  # writable: auto-wired to the actor's file by the engine
 
 

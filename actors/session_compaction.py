@@ -6,7 +6,8 @@ broadcasts (docs/behaviours.md §8, §9, §12; docs/deviations.md #13, #14, #16)
 its settings are a frozen :class:`~actors.session_spec.CompactionSpec`
 (what ``on_compaction``, ``compact_after`` and ``on_compaction_error``
 declare). It does not know the Session: it gets the session's message
-store (:class:`~actors.session_store.HistoryStore`), its context engine
+store (:class:`~actors.session_store.HistoryStore`, synchronous or
+``async``; it is always awaited), its context engine
 (:class:`PromptSource`), where broadcasts go (:class:`BroadcastChannel`)
 and a callback for "a compaction row was stored".
 
@@ -46,7 +47,7 @@ from .compaction import (
     status_broadcast,
 )
 from .session_spec import CompactionFunction, CompactionSpec, ErrorHandler
-from .session_store import HistoryStore, compaction_records, read_history
+from .session_store import AsyncHistoryStore, HistoryStore, as_async_store, compaction_records, read_history
 from .tokens import TOKENS_PER_MESSAGE, estimate_string_tokens
 
 if TYPE_CHECKING:
@@ -108,24 +109,25 @@ class SessionCompaction:
     """Compaction, token estimate and status broadcasts of one session.
 
     Args:
-        store: the session's message store.
+        store: the session's message store (synchronous or ``async``).
         context: its context engine (the prompt and blocks an estimate counts).
         channel: where its status broadcasts go.
         spec: the compaction settings; :attr:`spec` may be replaced at any time.
-        on_stored: called after a compaction row is stored (the Session's
-            "history changed" notice), or ``None``.
+        on_stored: called (and awaited when it returns an awaitable) after a
+            compaction row is stored (the Session's "history changed"
+            notice), or ``None``.
     """
 
     def __init__(
         self,
-        store: HistoryStore,
+        store: HistoryStore | AsyncHistoryStore,
         context: PromptSource,
         channel: BroadcastChannel,
         *,
         spec: CompactionSpec | None = None,
-        on_stored: Callable[[], object] | None = None,
+        on_stored: Callable[[], Any] | None = None,
     ) -> None:
-        self._store = store
+        self._store = as_async_store(store)
         self._context = context
         self._channel = channel
         self.spec = CompactionSpec() if spec is None else spec
@@ -142,15 +144,15 @@ class SessionCompaction:
         prompt = await self._context.prompt_for_estimate()
         counter = self.spec.token_counter
         if counter is not None:
-            history = read_history(self._store, self._store.latest_leaf())
+            history = await read_history(self._store, await self._store.latest_leaf())
             blocks = await self._context.get_context_blocks()
             return await count_session_tokens(history, prompt, blocks, token_counter=counter)
-        return self._history_tokens() + self._prompt_tokens(prompt)
+        return await self._history_tokens() + self._prompt_tokens(prompt)
 
-    def _history_tokens(self) -> int:
+    async def _history_tokens(self) -> int:
         store = self._store
-        leaf = store.latest_leaf()
-        totals = None if leaf is None else store.path_tokens(leaf)
+        leaf = await store.latest_leaf()
+        totals = None if leaf is None else await store.path_tokens(leaf)
         if totals is None:
             return 0
         tokens = totals.total
@@ -259,24 +261,24 @@ class SessionCompaction:
             await self.emit_status("idle")
             return None, False
         summary, first, last = planned["summary"], planned["fromMessageId"], planned["toMessageId"]
-        self._store.add_compaction(str(uuid.uuid4()), summary, first, last)
+        await self._store.add_compaction(str(uuid.uuid4()), summary, first, last)
         if self._on_stored is not None:
-            self._on_stored()
+            await _resolve(self._on_stored())
         await self._context.refresh_system_prompt()
         await self.emit_status("idle", tokens_before=before)
         return planned, False
 
     async def _plan(self) -> CompactResult | None:
         store = self._store
-        leaf = store.latest_leaf()
-        history = read_history(store, leaf)
+        leaf = await store.latest_leaf()
+        history = await read_history(store, leaf)
         spec = self.spec
         result = await call_compaction_function(spec.function, history, token_counter=spec.token_counter)
         return plan_compaction(
             result,
             history=history,
-            path_ids=[] if leaf is None else store.path_ids(leaf),
-            compactions=compaction_records(store),
+            path_ids=[] if leaf is None else await store.path_ids(leaf),
+            compactions=await compaction_records(store),
         )
 
     async def after_append(self) -> None:

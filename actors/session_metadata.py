@@ -24,7 +24,7 @@ from storage import SqlStorage
 from storage.context import delete_config, read_config, write_config
 from storage.errors import InvalidInputError
 
-__all__ = ["MAX_METADATA_BYTES", "METADATA_KEY", "read_metadata", "write_metadata"]
+__all__ = ["MAX_METADATA_BYTES", "METADATA_KEY", "encode_metadata", "read_metadata", "write_metadata"]
 
 #: ``assistant_config.key`` of the metadata row.
 METADATA_KEY = "metadata"
@@ -38,15 +38,13 @@ def read_metadata(storage: SqlStorage, session_id: str = "") -> dict[str, Any]:
     return {} if text is None else json.loads(text)
 
 
-def write_metadata(storage: SqlStorage, metadata: Any, session_id: str = "") -> dict[str, Any]:
-    """Replace the session's metadata with ``metadata``; returns what a read now gives.
-
-    ``{}`` removes the row.
+def encode_metadata(metadata: Any) -> str:
+    """``metadata`` as the compact JSON text stored (``"{}"`` for an empty object).
 
     Raises:
         InvalidInputError: (``field="metadata"``) not a JSON object with
             string keys, not JSON data (NaN, infinities, other types), or
-            larger than :data:`MAX_METADATA_BYTES`; nothing is written.
+            larger than :data:`MAX_METADATA_BYTES`.
     """
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise InvalidInputError("metadata must be a JSON object with string keys", field="metadata")
@@ -59,6 +57,18 @@ def write_metadata(storage: SqlStorage, metadata: Any, session_id: str = "") -> 
         raise InvalidInputError(
             f"metadata is {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}", field="metadata"
         )
+    return text
+
+
+def write_metadata(storage: SqlStorage, metadata: Any, session_id: str = "") -> dict[str, Any]:
+    """Replace the session's metadata with ``metadata``; returns what a read now gives.
+
+    ``{}`` removes the row.
+
+    Raises:
+        InvalidInputError: as :func:`encode_metadata`; nothing is written.
+    """
+    text = encode_metadata(metadata)
     if not metadata:
         delete_config(storage, session_id, METADATA_KEY)
         return {}

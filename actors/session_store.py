@@ -2,20 +2,27 @@
 
 :class:`HistoryStore` is everything :class:`actors.session.Session` and
 :class:`actors.session_compaction.SessionCompaction` ask of the store of
-one session's message tree -- nothing more: a second implementation (the
-Postgres provider of a later issue) plugs in by providing these methods
-(``Session(storage, store=...)``). :class:`storage.messages.MessageStore`
-is the SQLite one; its docstrings give the exact rules (chains, overlay
-ids, the active leaf, running totals), which every implementation keeps.
+one session's message tree -- nothing more. It comes in two colours:
 
-The store speaks stored text (message JSON, indexed text) and never parses
-or validates; the Session does that. Each write is atomic: all of it or
-nothing. Methods are synchronous: the SQLite store answers on the actor's
-thread and no call can interleave mid-write (docs/performance.md). A store
-that waits on the network cannot keep that promise; it needs an ``async``
-twin of this protocol that the Session awaits, with each write one
-transaction of its own. The reads also rely on what each stored row knows
-of its place (path length, path bytes, running token total, see
+* synchronous (:class:`HistoryStore`): :class:`storage.messages.MessageStore`,
+  the SQLite store, answers on the actor's thread and no call can
+  interleave mid-write (docs/performance.md);
+* ``async`` (:class:`AsyncHistoryStore`, the same methods awaited):
+  :class:`storage.postgres.PostgresSessionProvider`, which waits on the
+  network; each of its writes is one transaction of its own.
+
+The Session and its compaction always ``await`` the async colour:
+:func:`as_async_store` hands a synchronous store over wrapped in
+:class:`SyncStore`, whose methods call the synchronous ones and return
+without ever suspending (one coroutine per call, a fraction of a
+microsecond: ``benchmarks/bench_session.py``). So a SQLite write still runs
+inside one synchronous call -- no ``await`` inside a SQLite transaction --
+and nothing else of the actor can run between a write and its commit.
+
+:class:`storage.messages.MessageStore`'s docstrings give the exact rules
+(chains, overlay ids, the active leaf, running totals), which every
+implementation keeps. The reads also rely on what each stored row knows of
+its place (path length, path bytes, running token total, see
 :mod:`storage.messages`): another store must keep the same per-row totals
 or compute them, or ``estimate_tokens`` and the windowed reads stop being
 flat in the history length.
@@ -27,7 +34,8 @@ the Session and its compaction both use them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import inspect
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .session_messages import apply_overlays, compaction_record, parse_all, parse_path
@@ -36,7 +44,16 @@ if TYPE_CHECKING:
     from storage.fts import ParsedQuery
     from storage.messages import CompactionRow, NewMessage, PathTokens, SearchRow
 
-__all__ = ["HistoryStore", "compaction_records", "path_messages", "read_history"]
+__all__ = [
+    "AsyncHistoryStore",
+    "HistoryStore",
+    "SyncStore",
+    "as_async_store",
+    "compaction_records",
+    "path_messages",
+    "read_history",
+    "sync_store",
+]
 
 Message = dict[str, Any]
 
@@ -126,29 +143,148 @@ class HistoryStore(Protocol):
         """Store a compaction row; returns it as stored."""
 
 
+class AsyncHistoryStore(Protocol):
+    """:class:`HistoryStore` with every method ``async`` (same arguments, same results)."""
+
+    async def get(self, message_id: str) -> str | None: ...
+    async def latest_leaf(self) -> str | None: ...
+    async def path_json(self, leaf_id: str) -> tuple[str, int] | None: ...
+    async def path_contents(self, leaf_id: str) -> list[str]: ...
+    def path_chunks(self, leaf_id: str) -> AsyncIterator[list[Any]]: ...
+    async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]: ...
+    async def path_ids(self, leaf_id: str) -> list[str]: ...
+    async def place(self, message_id: str) -> tuple[int, int] | None: ...
+    async def path_tokens(self, leaf_id: str) -> PathTokens | None: ...
+    async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]: ...
+    async def children(self, message_id: str) -> list[str]: ...
+    async def compactions(self) -> list[CompactionRow]: ...
+    async def search(self, query: ParsedQuery, limit: int) -> list[SearchRow]: ...
+    async def append(
+        self, message_id: str, role: str, content: str, text: str, parent_id: Any, *, tokens: int = 0, tools: str = ""
+    ) -> tuple[bool, str | None]: ...
+    async def append_chain(self, messages: Sequence[NewMessage], parent_id: Any) -> list[tuple[bool, str | None]]: ...
+    async def update(
+        self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0, tools: str = ""
+    ) -> bool: ...
+    async def delete(self, message_ids: Iterable[str]) -> list[str]: ...
+    async def clear(self) -> None: ...
+    async def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow: ...
+
+
+class SyncStore:
+    """A synchronous :class:`HistoryStore` seen as an :class:`AsyncHistoryStore`.
+
+    Each method calls the store's method and returns its result; none ever
+    suspends, so awaiting one is a plain call (no checkpoint: no other task
+    runs in between). :attr:`sync` is the wrapped store.
+    """
+
+    __slots__ = ("sync",)
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.sync = store
+
+    def __repr__(self) -> str:
+        return f"SyncStore({self.sync!r})"
+
+    async def get(self, message_id: str) -> str | None:
+        return self.sync.get(message_id)
+
+    async def latest_leaf(self) -> str | None:
+        return self.sync.latest_leaf()
+
+    async def path_json(self, leaf_id: str) -> tuple[str, int] | None:
+        return self.sync.path_json(leaf_id)
+
+    async def path_contents(self, leaf_id: str) -> list[str]:
+        return self.sync.path_contents(leaf_id)
+
+    async def path_chunks(self, leaf_id: str) -> AsyncIterator[list[Any]]:
+        for chunk in self.sync.path_chunks(leaf_id):
+            yield chunk
+
+    async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
+        return self.sync.path_stats(leaf_id)
+
+    async def path_ids(self, leaf_id: str) -> list[str]:
+        return self.sync.path_ids(leaf_id)
+
+    async def place(self, message_id: str) -> tuple[int, int] | None:
+        return self.sync.place(message_id)
+
+    async def path_tokens(self, leaf_id: str) -> PathTokens | None:
+        return self.sync.path_tokens(leaf_id)
+
+    async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
+        return self.sync.window(leaf_id, max_bytes, min_rows)
+
+    async def children(self, message_id: str) -> list[str]:
+        return self.sync.children(message_id)
+
+    async def compactions(self) -> list[CompactionRow]:
+        return self.sync.compactions()
+
+    async def search(self, query: ParsedQuery, limit: int) -> list[SearchRow]:
+        return self.sync.search(query, limit)
+
+    async def append(
+        self, message_id: str, role: str, content: str, text: str, parent_id: Any, *, tokens: int = 0, tools: str = ""
+    ) -> tuple[bool, str | None]:
+        return self.sync.append(message_id, role, content, text, parent_id, tokens=tokens, tools=tools)
+
+    async def append_chain(self, messages: Sequence[NewMessage], parent_id: Any) -> list[tuple[bool, str | None]]:
+        return self.sync.append_chain(messages, parent_id)
+
+    async def update(
+        self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0, tools: str = ""
+    ) -> bool:
+        return self.sync.update(message_id, role, content, text, tokens=tokens, tools=tools)
+
+    async def delete(self, message_ids: Iterable[str]) -> list[str]:
+        return self.sync.delete(message_ids)
+
+    async def clear(self) -> None:
+        self.sync.clear()
+
+    async def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
+        return self.sync.add_compaction(compaction_id, summary, from_id, to_id)
+
+
+def as_async_store(store: HistoryStore | AsyncHistoryStore) -> AsyncHistoryStore:
+    """``store`` itself when its methods are ``async``, else ``store`` wrapped in :class:`SyncStore`."""
+    if isinstance(store, SyncStore) or inspect.iscoroutinefunction(getattr(store, "get", None)):
+        return store
+    return SyncStore(store)
+
+
+def sync_store(store: AsyncHistoryStore) -> HistoryStore | None:
+    """The synchronous store behind ``store`` (a :class:`SyncStore`), else ``None``."""
+    return store.sync if isinstance(store, SyncStore) else None
+
+
 # -- reads built on the store ---------------------------------------------------------------
 
 
-def path_messages(store: HistoryStore, leaf: str) -> list[Message]:
+async def path_messages(store: AsyncHistoryStore, leaf: str) -> list[Message]:
     """The stored messages root -> ``leaf``, parsed (rows that are not messages skipped, docs/behaviours.md §2).
 
     The path comes as one JSON array parsed once; only when that fails (too
     big for one SQLite string, or text SQLite and Python read differently)
     is it read and parsed row by row.
     """
-    found = store.path_json(leaf)
+    found = await store.path_json(leaf)
     messages = None if found is None else parse_path(*found)
-    return parse_all(store.path_contents(leaf)) if messages is None else messages
+    return parse_all(await store.path_contents(leaf)) if messages is None else messages
 
 
-def read_history(store: HistoryStore, leaf: str | None) -> list[Message]:
+async def read_history(store: AsyncHistoryStore, leaf: str | None) -> list[Message]:
     """The path root -> ``leaf`` with compaction overlays applied; ``[]`` for ``None`` or an unknown leaf."""
     if leaf is None:
         return []
-    messages = path_messages(store, leaf)
-    return apply_overlays(messages, store.compactions()) if messages else messages
+    messages = await path_messages(store, leaf)
+    return apply_overlays(messages, await store.compactions()) if messages else messages
 
 
-def compaction_records(store: HistoryStore) -> list[dict[str, str]]:
+async def compaction_records(store: AsyncHistoryStore) -> list[dict[str, str]]:
     """Every compaction record ``{id, summary, fromMessageId, toMessageId, createdAt}``, oldest first."""
-    return [compaction_record(row) for row in store.compactions()]
+    return [compaction_record(row) for row in await store.compactions()]

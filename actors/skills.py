@@ -7,7 +7,8 @@
   ``toolName``; ``dynamic-tool`` parts carry ``toolName`` (docs/deviations.md #12).
 * :class:`SkillTracker` keeps the ordered set of loaded skills
   (``"label:key"``) and persists it in one ``assistant_config`` row per
-  session, updated on every change, so waking a session costs one row
+  session (in the SQLite file, or in Postgres through the session's
+  provider), updated on every change, so waking a session costs one row
   read -- O(loaded skills), whatever the history length. Only a session
   with no such row (an import, a fork, a file written before the row
   existed or by the original) walks its history once, and the result is
@@ -154,15 +155,18 @@ class SkillTracker:
     Each entry remembers the id of the newest message that loaded it (or
     ``None`` while the load is not in history yet), so unloading rewrites
     that message without walking history. The set is stored as JSON in
-    ``assistant_config`` under ``(session_id, "loaded_skills")``; with no
-    ``storage`` it lives in memory and is rebuilt by a scan on each wake.
+    ``assistant_config`` under ``(session_id, "loaded_skills")``: ``storage``
+    is the SQLite file, or an object with ``async get_config(key)`` /
+    ``set_config(key, value)`` already scoped to the session (a
+    :class:`~storage.postgres.PostgresSessionProvider`). With no
+    ``storage`` the set lives in memory and is rebuilt by a scan on each wake.
 
     Until :meth:`ensure` succeeds the set is *unknown*: nothing is written.
     """
 
     CONFIG_KEY = "loaded_skills"
 
-    def __init__(self, storage: SqlStorage | None, session_id: str, host: SkillHost | None) -> None:
+    def __init__(self, storage: SqlStorage | Any | None, session_id: str, host: SkillHost | None) -> None:
         self._storage = storage
         self._session_id = session_id
         self._host = host
@@ -191,14 +195,14 @@ class SkillTracker:
             return True
         async with self._lock:
             if self._loaded is None:
-                stored = read_config(self._storage, self._session_id, self.CONFIG_KEY) if self._storage else None
+                stored = await self._read_state()
                 if stored is not None:
                     self._loaded = _decode(stored)
                 elif self._host is None:
                     self._loaded = {}  # no history to restore from; nothing to pin in storage
                 elif may_scan:
                     self._loaded = await self._restore()
-                    self._persist()
+                    await self._persist()
         return self._loaded is not None
 
     async def _restore(self) -> dict[str, str | None]:
@@ -237,17 +241,28 @@ class SkillTracker:
         result = raw()
         return await result if inspect.isawaitable(result) else result
 
-    def _persist(self) -> None:
-        if self._storage is not None and self._loaded is not None:
-            write_config(self._storage, self._session_id, self.CONFIG_KEY, _encode(self._loaded))
+    async def _read_state(self) -> str | None:
+        if self._storage is None:
+            return None
+        if isinstance(self._storage, SqlStorage):
+            return read_config(self._storage, self._session_id, self.CONFIG_KEY)
+        return await self._storage.get_config(self.CONFIG_KEY)
 
-    def add(self, skill_id: str) -> None:
+    async def _persist(self) -> None:
+        if self._storage is None or self._loaded is None:
+            return
+        if isinstance(self._storage, SqlStorage):
+            write_config(self._storage, self._session_id, self.CONFIG_KEY, _encode(self._loaded))
+        else:
+            await self._storage.set_config(self.CONFIG_KEY, _encode(self._loaded))
+
+    async def add(self, skill_id: str) -> None:
         """Mark ``skill_id`` loaded (``load_context`` ran); keeps its place and message if already loaded."""
         if self._loaded is not None and skill_id not in self._loaded:
             self._loaded[skill_id] = None
-            self._persist()
+            await self._persist()
 
-    def drop_label(self, label: str) -> None:
+    async def drop_label(self, label: str) -> None:
         """Forget every ``label:*`` entry (the block was removed); no history rewrite."""
         if self._loaded is None:
             return
@@ -255,12 +270,12 @@ class SkillTracker:
         kept = {k: v for k, v in self._loaded.items() if not k.startswith(prefix)}
         if len(kept) != len(self._loaded):
             self._loaded = kept
-            self._persist()
+            await self._persist()
 
-    def clear(self) -> None:
+    async def clear(self) -> None:
         """Empty the set (messages were cleared). The set becomes known."""
         self._loaded = {}
-        self._persist()
+        await self._persist()
 
     async def remove(self, label: str, key: str) -> bool:
         """Unload ``label:key``: ``False`` if it was not loaded; otherwise drop it and
@@ -269,7 +284,7 @@ class SkillTracker:
         if self._loaded is None or skill_id not in self._loaded:
             return False
         message_id = self._loaded.pop(skill_id)
-        self._persist()
+        await self._persist()
         if self._host is not None:
             await self._rewrite(message_id, label, key)
         return True
@@ -300,7 +315,7 @@ class SkillTracker:
         """Apply the skill changes a newly stored message records (no I/O when it has none)."""
         events = skill_events(message)
         if events and await self._known_after_write(may_scan):
-            self._apply(events, message.get("id"), allow_loads=True)
+            await self._apply(events, message.get("id"), allow_loads=True)
 
     async def note_updated(self, message: Mapping[str, Any], *, may_scan: bool) -> None:
         """Apply the changes an updated message records. Unloads always apply;
@@ -313,13 +328,13 @@ class SkillTracker:
         if any(loaded for _, loaded in events) and self._host is not None:
             leaf = await self._host.get_latest_leaf()
             allow = leaf is not None and leaf.get("id") == message.get("id")
-        self._apply(events, message.get("id"), allow_loads=allow)
+        await self._apply(events, message.get("id"), allow_loads=allow)
 
-    def _apply(self, events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
+    async def _apply(self, events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
         before = list(self._loaded.items())
         self._fold(self._loaded, events, message_id, allow_loads=allow_loads)
         if before != list(self._loaded.items()):
-            self._persist()
+            await self._persist()
 
     @staticmethod
     def _fold(

@@ -143,6 +143,85 @@ async def bench_size(dsn: str, folder: Path, make: Messages, n: int, repeat: int
         sqlite.close()
 
 
+# -- Session level ----------------------------------------------------------------------------
+
+
+class Quiet:
+    """A broadcaster that drops payloads (a real agent has one: each append then broadcasts its estimate)."""
+
+    def __call__(self, text: str) -> None:
+        pass
+
+
+def session_spec():
+    """The host's default session: soul, memory (1100 tokens), cached prompt, compaction above 100k tokens."""
+    from actors.session_agent import SessionConfig
+
+    return SessionConfig().spec
+
+
+async def bench_session_size(storage_pg: Any, folder: Path, make: Messages, n: int, repeat: int) -> None:
+    """append / history / last-50 / search / wake through the Session, SQLite file vs Postgres pool."""
+    from actors.session import Session
+
+    spec = session_spec()
+    path = folder / f"session-{n}.sqlite3"
+    sqlite = SqlStorage.open(path)
+    sid = f"session-{n}"
+    lite = Session(sqlite, spec=spec, broadcaster=Quiet())
+    pg = Session(storage_pg, spec=spec, session_id=sid, broadcaster=Quiet())
+    batch = [make(i) for i in range(n)]
+    for session in (lite, pg):
+        await session.append_messages(batch)
+        await session.freeze_system_prompt()
+    counter = iter(range(n, 10**9))
+    print(f"\nSession, N = {n:,} (the host's default spec, a broadcaster; pool of the host's settings)")
+    print(f"  {'median ms':<28} {'sqlite':>9} {'postgres':>9}   {'pg/sqlite':>8}")
+    results = {}
+
+    async def both(name: str, lite_fn, pg_fn, times: int) -> None:
+        for fn in (lite_fn, pg_fn):  # warm up: caches, pool connections, plans
+            await median_ms(fn, max(3, times // 10))
+        results[name] = (await median_ms(lite_fn, times), await median_ms(pg_fn, times))
+        lite_ms, pg_ms = results[name]
+        print(f"  {name:<28} {lite_ms:9.3f} {pg_ms:9.3f}   x{pg_ms / lite_ms:7.1f}")
+
+    await both("append_message", lambda: lite.append_message(make(next(counter))),
+               lambda: pg.append_message(make(next(counter))), repeat)
+    reads = max(5, repeat // (10 if n > 1000 else 1))
+    await both("get_history", lite.get_history, pg.get_history, reads)
+    await both("last-50 (get_recent_history)", lambda: lite.get_recent_history(0, 50),
+               lambda: pg.get_recent_history(0, 50), repeat)
+    for query in QUERIES:
+        await both(f"search {query}", lambda q=query: lite.search(q), lambda q=query: pg.search(q), repeat)
+
+    async def lite_wake() -> None:
+        nonlocal sqlite
+        sqlite.close()
+        sqlite = SqlStorage.open(path)
+        woken = Session(sqlite, spec=spec, broadcaster=Quiet())
+        await woken.freeze_system_prompt()
+        await woken.get_latest_leaf()
+
+    async def pg_wake() -> None:
+        woken = Session(storage_pg, spec=spec, session_id=sid, broadcaster=Quiet())
+        await woken.freeze_system_prompt()
+        await woken.get_latest_leaf()
+
+    await both("wake (+ prompt, leaf)", lite_wake, pg_wake, max(20, repeat // 5))
+    sqlite.close()
+
+
+async def bench_sessions(dsn: str, sizes: list[int], repeat: int) -> None:
+    from storage.postgres import open_postgres_storage
+
+    make = Messages(corpus_words())
+    async with open_postgres_storage(dsn) as storage:
+        with tempfile.TemporaryDirectory() as folder:
+            for n in sizes:
+                await bench_session_size(storage, Path(folder), make, n, repeat)
+
+
 class TrioWaitConnection(psycopg.AsyncConnection):
     """psycopg's AsyncConnection with trio waits (the rejected alternative; internals)."""
 
@@ -191,6 +270,8 @@ async def main() -> None:
     parser.add_argument("--sizes", default="100,10000")
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--dsn", help="an existing database (the schema is created in it)")
+    parser.add_argument("--level", choices=("provider", "session", "both"), default="both",
+                        help="the message stores alone, the Session over them, or both (default)")
     args = parser.parse_args()
     server = None
     dsn = args.dsn
@@ -202,10 +283,14 @@ async def main() -> None:
             await create_schema(conn)
             conn.execute("DELETE FROM assistant_messages WHERE session_id ~ '^[sb][0-9]+$'")
         make = Messages(corpus_words())
-        with tempfile.TemporaryDirectory() as folder:
-            for n in (int(s) for s in args.sizes.split(",")):
-                await bench_size(dsn, Path(folder), make, n, args.repeat)
-        await bench_round_trip(dsn, args.repeat * 5)
+        sizes = [int(s) for s in args.sizes.split(",")]
+        if args.level in ("provider", "both"):
+            with tempfile.TemporaryDirectory() as folder:
+                for n in sizes:
+                    await bench_size(dsn, Path(folder), make, n, args.repeat)
+            await bench_round_trip(dsn, args.repeat * 5)
+        if args.level in ("session", "both"):
+            await bench_sessions(dsn, sizes, args.repeat)
     finally:
         if server is not None:
             server.close()

@@ -467,6 +467,7 @@ SESSION_EXCLUDED: Mapping[str, str] = MappingProxyType({
     ),
     "seed_messages": "synchronous, for a SessionManager fork inside its own transaction",
     "broadcast_status": "for SessionManager after its own transactions (fork, split, delete)",
+    "prepared_rows": "stored rows for a writer's own transaction (a SessionManager fork); writes nothing",
     "raw_path_messages": "the stored path without overlays, for the skill restore",
     "raw_path_chunks": "the stored path without overlays in bounded chunks, for the skill restore",
     "get_history_row_stats": "per-row sizes for in-process callers; not served",

@@ -19,12 +19,14 @@ _LAZY = {
     "PostgresContextProvider": "storage.postgres",
     "PostgresSearchProvider": "storage.postgres",
     "PostgresSessionProvider": "storage.postgres",
+    "PostgresStorage": "storage.postgres",
 }
 
 __all__ = [
     "PostgresContextProvider",
     "PostgresSearchProvider",
     "PostgresSessionProvider",
+    "PostgresStorage",
     "SchemaTooNewError",
     "SearchQueryError",
     "SqlStorage",

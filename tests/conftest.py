@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+# Storage on SQLite or on Postgres for the behaviour suite (tests/support/backends.py).
+from tests.support.backends import parametrize_storages, pg_shared_db, pg_storage  # noqa: F401
 from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, claude_code_log_files, missing_reason, shared_data_dir
 
 # The throwaway Postgres server and its per-test databases (tests/support/postgres.py).
@@ -43,7 +45,9 @@ def test_data() -> Path:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrise ``claude_code_log_file`` over the shared transcripts (or one skip)."""
+    """Parametrise ``storage`` of ``both_storages`` tests, and ``claude_code_log_file`` over the
+    shared transcripts (or one skip)."""
+    parametrize_storages(metafunc)
     if "claude_code_log_file" not in metafunc.fixturenames:
         return
     files = claude_code_log_files()
@@ -56,8 +60,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def storage(tmp_path):
-    """A real actor file (``SqlStorage`` on ``tmp_path/actor.sqlite3``), closed after the test."""
+def storage(request, tmp_path):
+    """A real actor file (``SqlStorage`` on ``tmp_path/actor.sqlite3``), closed after the test.
+
+    In a ``both_storages`` module, also a ``PostgresStorage`` (``[postgres]``: tests/support/backends.py).
+    """
+    if getattr(request, "param", "sqlite") == "postgres":
+        yield request.getfixturevalue("pg_storage")
+        return
     from storage import SqlStorage
 
     s = SqlStorage.open(tmp_path / "actor.sqlite3")

@@ -491,3 +491,47 @@ def test_readme_links_every_example_and_each_docstring_names_its_command():
     for name in examples:
         doc = (EXAMPLES / name).read_text(encoding="utf-8").split('"""')[1]
         assert f"examples/{name}" in doc, f"{name}: its docstring does not say how to run it"
+
+
+# -- postgres_session.py -------------------------------------------------------------------------
+
+
+async def test_postgres_session_example_runs_the_specs_wiring_on_a_real_postgres(pg_dsn):
+    import psycopg
+
+    out = await run_example("postgres_session.py", "--dsn", pg_dsn)
+    assert section(out, "tools") == [
+        "tools: set_context, search_context",
+        "Written to memory. Usage: 1% (7/1100 tokens)",
+        'Indexed "economy-fares-include-one-23-kg-bag-ni0i2z" in knowledge.',
+        "[economy-fares-include-one-23-kg-bag-ni0i2z]",
+        "Economy fares include one 23 kg bag.",
+    ]
+    prompt = section(out, "frozen system prompt")
+    assert prompt[:4] == ["═" * 46, "SOUL [readonly]", "═" * 46, "You are a helpful assistant."]
+    assert "MEMORY (Short facts) [1% — 7/1100 tokens] [writable]" in prompt
+    assert prompt[-2:] == ["1 entries indexed.", "frozen: True"]
+    assert section(out, "messages") == [
+        "history: ['u1', 'a1', 'u2']", "search second bag: ['u1', 'a1']", "search 東京: ['u1']",
+        "search \"seat 12A\": ['u2']",
+    ]
+    assert section(out, "a second Session, as after a wake") == [
+        "same frozen prompt: True", "memory: The user flies from Lisbon.", "history: ['u1', 'a1', 'u2']",
+        "latest leaf: u2",
+    ]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT id FROM assistant_messages WHERE session_id = 'pg-demo' ORDER BY seq").fetchall()
+        labels = {r[0] for r in conn.execute("SELECT label FROM cf_agents_context_blocks")}
+    assert [r[0] for r in rows] == ["u1", "a1", "u2"]
+    assert labels == {"memory_pg-demo", "_prompt_pg-demo"}
+
+    again = await run_example("postgres_session.py", env=example_env(DURABLE_SESSIONS_POSTGRES=pg_dsn))
+    assert section(again, "open")[1] == "cleared the messages of an earlier run"
+    assert section(again, "a second Session, as after a wake")[2] == "history: ['u1', 'a1', 'u2']"
+
+
+def test_postgres_session_example_needs_a_database():
+    done = subprocess.run([sys.executable, "examples/postgres_session.py"], cwd=REPO_ROOT, env=example_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "give --dsn or set DURABLE_SESSIONS_POSTGRES" in done.stderr

@@ -20,7 +20,8 @@ from tests.support.processes import run_fresh_python
 
 PUBLIC_SURFACE = {
     "storage": [
-        "PostgresContextProvider", "PostgresSearchProvider", "PostgresSessionProvider", "SchemaTooNewError",
+        "PostgresContextProvider", "PostgresSearchProvider", "PostgresSessionProvider", "PostgresStorage",
+        "SchemaTooNewError",
         "SearchQueryError", "SqlStorage", "StorageClosedError", "StorageError",
     ],
     "actors": [

@@ -4,7 +4,7 @@
 
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
-                             [--ready-file FILE]
+                             [--ready-file FILE] [--postgres URL]
                              [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
@@ -35,12 +35,15 @@ import), 2 bad usage or configuration.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ from tqdm import tqdm
 
 from actors.agent import Agent
 from actors.session_agent import SessionAgent
+from actors.session_agent_postgres import PostgresSessionAgent, PostgresSessionEnv
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
 from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
 from runtime.cli.formats import FormatError
@@ -60,6 +64,7 @@ from runtime.server.app import bind_sessions, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
+from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")
 
@@ -84,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--app", help="your own actor class as module:Class (an actors.Agent subclass)")
     run.add_argument("--ready-file", type=Path, dest="ready_file",
                      help="write {url, urls, pid} as JSON here once listening")
+    run.add_argument("--postgres", metavar="URL",
+                     help="keep every session in this Postgres database (postgresql://...) instead of the actor files")
     run.add_argument("--cluster", metavar="POSTGRES_URL",
                      help="join the cluster of hosts sharing this Postgres database (see docs/cluster.md)")
     run.add_argument("--host-id", dest="host_id", help="this host's id in the cluster (default: random per start)")
@@ -183,6 +190,11 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
+    if args.postgres:
+        config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
+    if config.cluster is not None and config.storage.postgres is not None:
+        raise UsageError("--cluster and --postgres do not go together: in a cluster each host keeps its sessions' "
+                         "files and Postgres holds their durable log (docs/cluster.md)")
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
         require_token_for(config.server.bind, token)
@@ -193,7 +205,10 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
 async def _serve(args: argparse.Namespace) -> int:
     config, token = _serve_config(args)
-    agent_class = load_agent_class(args.app) if args.app else SessionAgent
+    postgres = config.storage.postgres
+    agent_class = load_agent_class(args.app) if args.app else (PostgresSessionAgent if postgres else SessionAgent)
+    if postgres and not issubclass(agent_class, PostgresSessionAgent):
+        raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     if config.cluster is not None:
         return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
     settings = config.server
@@ -207,15 +222,30 @@ async def _serve(args: argparse.Namespace) -> int:
         async with open_host(
             settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
             durability=settings.durability, max_pending_calls=settings.max_pending_calls,
-        ) as host, open_transcripts(host):
-            bind_sessions(host, config.session, agent_class=agent_class)
+        ) as host, open_transcripts(host), _session_storage(config) as env:
+            bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, config.session)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))
                 _announce(urls, settings.data, args.ready_file)
+                if postgres:
+                    print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
     print("durable-sessions: stopped", flush=True)
     return 0
+
+
+@asynccontextmanager
+async def _session_storage(config: HostConfig) -> AsyncIterator[Any]:
+    """The env of the session namespace: the SessionConfig, or a PostgresSessionEnv on one pool."""
+    settings = config.storage
+    if settings.postgres is None:
+        yield config.session
+        return
+    async with open_postgres_storage(
+        settings.postgres, pool_size=settings.pool_size, timeout_s=settings.timeout_s
+    ) as storage:
+        yield PostgresSessionEnv(storage, config.session)
 
 
 def _announce(urls: list[str], data: Path, ready_file: Path | None, extra: str = "") -> None:

@@ -16,6 +16,11 @@ Unknown keys are errors, so a typo never passes silently::
     graceful_timeout_s = 10      # how long shutdown waits for running requests
     keep_alive_timeout_s = 30    # an idle HTTP connection is closed after this
 
+    [storage]                    # where sessions live (default: each actor's SQLite file)
+    postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
+    pool_size = 10               # connections to Postgres, shared by every actor
+    timeout_s = 10               # connect / wait for a connection / one statement, seconds
+
     [session]
     cached_prompt = true
 
@@ -74,7 +79,7 @@ from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, r
 from runtime.wire import DEFAULT_MAX_BODY_BYTES
 from storage.errors import InvalidInputError
 
-__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "load_config"]
+__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
 
 DURABILITIES = ("normal", "full")
 
@@ -203,12 +208,41 @@ def _check_url(value: Any, name: str) -> None:
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """Where the sessions live (``[storage]``; ``serve --postgres URL`` sets ``postgres``).
+
+    Attributes:
+        postgres: a Postgres connection string (``postgresql://...``): every
+            session's messages, blocks, search entries and prompt go there
+            (:mod:`actors.session_agent_postgres`); ``None``: each actor's
+            SQLite file holds its session.
+        pool_size: connections to Postgres, shared by every actor.
+        timeout_s: seconds for connecting, waiting for a connection and one
+            statement; past them a call answers 503 (retryable).
+    """
+
+    postgres: str | None = None
+    pool_size: int = 10
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.postgres is not None and (not isinstance(self.postgres, str) or not self.postgres.strip()):
+            raise ConfigError("storage.postgres must be a non-empty connection string")
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or self.pool_size < 1:
+            raise ConfigError(f"storage.pool_size must be a positive integer, not {self.pool_size!r}")
+        value = self.timeout_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"storage.timeout_s must be a positive number of seconds, not {value!r}")
+
+
+@dataclass(frozen=True)
 class HostConfig:
-    """A loaded configuration: ``server`` settings, the ``session`` every actor gets, and ``cluster``
-    (``None``: a single host)."""
+    """A loaded configuration: ``server`` settings, ``storage``, the ``session`` every actor gets, and
+    ``cluster`` (``None``: a single host)."""
 
     server: ServerSettings = field(default_factory=ServerSettings)
     session: SessionConfig = field(default_factory=SessionConfig)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     cluster: ClusterSettings | None = None
 
     def with_overrides(self, **changes: Any) -> HostConfig:
@@ -218,7 +252,7 @@ class HostConfig:
             ConfigError: a replaced value is invalid.
         """
         kept = {k: v for k, v in changes.items() if v is not None}
-        return HostConfig(replace(self.server, **kept), self.session, self.cluster)
+        return replace(self, server=replace(self.server, **kept))
 
     def with_cluster(self, postgres: str | None = None, **changes: Any) -> HostConfig:
         """A copy with cluster mode from ``postgres`` (or the file's) and the fields in ``changes``
@@ -236,8 +270,8 @@ class HostConfig:
                     flag = _CLUSTER_FLAGS.get(next(iter(kept)), next(iter(kept)))
                     raise ConfigError(f"{flag} needs --cluster (or a [cluster] section)")
                 return self
-            return HostConfig(self.server, self.session, ClusterSettings(**kept))
-        return HostConfig(self.server, self.session, replace(self.cluster, **kept))
+            return replace(self, cluster=ClusterSettings(**kept))
+        return replace(self, cluster=replace(self.cluster, **kept))
 
 
 def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
@@ -259,15 +293,21 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     try:
-        _only(data, {"server", "session", "cluster"}, "")
+        _only(data, {"server", "session", "storage", "cluster"}, "")
         server = _server(_table(data, "server"), base)
         session = _session(_table(data, "session"), base)
+        storage = _storage(_table(data, "storage"))
         cluster = _cluster(data["cluster"]) if "cluster" in data else None
     except InvalidInputError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return HostConfig(server, session, cluster)
+    return HostConfig(server, session, storage, cluster)
+
+
+def _storage(table: dict[str, Any]) -> StorageSettings:
+    _only(table, {f.name for f in fields(StorageSettings)}, "storage.")
+    return StorageSettings(**table)
 
 
 def _table(data: dict[str, Any], name: str) -> dict[str, Any]:

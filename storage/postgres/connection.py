@@ -42,7 +42,10 @@ import trio (DESIGN.md); under trio anyio dispatches to trio's threads.
 Cancellation: a call whose task is cancelled still runs to its end in the
 worker (``abandon_on_cancel=False``) and returns its result, so its
 transaction commits or rolls back as a whole; the cancellation takes
-effect at the task's next checkpoint.
+effect at the task's next checkpoint. A runner with a deadline
+(``runner_for(conn, deadline_s=...)``, what a host uses) instead stops
+waiting at the deadline or on cancellation; the abandoned worker still
+ends its transaction as a whole when Postgres answers.
 
 Several tasks sharing one connection are serialised per connection (a
 ``threading.Lock`` held for the whole call), since one connection carries
@@ -102,8 +105,19 @@ class Runner(Protocol):
     async def run(self, op: Operation[T], *, write: bool) -> T: ...
 
 
-def runner_for(conn: Any) -> Runner:
+def runner_for(conn: Any, *, deadline_s: float | None = None) -> Runner:
     """The :class:`Runner` for ``conn`` (see the module docstring for what is accepted).
+
+    ``conn`` may also be a runner made here, or an object holding one as
+    ``runner`` (a :class:`~storage.postgres.PostgresStorage`): providers
+    made from it share its connection and its call deadline.
+
+    ``deadline_s`` (a psycopg connection or pool only): the longest a
+    caller waits for one call, in seconds, thread and connection included;
+    past it the caller gets :class:`~storage.errors.StorageUnavailableError`
+    and the worker is abandoned (its transaction still commits or rolls
+    back as a whole when Postgres answers: the outcome of such a write is
+    unknown to the caller). ``None``: wait as long as the call takes.
 
     Raises:
         TypeError: ``conn`` is a psycopg async connection or pool (asyncio
@@ -112,15 +126,20 @@ def runner_for(conn: Any) -> Runner:
     import psycopg
     import psycopg_pool
 
+    if isinstance(conn, (_ThreadRunner, _ExecuteRunner)):
+        return conn
+    held = getattr(conn, "runner", None)
+    if isinstance(held, (_ThreadRunner, _ExecuteRunner)):
+        return held
     if isinstance(conn, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
         raise TypeError(
             f"{type(conn).__name__} needs asyncio; pass a psycopg.Connection or "
             "psycopg_pool.ConnectionPool (they run on worker threads under trio)"
         )
     if isinstance(conn, psycopg_pool.ConnectionPool):
-        return _PoolRunner(conn)
+        return _PoolRunner(conn, deadline_s)
     if isinstance(conn, psycopg.Connection):
-        return _PsycopgRunner(conn)
+        return _PsycopgRunner(conn, deadline_s)
     if callable(getattr(conn, "execute", None)):
         return _ExecuteRunner(conn)
     raise TypeError(
@@ -172,7 +191,13 @@ def _in_transaction(conn: Any, op: Operation[T], write: bool) -> T:
 
 
 class _ThreadRunner:
-    """Runs a blocking function on a worker thread, translating psycopg errors."""
+    """Runs a blocking function on a worker thread, translating psycopg errors.
+
+    ``deadline_s``: see :func:`runner_for`.
+    """
+
+    def __init__(self, deadline_s: float | None = None) -> None:
+        self.deadline_s = deadline_s
 
     async def _on_thread(self, fn: Callable[[], T]) -> T:
         import psycopg
@@ -183,7 +208,13 @@ class _ThreadRunner:
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
 
-        return await anyio.to_thread.run_sync(call)
+        if self.deadline_s is None:
+            return await anyio.to_thread.run_sync(call)
+        with anyio.move_on_after(self.deadline_s):
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        raise StorageUnavailableError(
+            f"Postgres did not answer within {self.deadline_s:g} s (the outcome of a write is unknown)"
+        )
 
 
 # One lock per psycopg connection, whoever holds it (providers are cheap and many).
@@ -200,7 +231,8 @@ def _lock_for(conn: Any) -> threading.Lock:
 
 
 class _PsycopgRunner(_ThreadRunner):
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, deadline_s: float | None = None) -> None:
+        super().__init__(deadline_s)
         self._conn = conn
         self._lock = _lock_for(conn)
 
@@ -213,7 +245,8 @@ class _PsycopgRunner(_ThreadRunner):
 
 
 class _PoolRunner(_ThreadRunner):
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, deadline_s: float | None = None) -> None:
+        super().__init__(deadline_s)
         self._pool = pool
 
     async def run(self, op: Operation[T], *, write: bool) -> T:

@@ -94,18 +94,24 @@ class PostgresSearchProvider:
     Args:
         conn: a ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool``, or
             an object with ``execute(query, args)``.
+        key: file the entries under this ``label`` instead of the block's
+            label (e.g. one set of entries per session: ``knowledge_<id>``);
+            ``None`` or ``""``: the label given to :meth:`init`.
 
     Raises (every method): as :class:`PostgresContextProvider`.
     """
 
-    def __init__(self, conn: Any) -> None:
-        self.label = ""
+    def __init__(self, conn: Any, *, key: str | None = None) -> None:
+        self.key = "" if key is None else check_text(key, "key")
+        self.label = self.key
         self.conn = conn
         self._runner = runner_for(conn)
 
     def init(self, label: str) -> None:
-        """File entries under ``label`` (the block's label)."""
-        self.label = check_text(label, "label")
+        """File entries under ``label`` (the block's label), unless a ``key`` was given."""
+        checked = check_text(label, "label")
+        if not self.key:
+            self.label = checked
 
     async def get(self) -> str | None:
         """``"<n> entries indexed."`` (also for 1), or ``None`` with no entries."""

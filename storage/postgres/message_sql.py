@@ -27,6 +27,7 @@ def _stamp(column: str) -> str:
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('durable_sessions.messages'), hashtext(%(s)s))"
 GET = "SELECT content FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s"
 COUNT = "SELECT count(*) AS n FROM assistant_messages WHERE session_id = %(s)s"
+ANALYZE = "ANALYZE assistant_messages"
 
 # A scalar subquery, not NOT EXISTS: the planner cannot turn it into a hash anti-join over
 # the whole session (which it picks when statistics are missing); it probes the child index.
@@ -47,6 +48,13 @@ INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, '{ACTIVE_LE
 ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
 """
 DROP_ACTIVE_LEAF = f"DELETE FROM assistant_config WHERE session_id = %(s)s AND key = '{ACTIVE_LEAF_KEY}'"
+
+GET_CONFIG = "SELECT value FROM assistant_config WHERE session_id = %(s)s AND key = %(key)s"
+SET_CONFIG = """
+INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, %(key)s, %(value)s)
+ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
+"""
+DELETE_CONFIG = "DELETE FROM assistant_config WHERE session_id = %(s)s AND key = %(key)s"
 
 # The path from %(leaf)s up to its root; depth 0 is the leaf. Each step needs an older parent.
 # Each step is a LATERAL primary-key lookup (LIMIT 1 keeps it from being flattened into a
@@ -75,7 +83,8 @@ def _walk(*names: str) -> str:
 
 PATH_ROWS = _walk("content") + "SELECT content FROM path ORDER BY depth DESC"
 PATH_STATS = _walk("id", "role", "bytes", "tokens") + "SELECT id, role, bytes, tokens FROM path ORDER BY depth DESC"
-PLACE = _walk("bytes") + "SELECT count(*) AS depth, coalesce(sum(bytes), 0) AS bytes FROM path"
+# A message's place is kept in its row (``depth``, ``path_bytes``, ``path_tokens``: see INSERT).
+PLACE = "SELECT depth, path_bytes AS bytes FROM assistant_messages WHERE session_id = %(s)s AND id = %(leaf)s"
 PATH_JSON = _walk("content") + f"""
 SELECT (SELECT count(*) FROM path) AS n,
        CASE WHEN (SELECT coalesce(sum(octet_length(content) + 1), 0) FROM path) <= {PATH_JSON_MAX_BYTES}
@@ -96,38 +105,99 @@ WITH RECURSIVE w (seq, parent_id, used, n) AS (
 )
 SELECT w.parent_id, m.content FROM w JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
 """
+# A bounded chunk of the path, leaf first: from the message %(leaf)s (by id) or the row
+# %(from_seq)s (by seq), then each parent while the chunk has fewer than %(max_rows)s rows and
+# its content still fits %(max_bytes)s bytes (the first row always comes, however large).
+_CHUNK_STEPS = """
+    UNION ALL
+    SELECT m.seq, m.parent_id, w.used + m.bytes, w.n + 1 FROM w
+    CROSS JOIN LATERAL (SELECT seq, parent_id, octet_length(content) AS bytes FROM assistant_messages
+                        WHERE session_id = %(s)s AND id = w.parent_id AND seq < w.seq LIMIT 1) AS m
+    WHERE w.n < %(max_rows)s AND w.used + m.bytes <= %(max_bytes)s
+)
+SELECT w.seq, w.parent_id, m.content FROM w JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n
+"""
+CHUNK_FROM_LEAF = """
+WITH RECURSIVE w (seq, parent_id, used, n) AS (
+    SELECT seq, parent_id, octet_length(content)::bigint, 1 FROM assistant_messages
+    WHERE session_id = %(s)s AND id = %(leaf)s
+""" + _CHUNK_STEPS
+CHUNK_FROM_PARENT = """
+WITH RECURSIVE w (seq, parent_id, used, n) AS (
+    SELECT seq, parent_id, octet_length(content)::bigint, 1 FROM assistant_messages
+    WHERE session_id = %(s)s AND id = %(leaf)s AND seq < %(below)s
+""" + _CHUNK_STEPS
 CHILDREN = """
 SELECT content FROM assistant_messages WHERE session_id = %(s)s AND parent_id = %(id)s ORDER BY created_at, seq
 """
 
+# A new row's place follows from its parent's: depth + 1, the path's bytes and tokens plus its own,
+# and a jump pointer by Myers' rule (storage.postgres.places: jump over the parent's jump and its
+# jump when they span equal depths, else point at the parent; NULL on a root).
 INSERT = f"""
 INSERT INTO assistant_messages
-    (session_id, id, parent_id, role, content, text_content, tools_content, tokens, created_at)
-VALUES (%(s)s, %(id)s, %(parent)s, %(role)s, %(content)s, %(text)s, %(tools)s, %(tokens)s, {NOW_MS})
+    (session_id, id, parent_id, role, content, text_content, tools_content, tokens, created_at,
+     depth, path_bytes, path_tokens, jump_seq)
+SELECT %(s)s, %(id)s, %(parent)s, %(role)s, v.content, %(text)s, %(tools)s, %(tokens)s, {NOW_MS},
+       coalesce(p.depth, 0) + 1, coalesce(p.path_bytes, 0) + octet_length(v.content),
+       coalesce(p.path_tokens, 0) + %(tokens)s,
+       CASE WHEN p.seq IS NULL THEN NULL
+            WHEN p.depth - j.depth = j.depth - jj.depth THEN coalesce(j.jump_seq, j.seq)
+            ELSE p.seq END
+FROM (SELECT %(content)s::text AS content) AS v
+LEFT JOIN assistant_messages AS p ON p.session_id = %(s)s AND p.id = %(parent)s
+LEFT JOIN assistant_messages AS j ON j.seq = coalesce(p.jump_seq, p.seq)
+LEFT JOIN assistant_messages AS jj ON jj.seq = coalesce(j.jump_seq, j.seq)
 """
 APPEND = f"""
-WITH new AS ({INSERT} ON CONFLICT (session_id, id) DO NOTHING RETURNING id),
+WITH new AS ({INSERT} ON CONFLICT (session_id, id) DO NOTHING RETURNING id, depth),
 leaf AS (
     INSERT INTO assistant_config (session_id, key, value) SELECT %(s)s, '{ACTIVE_LEAF_KEY}', id FROM new
     ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
 )
-SELECT id FROM new
+SELECT id, depth FROM new
 """
+DEPTH = "SELECT depth FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s"
+RELTUPLES = "SELECT reltuples FROM pg_class WHERE oid = 'assistant_messages'::regclass"
 STORED_IDS = "SELECT id FROM assistant_messages WHERE session_id = %(s)s AND id = ANY(%(ids)s::text[])"
+# The row's own totals move by the change of its size and tokens (SET sees the old values);
+# every descendant then moves by the same change (SHIFT_SUBTREE).
 UPDATE = """
-UPDATE assistant_messages SET role = %(role)s, content = %(content)s, text_content = %(text)s,
-    tools_content = %(tools)s, tokens = %(tokens)s
-WHERE session_id = %(s)s AND id = %(id)s RETURNING seq
+UPDATE assistant_messages SET role = %(role)s, content = v.content, text_content = %(text)s,
+    tools_content = %(tools)s, tokens = %(tokens)s,
+    path_bytes = path_bytes + octet_length(v.content) - octet_length(assistant_messages.content),
+    path_tokens = path_tokens + %(tokens)s - assistant_messages.tokens
+FROM (SELECT %(content)s::text AS content) AS v
+WHERE session_id = %(s)s AND id = %(id)s
+"""
+OWN = """
+SELECT seq, octet_length(content)::bigint AS bytes, tokens, parent_id FROM assistant_messages
+WHERE session_id = %(s)s AND id = %(id)s FOR UPDATE
+"""
+# Every descendant of %(id)s (children found by parent_id, each younger than its parent) moves
+# by %(depth)s rows, %(bytes)s bytes and %(tokens)s tokens.
+SHIFT_SUBTREE = """
+WITH RECURSIVE below (seq, id) AS (
+    SELECT seq, id FROM assistant_messages WHERE session_id = %(s)s AND parent_id = %(id)s AND seq > %(seq)s
+    UNION ALL
+    SELECT m.seq, m.id FROM below AS b
+    JOIN assistant_messages AS m ON m.session_id = %(s)s AND m.parent_id = b.id AND m.seq > b.seq
+)
+UPDATE assistant_messages AS a SET depth = a.depth + %(depth)s, path_bytes = a.path_bytes + %(bytes)s,
+    path_tokens = a.path_tokens + %(tokens)s
+FROM below WHERE a.seq = below.seq
 """
 # Delete one message and hand its children to its parent, in one statement.
+# Delete one message and hand its children to its parent, in one statement; the children moved.
 DELETE = """
 WITH gone AS (
     DELETE FROM assistant_messages WHERE session_id = %(s)s AND id = %(id)s RETURNING parent_id
 ), moved AS (
     UPDATE assistant_messages SET parent_id = (SELECT parent_id FROM gone)
     WHERE session_id = %(s)s AND parent_id = %(id)s AND EXISTS (SELECT 1 FROM gone)
+    RETURNING id
 )
-SELECT count(*) AS n FROM gone
+SELECT id FROM moved
 """
 CLEAR = f"""
 WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(s)s),

@@ -31,7 +31,10 @@ Writes: each public write is one transaction (a lost connection leaves
 nothing half-written) that first takes a per-session advisory lock
 (``pg_advisory_xact_lock``), so two writers of one session -- two hosts
 during a hand-over, two tasks -- append one after the other instead of
-both choosing the same parent. Reads take no lock.
+both choosing the same parent. Reads take no lock. Calls made through one
+provider object run one at a time, in the order they were made (an
+``anyio.Lock``, FIFO): appends of concurrent tasks land in the order they
+arrive, as with the SQLite store.
 
 Timestamps are stored with millisecond precision and returned as
 ``YYYY-MM-DD HH:MM:SS.SSS`` (UTC), the SQLite store's text form, so
@@ -41,16 +44,21 @@ What it does not mirror from ``MessageStore``: ``storage`` (a shared SQLite
 transaction other writes can join; here each call is its own transaction),
 ``token_places`` and ``ancestor_at_depth`` (the SQLite file's jump
 pointers; :meth:`~PostgresSessionProvider.path_tokens` walks the path
-instead). Added: :meth:`~PostgresSessionProvider.count` and the spec's
+instead). Added: :meth:`~PostgresSessionProvider.for_session` (the same
+connection, another session), the session's ``assistant_config`` values
+(:meth:`~PostgresSessionProvider.get_config`, ``set_config``,
+``delete_config``: the loaded-skill set lives there),
+:meth:`~PostgresSessionProvider.count` and the spec's
 :meth:`~PostgresSessionProvider.search_messages` (user text in, hits
 ``{id, role, content, createdAt}`` out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from itertools import accumulate
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
+
+import anyio
 
 from storage.errors import InvalidInputError
 
@@ -58,6 +66,8 @@ from ..fts import ParsedQuery, parse_query
 from ..messages import (
     LATEST_LEAF,
     OVERLAY_PREFIX,
+    PATH_CHUNK_BYTES,
+    PATH_CHUNK_ROWS,
     CompactionRow,
     NewMessage,
     PathTokens,
@@ -67,6 +77,7 @@ from ..messages import (
 )
 from . import message_sql as sql
 from .connection import Many, Operation, Query, runner_for
+from .places import applied, place_subtrees, token_places
 from .search import match
 from .values import (
     MAX_VALUE_BYTES,
@@ -74,9 +85,10 @@ from .values import (
     SEARCH_TOOLS_MAX_BYTES,
     check_int,
     check_number,
-    check_optional_text,
     check_text,
+    lookup_key,
     search_text,
+    utf8_size,
 )
 
 
@@ -117,9 +129,24 @@ class PostgresSessionProvider:
         self.max_value_bytes = max_value_bytes
         self.conn = conn
         self._runner = runner_for(conn)
+        self._order = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"PostgresSessionProvider(session_id={self.session_id!r})"
+
+    def for_session(self, session_id: str) -> PostgresSessionProvider:
+        """A provider of session ``session_id`` on the same connection (and the same value limit).
+
+        Raises:
+            InvalidInputError: ``session_id`` is not text Postgres can store.
+        """
+        provider = PostgresSessionProvider.__new__(PostgresSessionProvider)
+        provider.session_id = check_text(session_id, "session_id")
+        provider.max_value_bytes = self.max_value_bytes
+        provider.conn = self.conn
+        provider._runner = self._runner
+        provider._order = anyio.Lock()
+        return provider
 
     # -- running -------------------------------------------------------------------------
 
@@ -127,10 +154,12 @@ class PostgresSessionProvider:
         return Query(sql, {"s": self.session_id, **params})
 
     async def _read(self, op: Operation[Any]) -> Any:
-        return await self._runner.run(op, write=False)
+        async with self._order:
+            return await self._runner.run(op, write=False)
 
     async def _write(self, op: Operation[Any]) -> Any:
-        return await self._runner.run(op, write=True)
+        async with self._order:
+            return await self._runner.run(op, write=True)
 
     def _rows(self, sql: str, **params: Any) -> Operation[list[dict[str, Any]]]:
         return (yield self._q(sql, **params))
@@ -143,7 +172,8 @@ class PostgresSessionProvider:
 
     async def get(self, message_id: str) -> str | None:
         """The stored JSON of ``message_id``, or ``None``."""
-        return await self._read(self._one(sql.GET, id=check_text(message_id, "message_id")))
+        key = lookup_key(message_id, "message_id")
+        return None if key is None else await self._read(self._one(sql.GET, id=key))
 
     async def exists(self, message_id: str) -> bool:
         """``True`` when ``message_id`` is stored in this session."""
@@ -159,7 +189,8 @@ class PostgresSessionProvider:
 
     async def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
-        rows = await self._read(self._rows(sql.PATH_ROWS, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        rows = [] if key is None else await self._read(self._rows(sql.PATH_ROWS, leaf=key))
         return [row["content"] for row in rows]
 
     async def path_json(self, leaf_id: str) -> tuple[str, int] | None:
@@ -171,12 +202,45 @@ class PostgresSessionProvider:
         ``("[]", 0)`` for an unknown leaf; ``None`` when the path's JSON
         exceeds :data:`~storage.postgres.message_sql.PATH_JSON_MAX_BYTES`.
         """
-        [row] = await self._read(self._rows(sql.PATH_JSON, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        if key is None:
+            return "[]", 0
+        [row] = await self._read(self._rows(sql.PATH_JSON, leaf=key))
         return None if row["text"] is None else (row["text"], row["n"])
+
+    async def path_chunks(
+        self, leaf_id: str, *, max_bytes: int = PATH_CHUNK_BYTES, max_rows: int = PATH_CHUNK_ROWS
+    ) -> AsyncIterator[list[Any]]:
+        """The stored JSON of the path ``leaf_id`` -> root in chunks, **leaf first**, as
+        :meth:`storage.messages.MessageStore.path_chunks` gives them: at most
+        ``max_rows`` rows and ``max_bytes`` UTF-8 bytes each (a larger row alone), one
+        statement per chunk run to its end before the chunk is yielded. An unknown
+        leaf yields nothing.
+
+        Raises:
+            InvalidInputError: ``max_bytes`` or ``max_rows`` is not an int >= 1.
+            StorageUnavailableError, DatabaseError: as every read; chunks yielded before stay valid.
+        """
+        for name, value in (("max_bytes", max_bytes), ("max_rows", max_rows)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an int >= 1, not {value!r}", field=name)
+        key = lookup_key(leaf_id, "leaf_id")
+        if key is None:
+            return
+        limits = {"max_rows": max_rows, "max_bytes": max_bytes}
+        rows = await self._read(self._rows(sql.CHUNK_FROM_LEAF, leaf=key, **limits))
+        while rows:
+            yield [row["content"] for row in rows]
+            last = rows[-1]
+            if last["parent_id"] is None:
+                return
+            rows = await self._read(self._rows(sql.CHUNK_FROM_PARENT, leaf=last["parent_id"], below=last["seq"],
+                                               **limits))
 
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
-        rows = await self._read(self._rows(sql.PATH_STATS, leaf=check_text(leaf_id, "leaf_id")))
+        key = lookup_key(leaf_id, "leaf_id")
+        rows = [] if key is None else await self._read(self._rows(sql.PATH_STATS, leaf=key))
         return [(row["id"], row["role"], row["bytes"]) for row in rows]
 
     async def path_ids(self, leaf_id: str) -> list[str]:
@@ -185,8 +249,9 @@ class PostgresSessionProvider:
 
     async def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)``: its path's row count and JSON bytes; ``None`` if not stored."""
-        [row] = await self._read(self._rows(sql.PLACE, leaf=check_text(message_id, "message_id")))
-        return None if row["depth"] == 0 else (row["depth"], int(row["bytes"]))
+        key = lookup_key(message_id, "message_id")
+        rows = [] if key is None else await self._read(self._rows(sql.PLACE, leaf=key))
+        return (int(rows[0]["depth"]), int(rows[0]["bytes"])) if rows else None
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
@@ -200,16 +265,17 @@ class PostgresSessionProvider:
             an unknown leaf) and whether older rows were left out.
         """
         params = {
-            "leaf": check_text(leaf_id, "leaf_id"),
+            "leaf": lookup_key(leaf_id, "leaf_id"),
             "max_bytes": check_number(max_bytes, "max_bytes"),
             "min_rows": check_int(min_rows, "min_rows"),
         }
-        rows = await self._read(self._rows(sql.WINDOW, **params))
+        rows = [] if params["leaf"] is None else await self._read(self._rows(sql.WINDOW, **params))
         return [row["content"] for row in rows], bool(rows) and rows[0]["parent_id"] is not None
 
     async def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
-        rows = await self._read(self._rows(sql.CHILDREN, id=check_text(message_id, "message_id")))
+        key = lookup_key(message_id, "message_id")
+        rows = [] if key is None else await self._read(self._rows(sql.CHILDREN, id=key))
         return [row["content"] for row in rows]
 
     async def compactions(self) -> list[CompactionRow]:
@@ -223,21 +289,27 @@ class PostgresSessionProvider:
         on the path, the newest compaction whose end is on the path at or
         after it; walking root -> leaf, a start inside an overlay already
         taken is skipped. Each is paired with the tokens of the messages it
-        hides. Reads the path's ids and token counts (no content) and the
-        compaction rows, in one transaction. ``None`` for an unknown leaf.
+        hides. The total is the leaf's stored ``path_tokens`` (one row);
+        which compaction ends lie on the path is found by climbing jump
+        pointers (:mod:`storage.postgres.places`): O(compactions x log
+        depth), whatever the history length. ``None`` for an unknown leaf.
         """
-        leaf_id = check_text(leaf_id, "leaf_id")
-
-        def op() -> Operation[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-            path = yield self._q(sql.PATH_STATS, leaf=leaf_id)
-            compactions = (yield self._q(sql.COMPACTIONS)) if path else []
-            return path, compactions
-
-        path, rows = await self._read(op())
-        if not path:
+        leaf_id = lookup_key(leaf_id, "leaf_id")
+        if leaf_id is None:
             return None
-        tokens = [int(row["tokens"]) for row in path]
-        return PathTokens(sum(tokens), tuple(_applied([row["id"] for row in path], tokens, map(_compaction, rows))))
+
+        def op() -> Operation[PathTokens | None]:
+            leaf = (yield from token_places(self.session_id, [leaf_id])).get(leaf_id)
+            if leaf is None:
+                return None
+            rows = [_compaction(row) for row in (yield self._q(sql.COMPACTIONS))]
+            if not rows:
+                return PathTokens(leaf.path_tokens, ())
+            named = {i for r in rows for i in (r.from_message_id, r.to_message_id)}
+            ends = yield from token_places(self.session_id, named)
+            return PathTokens(leaf.path_tokens, tuple((yield from applied(leaf, rows, ends))))
+
+        return await self._read(op())
 
     async def search(self, query: ParsedQuery, limit: int) -> list[SearchRow]:
         """Messages whose searched text matches ``query``: best rank first, ties oldest first.
@@ -307,7 +379,10 @@ class PostgresSessionProvider:
 
     @staticmethod
     def _check_parent(parent_id: Any) -> str | None | _LatestLeaf:
-        return parent_id if parent_id is LATEST_LEAF else check_optional_text(parent_id, "parent_id")
+        """The parent to resolve: an id holding NUL names no stored message, so it makes a root."""
+        if parent_id is LATEST_LEAF or parent_id is None:
+            return parent_id
+        return lookup_key(parent_id, "parent_id")
 
     async def append(
         self,
@@ -343,7 +418,10 @@ class PostgresSessionProvider:
             yield self._q(sql.LOCK)
             parent = yield from self._resolve_parent(parent_id)
             inserted = yield Query(sql.APPEND, {**row, "parent": parent})
-            return (True, parent) if inserted else (False, None)
+            if not inserted:
+                return False, None
+            yield from _keep_statistics(1, inserted[0]["depth"])
+            return True, parent
 
         return await self._write(op())
 
@@ -409,6 +487,8 @@ class PostgresSessionProvider:
         if new:
             yield Many(sql.INSERT, new)
             yield self._q(sql.SET_ACTIVE_LEAF, leaf=new[-1]["id"])
+            depth = yield from self._one(sql.DEPTH, id=new[-1]["id"])
+            yield from _keep_statistics(len(new), depth)
         return results
 
     def _overlay_end(self, overlay_id: str, current: str | None) -> Operation[str | None]:
@@ -425,11 +505,21 @@ class PostgresSessionProvider:
 
         Returns ``False`` (and writes nothing) when ``message_id`` is not stored.
         """
+        if lookup_key(message_id, "message_id") is None:
+            return False
         row = self._row(message_id, role, content, text, tools, tokens)
+        size = utf8_size(row["content"], "content")
 
         def op() -> Operation[bool]:
             yield self._q(sql.LOCK)
-            return bool((yield Query(sql.UPDATE, row)))
+            own = yield self._q(sql.OWN, id=row["id"])
+            if not own:
+                return False
+            yield Query(sql.UPDATE, row)
+            moved = {"bytes": size - own[0]["bytes"], "tokens": row["tokens"] - own[0]["tokens"]}
+            if moved["bytes"] or moved["tokens"]:
+                yield self._q(sql.SHIFT_SUBTREE, id=row["id"], seq=own[0]["seq"], depth=0, **moved)
+            return True
 
         return await self._write(op())
 
@@ -445,15 +535,20 @@ class PostgresSessionProvider:
         """
         if isinstance(message_ids, (str, bytes)) or not isinstance(message_ids, Iterable):
             raise InvalidInputError("message_ids must be a list of message ids", field="message_ids")
-        ids = list(dict.fromkeys(check_text(i, "message_ids") for i in message_ids))
+        keys = (lookup_key(i, "message_ids") for i in message_ids)  # one holding NUL is not stored
+        ids = list(dict.fromkeys(key for key in keys if key is not None))
 
         def op() -> Operation[list[str]]:
             yield self._q(sql.LOCK)
-            deleted = []
+            deleted, moved = [], []
             for message_id in ids:
-                [row] = yield self._q(sql.DELETE, id=message_id)
-                if row["n"]:
-                    deleted.append(message_id)
+                if not (yield self._q(sql.OWN, id=message_id)):
+                    continue
+                moved.extend(row["id"] for row in (yield self._q(sql.DELETE, id=message_id)))
+                deleted.append(message_id)
+            # the re-attached subtrees get their places again, once (depths, totals, jumps)
+            gone = set(deleted)
+            yield from place_subtrees(self.session_id, [i for i in dict.fromkeys(moved) if i not in gone])
             if deleted and (yield from self._one(sql.ACTIVE_LEAF)) is None:
                 yield self._q(sql.DROP_ACTIVE_LEAF)
             return deleted
@@ -485,21 +580,46 @@ class PostgresSessionProvider:
         return _compaction(row)
 
 
-def _applied(
-    path: list[str], tokens: list[int], rows: Iterable[CompactionRow]
-) -> list[tuple[CompactionRow, int]]:
-    """The overlays applied on ``path`` (ids root first) and the tokens each hides (see ``path_tokens``)."""
-    position = {message_id: i for i, message_id in enumerate(path)}
-    chosen: dict[str, tuple[CompactionRow, int, int]] = {}
-    for row in reversed(list(rows)):  # newest first
-        start, end = position.get(row.from_message_id), position.get(row.to_message_id)
-        if start is None or end is None or end < start or row.from_message_id in chosen:
-            continue
-        chosen[row.from_message_id] = (row, start, end)
-    sums = [0, *accumulate(tokens)]
-    applied, reached = [], -1
-    for row, start, end in sorted(chosen.values(), key=lambda c: c[1]):
-        if start > reached:
-            applied.append((row, sums[end + 1] - sums[start]))
-            reached = end
-    return applied
+    # -- per-session values (assistant_config) ----------------------------------------------
+
+    async def get_config(self, key: str) -> str | None:
+        """The session's ``assistant_config`` value ``key`` (e.g. ``loaded_skills``), or ``None``."""
+        return await self._read(self._one(sql.GET_CONFIG, key=check_text(key, "key")))
+
+    async def set_config(self, key: str, value: str) -> None:
+        """Insert or replace the session's value ``key``."""
+        params = {"key": check_text(key, "key"), "value": check_text(value, "value", max_bytes=self.max_value_bytes)}
+        await self._write(self._rows(sql.SET_CONFIG, **params))
+
+    async def delete_config(self, key: str) -> None:
+        """Delete the session's value ``key`` (nothing when there is none)."""
+        await self._write(self._rows(sql.DELETE_CONFIG, key=check_text(key, "key")))
+
+#: Session depths from which a write checks the table's planner statistics (64, 128, 256, ...).
+CHECK_STATISTICS_FROM = 64
+
+
+def _keep_statistics(inserted: int, depth: int) -> Operation[None]:
+    """``ANALYZE assistant_messages`` when the statistics are far behind a session that grew.
+
+    Statistics taken while the table was (nearly) empty -- or none at all --
+    make every index led by ``session_id`` look as good as the primary key,
+    and the planner may then find each message by scanning its whole
+    session: a path walk becomes O(n^2) (9 s for a 10,000-message path
+    instead of 40 ms; 3 ms instead of 0.4 ms at 100). So a write whose
+    ``inserted`` rows brought the session past a power of two from
+    :data:`CHECK_STATISTICS_FROM` on (``depth`` is its last row's) reads the
+    table's row estimate -- one catalog row -- and, when it is under four
+    times that depth, analyzes the table in the same transaction (ANALYZE
+    counts the transaction's own rows; the new statistics appear with the
+    commit; it samples a bounded number of rows, ~20 ms here). Autovacuum
+    keeps them current otherwise.
+    """
+    if depth is None or depth < CHECK_STATISTICS_FROM:
+        return
+    crossed = 1 << (depth.bit_length() - 1)  # the power of two at or below depth
+    if crossed <= depth - inserted:
+        return
+    [row] = yield Query(sql.RELTUPLES)
+    if row["reltuples"] < 4 * depth:
+        yield Query(sql.ANALYZE)

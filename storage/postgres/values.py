@@ -8,6 +8,9 @@ never a driver exception, and runs before the call's transaction starts.
 * :func:`check_text` -- a stored value (id, role, message JSON, block
   content, ...): a ``str`` without NUL and without lone UTF-16 surrogates,
   at most ``max_bytes`` UTF-8 bytes.
+* :func:`lookup_key` -- an id read back (or deleted, updated, used as a
+  parent): one holding NUL cannot be stored, so it names no row -- the
+  same answer as an unknown id, as on SQLite (where it could be stored);
 * :func:`search_text` -- the text a message is searched by (its text parts,
   its tool calls): lone surrogates are refused, NUL characters become
   spaces (the text is an index, not data: the message's JSON keeps them,
@@ -69,6 +72,19 @@ def check_text(value: Any, field: str, *, max_bytes: int = MAX_VALUE_BYTES) -> s
     if size > max_bytes:
         raise InvalidInputError(f"{field} is {size} UTF-8 bytes, over the limit of {max_bytes}", field=field)
     return value
+
+
+def lookup_key(value: Any, field: str) -> str | None:
+    """An id to look up: ``value`` when it could be stored, ``None`` when it holds NUL (so no row
+    can have it: the caller answers "not found" without asking Postgres).
+
+    Raises:
+        InvalidInputError: not a ``str``, or holds a lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{field} must be a string, not {_type_name(value)}", field=field)
+    utf8_size(value, field)
+    return None if "\x00" in value else value
 
 
 def check_optional_text(value: Any, field: str) -> str | None:

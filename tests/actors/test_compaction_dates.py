@@ -10,8 +10,12 @@ in the SQLite one (``YYYY-MM-DD HH:MM:SS.SSS``, as session rows'
 
 import re
 
+import pytest
+
 from actors import SessionManager
 from actors.session import Session
+
+pytestmark = pytest.mark.both_storages
 
 SQLITE_MS = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}$")
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")

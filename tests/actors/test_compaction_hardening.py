@@ -14,6 +14,8 @@ from actors.compaction import create_compact_function, normalize_token_count
 from actors.session import Session
 from storage.errors import CompactionError
 
+pytestmark = pytest.mark.both_storages
+
 
 def msg(i):
     return {"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",

@@ -2,10 +2,12 @@
 
 import pytest
 
-from actors.context import AgentContextProvider, ContextBlocks
+from actors.context import ContextBlocks, row_provider
 from storage import SqlStorage
 from storage.context import read_block, read_config
 from storage.errors import ConflictError, ContextBlockError, InvalidInputError
+
+pytestmark = pytest.mark.both_storages
 
 SEP = "═" * 46
 
@@ -226,14 +228,14 @@ async def test_without_session_id_rows_use_the_plain_label(storage):
 
 
 async def test_explicit_agent_context_provider_keeps_its_key(storage):
-    provider = AgentContextProvider(storage, "custom")
+    provider = row_provider(storage, "custom")
     session = ContextBlocks(storage).for_session("s1").with_context("memory", provider=provider)
     await session.replace_context_block("memory", "x")
     assert read_block(storage, "custom") == "x" and provider.key == "custom"
 
 
 async def test_agent_context_provider_without_key_takes_the_label_from_init(storage):
-    provider = AgentContextProvider(storage)
+    provider = row_provider(storage, "")
     session = ContextBlocks(storage).with_context("notes", provider=provider)
     await session.replace_context_block("notes", "x")
     assert read_block(storage, "notes") == "x"

@@ -2,8 +2,17 @@
 
 import pytest
 
-from actors.context import SEPARATOR, AgentSearchProvider, ContextBlock, ContextBlocks, render_header, render_prompt
+from actors.context import (
+    SEPARATOR,
+    ContextBlock,
+    ContextBlocks,
+    render_header,
+    render_prompt,
+    search_provider_for,
+)
 from actors.skills import DirectorySkillProvider
+
+pytestmark = pytest.mark.both_storages
 
 SEP = "═" * 46
 
@@ -50,7 +59,7 @@ def default_session(storage, skills):
         .with_context("soul", provider=Static("You are a helpful assistant."))
         .with_context("memory", description="Learned facts", max_tokens=1100)
         .with_context("skills", description="Loadable skills", provider=skills)
-        .with_context("knowledge", description="Searchable knowledge base", provider=AgentSearchProvider(storage))
+        .with_context("knowledge", description="Searchable knowledge base", provider=search_provider_for(storage))
     )
 
 

@@ -13,6 +13,8 @@ from actors import InvalidInputError, InvalidMessageError, NotFoundError, Sessio
 from storage import SqlStorage
 from storage.registry import SESSION_COLUMNS
 
+pytestmark = pytest.mark.both_storages
+
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$")
 
 
@@ -50,7 +52,8 @@ async def test_create_accepts_storage_or_an_object_with_storage(storage, recordi
 
 
 def test_create_refuses_a_target_without_storage():
-    expected = r"SessionManager.create\(\) needs a SqlStorage or an object whose .storage is one, not int"
+    expected = (r"SessionManager.create\(\) needs a SqlStorage or a PostgresStorage, "
+                r"or an object whose .storage is one, not int")
     with pytest.raises(TypeError, match=expected):
         SessionManager.create(3)
 
@@ -88,6 +91,7 @@ async def test_create_records_parent_model_and_source(manager):
      ({"name": "x", "parent_session_id": 5}, "parent_session_id")],
 )
 async def test_create_refuses_non_string_fields(manager, kwargs, field):
+    kwargs = dict(kwargs)  # the parameter dict is shared by the runs on each storage
     name = kwargs.pop("name")
     with pytest.raises(InvalidInputError) as info:
         await manager.create(name, **kwargs)

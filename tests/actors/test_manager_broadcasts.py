@@ -13,6 +13,8 @@ import pytest
 
 from actors import SessionManager
 
+pytestmark = pytest.mark.both_storages
+
 
 def msg(mid, text=None, role="user"):
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}

@@ -6,6 +6,8 @@ import pytest
 
 from actors import InvalidInputError, MessageNotFoundError, NotFoundError, SessionManager
 
+pytestmark = pytest.mark.both_storages
+
 
 def msg(mid, text=None, role="user", **extra):
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}], **extra}

@@ -14,6 +14,8 @@ import pytest
 from actors import InvalidInputError, Session, SessionManager
 from runtime.cli.formats.openai_chat import convert_openai_chat
 
+pytestmark = pytest.mark.both_storages
+
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 UNWELL_USER = (

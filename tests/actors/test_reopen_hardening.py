@@ -21,12 +21,14 @@ import re
 import pytest
 
 from actors.compaction import create_compact_function, extractive_summarize
-from actors.context import AgentSearchProvider
+from actors.context import search_provider_for
 from actors.manager import SessionManager
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage.kv import ActorStorage
 from tests.support.agents import RecordingAgent, RecordingConnection
+
+pytestmark = pytest.mark.both_storages
 
 WORDS = ("flight", "refund", "booking", "seat", "Paris", "東京", "予約", "café", "naïve", "AB-123", "😀", "policy")
 SKILL_KEYS = ("pirate", "code-review", "missing", "日本語")
@@ -77,7 +79,7 @@ class World:
                 .with_context("soul", provider=Static("You are a careful travel agent."))
                 .with_context("memory", description="Learned facts", max_tokens=60)
                 .with_context("skills", description="Loadable skills", provider=DirectorySkillProvider(self.skills_dir))
-                .with_context("kb", description="Searchable knowledge base", provider=AgentSearchProvider(self.storage))
+                .with_context("kb", description="Searchable knowledge base", provider=search_provider_for(self.storage))
                 .with_cached_prompt()
                 .on_compaction(create_compact_function(
                     summarize=extractive_summarize, protect_head=1, tail_token_budget=60, min_tail_messages=2))
@@ -227,7 +229,7 @@ class ManagedWorld(World):
                 .with_context("soul", provider=Static("You are a careful travel agent."))
                 .with_context("memory", description="Learned facts", max_tokens=60)
                 .with_context("skills", provider=DirectorySkillProvider(self.skills_dir))
-                .with_context("kb", provider=AgentSearchProvider(self.storage))
+                .with_context("kb", provider=search_provider_for(self.storage))
                 .with_cached_prompt()
                 .on_compaction(create_compact_function(
                     summarize=extractive_summarize, protect_head=1, tail_token_budget=60, min_tail_messages=2))

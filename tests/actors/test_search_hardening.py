@@ -11,11 +11,13 @@ import time
 
 import pytest
 
-from actors.context import AgentSearchProvider
+from actors.context import search_provider_for
 from actors.session import Session
 from storage import SqlStorage
 from storage.errors import SearchQueryError
 from storage.fts import parse_query
+
+pytestmark = pytest.mark.both_storages
 
 HAN = "".join(chr(0x4E00 + i) for i in range(1600))  # 1600 distinct ideographs
 
@@ -27,7 +29,7 @@ def text_message(mid, text):
 @pytest.fixture
 async def session(tmp_path):
     storage = SqlStorage.open(tmp_path / "search.sqlite3")
-    session = Session.create(storage).with_context("kb", provider=AgentSearchProvider(storage))
+    session = Session.create(storage).with_context("kb", provider=search_provider_for(storage))
     for mid, text in [
         ("deploy", "The deploy happens on Friday"),
         ("tokyo", "私は東京タワーに行きました"),

@@ -9,9 +9,11 @@ message, and every hit's ``content``, stay exactly as written.
 import pytest
 
 from actors import SessionManager
-from actors.context import AgentSearchProvider, ContextBlocks
+from actors.context import ContextBlocks, search_provider_for
 from actors.session import Session
 from storage.fts import INDEX_BOUNDARY, indexed_text, stored_text
+
+pytestmark = pytest.mark.both_storages
 
 GLUED = "重跑gen-itgc后再看看"
 JAPANESE = "Pythonで書いたスクリプトをv2に更新"
@@ -53,7 +55,7 @@ async def test_manager_search_and_session_search_tool_find_words_glued_to_cjk(st
 
 
 async def test_search_context_tool_finds_words_glued_to_cjk(storage):
-    blocks = ContextBlocks(storage).with_context("knowledge", provider=AgentSearchProvider(storage))
+    blocks = ContextBlocks(storage).with_context("knowledge", provider=search_provider_for(storage))
     tools = await blocks.tools()
     assert await tools["set_context"].execute({"label": "knowledge", "content": GLUED,
                                                "metadata": {"title": "rerun"}}) == 'Indexed "rerun" in knowledge.'

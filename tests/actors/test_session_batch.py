@@ -8,12 +8,14 @@ batch; Session.seed_messages. Every message here is 8 estimated tokens
 
 import json
 
-import apsw
 import pytest
 
 from actors import ConflictError, InvalidInputError, InvalidMessageError
 from actors.session import MessagesChange, Session
 from actors.skills import DirectorySkillProvider
+from tests.support.backends import kind_of, refusing_inserts, write_counts
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid, role="user"):
@@ -46,11 +48,8 @@ def compacting(estimate, threshold="null", sid=""):
 
 
 def table_counts(storage):
-    """Rows of every table a message write touches."""
-    return {
-        table: storage.scalar(f"SELECT count(*) FROM {table}")
-        for table in ("assistant_messages", "assistant_fts", "assistant_fts_cjk", "assistant_config")
-    }
+    """Rows of every table (or index) a message write touches."""
+    return write_counts(storage)
 
 
 def parents(storage):
@@ -210,30 +209,28 @@ async def test_a_storage_failure_on_the_third_row_rolls_the_whole_batch_back(rec
     await session.append_messages([msg("m0")])
     recording_agent.take()
     before = table_counts(storage)
-    storage.exec("CREATE TRIGGER refuse_m3 BEFORE INSERT ON assistant_messages WHEN NEW.id = 'm3' "
-                 "BEGIN SELECT RAISE(ABORT, 'm3 refused'); END")
-    with pytest.raises(apsw.ConstraintError, match="m3 refused"):
-        await session.append_messages([msg("m1"), msg("m2"), msg("m3"), msg("m4")])
-    assert table_counts(storage) == before
-    assert (await session.get_latest_leaf())["id"] == "m0"
-    assert await session.search("text") == [
-        {"id": "m0", "role": "user", "content": "text of m0",
-         "createdAt": (await session.search("m0"))[0]["createdAt"]}]
-    assert recording_agent.take() == []
-    storage.exec("DROP TRIGGER refuse_m3")
+    with refusing_inserts(storage, "assistant_messages", "m3 refused", when="NEW.id = 'm3'") as error:
+        with pytest.raises(error, match="m3 refused"):
+            await session.append_messages([msg("m1"), msg("m2"), msg("m3"), msg("m4")])
+        assert table_counts(storage) == before
+        assert (await session.get_latest_leaf())["id"] == "m0"
+        assert await session.search("text") == [
+            {"id": "m0", "role": "user", "content": "text of m0",
+             "createdAt": (await session.search("m0"))[0]["createdAt"]}]
+        assert recording_agent.take() == []
     assert await session.append_messages([msg("m1"), msg("m2"), msg("m3")]) == [True, True, True]
     assert ids(await session.get_history()) == ["m0", "m1", "m2", "m3"]
-    assert [row[0] for row in storage.exec("SELECT seq FROM assistant_messages ORDER BY seq")] == [1, 2, 3, 4]
+    if kind_of(storage) == "sqlite":  # Postgres identities may leave gaps after a rollback
+        assert [row[0] for row in storage.exec("SELECT seq FROM assistant_messages ORDER BY seq")] == [1, 2, 3, 4]
 
 
 async def test_a_storage_failure_after_the_search_rows_rolls_them_back_too(storage):
     """The active-leaf row is written last: refusing it must also undo every message and search row."""
     session = Session.create(storage)
-    storage.exec("CREATE TRIGGER refuse_leaf BEFORE INSERT ON assistant_config "
-                 "BEGIN SELECT RAISE(ABORT, 'leaf refused'); END")
     cjk = {"id": "m2", "role": "user", "parts": [{"type": "text", "text": "東京"}]}
-    with pytest.raises(apsw.ConstraintError, match="leaf refused"):
-        await session.append_messages([msg("m1"), cjk])
+    with refusing_inserts(storage, "assistant_config", "leaf refused") as error:
+        with pytest.raises(error, match="leaf refused"):
+            await session.append_messages([msg("m1"), cjk])
     assert table_counts(storage) == dict.fromkeys(table_counts(storage), 0)
 
 
@@ -342,6 +339,7 @@ async def test_a_batch_passes_the_hooks_once_with_the_messages_as_stored(storage
 # -- seed_messages ------------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only("seed_messages is synchronous: SQLite only (Postgres writers use prepared_rows)")
 async def test_seed_messages_fills_an_empty_session_without_effects(recording_agent, storage):
     session = Session.create(recording_agent).compact_after(0).on_compaction(lambda m: pytest.fail("no compaction"))
     assert session.seed_messages([msg("m1"), msg("m2"), msg("m1"), msg("m3")]) == [True, True, False, True]

@@ -18,6 +18,8 @@ from actors.skills import DirectorySkillProvider
 from actors.tokens import estimate_message_tokens
 from storage import SqlStorage
 
+pytestmark = pytest.mark.both_storages
+
 ROW_LIMIT = 3000
 
 

@@ -5,9 +5,12 @@ Every message here is 8 estimated tokens (4 per message + 4 for "text of mN").
 
 import json
 
+import pytest
 import trio
 
 from actors.session import Session
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid):

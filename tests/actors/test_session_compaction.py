@@ -14,6 +14,8 @@ from actors import CompactionError
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
 
+pytestmark = pytest.mark.both_storages
+
 
 def msg(mid, text=None, role="user"):
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
@@ -280,18 +282,19 @@ async def test_a_failing_counter_reaches_the_handler_and_the_append_succeeds(rec
 
 
 async def test_appends_during_a_running_compaction_do_not_start_another(storage):
-    release = trio.Event()
+    release, started = trio.Event(), trio.Event()
     calls = []
 
     async def slow(messages):
         calls.append(ids(messages))
+        started.set()
         await release.wait()
         return {"fromMessageId": "m1", "toMessageId": "m1", "summary": "S"}
 
     session = Session.create(storage).on_compaction(slow).compact_after(0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(session.append_message, msg("m1"))
-        await trio.testing.wait_all_tasks_blocked()
+        await started.wait()  # the compaction of m1 runs (a task waiting on Postgres also looks blocked)
         await session.append_message(msg("m2"))
         await session.append_message(msg("m3"))
         release.set()

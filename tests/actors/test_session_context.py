@@ -9,11 +9,13 @@ import json
 import pytest
 
 from actors import ConflictError, ContextBlockError
-from actors.context import AgentSearchProvider
+from actors.context import search_provider_for
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage import SqlStorage
 from tests.support.agents import RecordingAgent
+
+pytestmark = pytest.mark.both_storages
 
 SEP = "═" * 46
 SID = "chat-1"
@@ -67,7 +69,7 @@ class Life:
             .with_context("memory", description="Learned facts", max_tokens=1100)
             .with_context("skills", description="Loadable skills", provider=skills)
             .with_context("knowledge", description="Searchable knowledge base",
-                          provider=AgentSearchProvider(self.storage))
+                          provider=search_provider_for(self.storage))
         )
         if cached:
             self.session.with_cached_prompt()

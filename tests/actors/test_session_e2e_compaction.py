@@ -10,11 +10,15 @@ just appended, and every original message is still found by search
 
 import json
 
+import pytest
+
 from actors.compaction import create_compact_function, extractive_summarize
 from actors.session import Session
 from actors.tokens import estimate_message_tokens
 from runtime.cli.formats.openai_chat import convert_openai_chat
 from tests.support.data import TEST_DATA
+
+pytestmark = pytest.mark.both_storages
 
 DATA = TEST_DATA / "tau-bench" / "airline-sample.json"
 THRESHOLD = 2000

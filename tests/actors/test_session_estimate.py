@@ -7,9 +7,14 @@ row, jump pointers to test which overlays lie on the path (docs/deviations.md #1
 
 import random
 
+import pytest
+
 from actors.session import LATEST_LEAF, Session
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
 from storage.messages import MessageStore
+from tests.support.backends import kind_of
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid, text, role="user"):
@@ -21,22 +26,41 @@ def seqs(storage, sid):
 
 
 async def assert_totals_match_history(session):
-    store = MessageStore(session.storage, session.session_id)
+    store = session._messages  # the session's own store, SQLite or Postgres
     for mid in seqs(session.storage, session.session_id):
-        totals = store.path_tokens(mid)
+        totals = await store.path_tokens(mid)
         visible = totals.total - sum(hidden for _, hidden in totals.hidden)
         visible += sum(4 + estimate_string_tokens(row.summary) for row, _ in totals.hidden)
         assert visible == estimate_message_tokens(await session.get_history(mid)), mid
 
 
 async def assert_jumps_find_every_ancestor(session):
-    store = MessageStore(session.storage, session.session_id)
+    if kind_of(session.storage) == "sqlite":
+        store = MessageStore(session.storage, session.session_id)
+        climb = store.ancestor_at_depth
+    else:  # the same jump pointers, kept by storage/postgres/places.py
+        from storage.postgres.places import ancestor_at_depth
+
+        def climb(seq, depth):
+            import psycopg
+
+            conn = session.storage.conn
+            with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+                op, result = ancestor_at_depth(seq, depth), None
+                try:
+                    step = next(op)
+                    while True:
+                        cur.execute(step.sql, step.params)
+                        step = op.send(cur.fetchall())
+                except StopIteration as done:
+                    result = done.value
+            return result
     seq_of = seqs(session.storage, session.session_id)
     for mid, seq in seq_of.items():
         path = [row["id"] for row in await session.get_history_row_stats(mid)]
-        assert [store.ancestor_at_depth(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
-        assert store.ancestor_at_depth(seq, len(path) + 1) is None
-        assert store.ancestor_at_depth(seq, 0) is None
+        assert [climb(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
+        assert climb(seq, len(path) + 1) is None
+        assert climb(seq, 0) is None
 
 
 async def test_estimate_of_a_plain_chain_is_the_heuristic_plus_the_prompt(storage):
@@ -104,6 +128,7 @@ async def test_running_totals_and_jumps_stay_exact_through_random_edits_and_comp
     assert await session.estimate_tokens() == estimate_message_tokens(history)
 
 
+@pytest.mark.sqlite_only("the climb is counted with SQLite SQL")
 async def test_a_long_chain_climbs_in_logarithmic_steps(storage):
     session = Session.create(storage)
     for i in range(1, 1025):

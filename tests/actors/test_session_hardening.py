@@ -14,7 +14,10 @@ import pytest
 
 from actors.manager import SessionManager
 from actors.session import Session
-from storage.errors import InvalidInputError, InvalidMessageError
+from storage.errors import InvalidInputError, InvalidMessageError, MessageNotFoundError
+from tests.support.backends import index_rows, kind_of
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid, text="hello flight", **extra):
@@ -22,8 +25,7 @@ def msg(mid, text="hello flight", **extra):
 
 
 def counts(storage):
-    return (storage.scalar("SELECT count(*) FROM assistant_messages"),
-            storage.scalar("SELECT count(*) FROM assistant_fts"))
+    return storage.scalar("SELECT count(*) FROM assistant_messages"), len(index_rows(storage))
 
 
 # -- what already holds ----------------------------------------------------------------
@@ -48,11 +50,18 @@ async def test_malformed_messages_are_invalid_and_write_nothing(storage, message
 async def test_ids_with_nul_path_separators_and_unicode_are_plain_ids(storage):
     session = Session.create(storage)
     weird = ["a\x00b", "../../etc/passwd", "a/b\\c", "😀", "e\u0301", "\u202eabc", " "]
+    if kind_of(storage) == "postgres":  # Postgres text holds no NUL: refused, nothing written (docs/postgres.md)
+        with pytest.raises(InvalidInputError) as raised:
+            await session.append_message(msg("a\x00b"))
+        assert raised.value.field == "message_id"
+        assert counts(storage) == (0, 0)
+        weird.remove("a\x00b")
     for mid in weird:
         assert await session.append_message(msg(mid)) is True
     assert [m["id"] for m in await session.get_history()] == weird
     assert await session.get_message("a") is None
-    assert (await session.get_message("a\x00b"))["id"] == "a\x00b"
+    if kind_of(storage) == "sqlite":
+        assert (await session.get_message("a\x00b"))["id"] == "a\x00b"
 
 
 async def test_json_numbers_are_written_as_javascript_writes_them(storage):
@@ -123,3 +132,48 @@ async def test_a_created_at_outside_utc_range_is_an_invalid_message(storage):
     early = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
     with pytest.raises(InvalidMessageError):
         await Session.create(storage).append_message(msg("d", createdAt=early))
+
+
+# -- ids no store can hold, on both storages -------------------------------------------
+
+
+async def test_a_lone_surrogate_in_an_id_is_invalid_input_for_every_call(storage):
+    # It used to escape as UnicodeEncodeError from SQLite (a 500 over HTTP).
+    session = Session.create(storage)
+    await session.append_message(msg("m1"))
+    bad = "a\ud800"
+    calls = {
+        "message_id": [lambda: session.get_message(bad), lambda: session.get_branches(bad)],
+        "leaf_id": [lambda: session.get_history(bad), lambda: session.get_path_length(bad),
+                    lambda: session.get_recent_history(100, leaf_id=bad), lambda: session.get_history_row_stats(bad)],
+        "parent_id": [lambda: session.append_message(msg("m2"), bad)],
+        "message_ids": [lambda: session.delete_messages([bad])],
+        "from_id": [lambda: session.add_compaction("s", bad, "m1")],
+    }
+    for field, makes in calls.items():
+        for make in makes:
+            with pytest.raises(InvalidInputError) as raised:
+                await make()
+            assert raised.value.field == field
+    manager = SessionManager.create(storage)
+    for call in (lambda: manager.get(bad), lambda: manager.get_session(bad), lambda: manager.create(bad)):
+        with pytest.raises(InvalidInputError):
+            await call()
+    assert [m["id"] for m in await session.get_history()] == ["m1"]
+
+
+async def test_an_id_holding_nul_reads_as_unknown_on_both_storages(storage):
+    session = Session.create(storage)
+    await session.append_message(msg("m1"))
+    nul = "m\x001"
+    assert await session.get_message(nul) is None
+    assert await session.get_branches(nul) == []
+    assert await session.get_history(nul) == []
+    assert await session.get_path_length(nul) == 0
+    assert await session.get_recent_history(100, leaf_id=nul) == {"messages": [], "truncated": False,
+                                                                   "totalContentBytes": 0}
+    assert await session.delete_messages([nul]) == 0
+    with pytest.raises(MessageNotFoundError):
+        await session.update_message(msg(nul))
+    assert await session.append_message(msg("m2"), nul) is True  # an unknown parent makes a root
+    assert [m["id"] for m in await session.get_history()] == ["m2"]

@@ -12,6 +12,8 @@ import pytest
 from actors import InvalidInputError
 from actors.session import Session
 
+pytestmark = pytest.mark.both_storages
+
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 

@@ -14,6 +14,9 @@ from actors.manager import SessionManager
 from actors.session import Session
 from actors.session_messages import parse_all, parse_path
 from storage import messages as sql
+from tests.support.backends import kind_of
+
+pytestmark = pytest.mark.both_storages
 
 # Every row whose parent_seq is not the seq of the row its parent_id names.
 OUT_OF_STEP = """
@@ -31,8 +34,8 @@ def ids(messages):
     return [m["id"] for m in messages]
 
 
-def row_by_row(session, leaf):
-    return parse_all(session._messages.path_contents(leaf))
+async def row_by_row(session, leaf):
+    return parse_all(await session._messages.path_contents(leaf))  # the store behind the Session, row by row
 
 
 async def test_parent_seq_follows_parent_id_through_appends_chains_deletes_and_forks(storage):
@@ -50,8 +53,9 @@ async def test_parent_seq_follows_parent_id_through_appends_chains_deletes_and_f
     assert await session.delete_messages(["a2", "b1", "a4"]) == 3
     forked = await manager.fork(sid, "c1", "copy")
     await manager.compact_and_split(sid, "so far")
-    assert storage.sql(OUT_OF_STEP) == []
-    assert storage.scalar("SELECT count(*) FROM assistant_messages WHERE parent_seq IS NOT NULL") == 10
+    if kind_of(storage) == "sqlite":  # parent_seq is a column of the SQLite file
+        assert storage.sql(OUT_OF_STEP) == []
+        assert storage.scalar("SELECT count(*) FROM assistant_messages WHERE parent_seq IS NOT NULL") == 10
     assert ids(await session.get_history("b2")) == ["a0", "a1", "a3", "b2"]  # b2 went under the stored a3
     # c1 went under a4 (the overlay's end), then moved up to a3 when a4 was deleted.
     assert ids(await session.get_history("c1")) == ["a0", "a1", "a3", "c1"]
@@ -67,7 +71,7 @@ async def test_the_one_parse_read_equals_row_by_row_parsing_on_a_branchy_tree(st
             await session.append_message(msg(f"m{i}-next"), f"m{i}")
     for leaf in ("m39", "side10", "m24", "m0", "m10-next"):
         history = await session.get_history(leaf)
-        assert history == row_by_row(session, leaf)
+        assert history == await row_by_row(session, leaf)
         assert history[-1]["id"] == leaf
     on_path = ["m0", "m1", "m2", "m3", "m3-next", "m4", "m5", "m6", "m7", "m8", "m9", "side10"]
     assert ids(await session.get_history("side10")) == on_path
@@ -89,16 +93,17 @@ async def test_damaged_rows_are_skipped_exactly_as_row_by_row_parsing_skips_them
     for mid, content in damage.items():
         storage.exec("UPDATE assistant_messages SET content = ? WHERE id = ?", content, mid)
     assert ids(await session.get_history()) == ["m0", "m7"]
-    assert await session.get_history() == row_by_row(session, "m7")
+    assert await session.get_history() == await row_by_row(session, "m7")
     assert ids(await session.raw_path_messages()) == ["m0", "m7"]
 
 
+@pytest.mark.sqlite_only("SQLite's string length limit")
 async def test_a_path_over_sqlites_string_limit_is_read_row_by_row(storage):
     session = Session.create(storage)
     await session.append_messages([msg(f"m{i}", "x" * 200) for i in range(30)])
     expected = await session.get_history()
     storage.connection.limit(apsw.SQLITE_LIMIT_LENGTH, 4000)  # one row fits, the whole array does not
-    assert session._messages.path_json("m29") is None
+    assert session._messages.sync.path_json("m29") is None
     assert await session.get_history() == expected
     assert len(expected) == 30
 
@@ -119,6 +124,7 @@ def test_parse_path_refuses_text_that_does_not_hold_count_values():
     ("_WINDOW", ["SCAN w", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
 ])
 @pytest.mark.parametrize("analyzed", [False, True])
+@pytest.mark.sqlite_only("SQLite query plans (Postgres: tests/storage/test_postgres_messages.py)")
 async def test_each_step_up_a_path_is_one_rowid_lookup(storage, name, walk, analyzed):
     session = Session.create(storage)
     await session.append_messages([msg(f"m{i}") for i in range(200)])

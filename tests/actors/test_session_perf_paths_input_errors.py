@@ -8,6 +8,8 @@ from actors.manager import SessionManager
 from actors.session import Session
 from storage.errors import InvalidInputError, InvalidMessageError
 
+pytestmark = pytest.mark.both_storages
+
 
 def msg(mid, text="hello", **extra):
     return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}], **extra}

@@ -13,6 +13,8 @@ import pytest
 from actors.session import Session
 from storage import SqlStorage
 
+pytestmark = pytest.mark.both_storages
+
 # A plan line that walks a whole session: a table scan of the messages, or a seek
 # on session_id alone (assistant_compactions excepted: a session has few).
 WHOLE_SESSION = re.compile(

@@ -1,13 +1,16 @@
-"""Hibernation is invisible: closing and reopening the file changes no read (docs/deviations.md #3).
+"""Hibernation is invisible: closing and reopening the storage changes no read (docs/deviations.md #3).
 
-Closing the :class:`SqlStorage` and opening the same file again stands in
-for an actor that hibernated (or whose process restarted) between calls.
+Closing the :class:`SqlStorage` and opening the same file again (on
+Postgres: a new ``PostgresStorage`` on the same database) stands in for an
+actor that hibernated (or whose process restarted) between calls.
 """
 
 import pytest
 
 from actors.session import Session
-from storage import SqlStorage
+from tests.support.backends import reopen
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid, text=None, role="user"):
@@ -46,14 +49,11 @@ async def every_read(session):
 
 
 @pytest.mark.parametrize("session_id", ["", "s-42"])
-async def test_every_read_is_identical_after_reopening_the_file(tmp_path, session_id):
-    path = tmp_path / "actor.sqlite3"
-    storage = SqlStorage.open(path)
+async def test_every_read_is_identical_after_reopening_the_file(storage, session_id):
     await build(Session.create(storage).for_session(session_id))
     before = await every_read(Session.create(storage).for_session(session_id))
-    storage.close()
 
-    reopened = SqlStorage.open(path)
+    reopened = reopen(storage)
     after = await every_read(Session.create(reopened).for_session(session_id))
     assert after == before
     assert [m["id"] for m in after["history"]][-2:] == ["b4", "b5"]
@@ -62,20 +62,17 @@ async def test_every_read_is_identical_after_reopening_the_file(tmp_path, sessio
     reopened.close()
 
 
-async def test_the_active_leaf_survives_reopening_even_when_timestamps_disagree(tmp_path):
+async def test_the_active_leaf_survives_reopening_even_when_timestamps_disagree(storage):
     # A clock that stepped backwards makes the last append look older than a
     # sibling leaf. Only the persisted active leaf still names the last append.
-    path = tmp_path / "actor.sqlite3"
-    storage = SqlStorage.open(path)
     session = Session.create(storage)
     for mid in ("m1", "m2", "m3"):
         await session.append_message(msg(mid))
     await session.append_message(msg("b3"), "m2")
     storage.exec("UPDATE assistant_messages SET created_at = '2999-01-01 00:00:00.000' WHERE id = 'm3'")
     assert (await session.get_latest_leaf())["id"] == "b3"
-    storage.close()
 
-    reopened = SqlStorage.open(path)
+    reopened = reopen(storage)
     session = Session.create(reopened)
     assert (await session.get_latest_leaf())["id"] == "b3"
     assert [m["id"] for m in await session.get_history()] == ["m1", "m2", "b3"]

@@ -53,8 +53,8 @@ def compact_middle(messages):
 def test_the_protocol_names_what_the_sqlite_store_provides():
     assert PROTOCOL == [
         "add_compaction", "append", "append_chain", "children", "clear", "compactions", "delete", "get",
-        "latest_leaf", "path_chunks", "path_contents", "path_ids", "path_json", "path_stats", "path_tokens", "place", "search",
-        "update", "window",
+        "latest_leaf", "path_chunks", "path_contents", "path_ids", "path_json", "path_stats", "path_tokens", "place",
+        "search", "update", "window",
     ]
     assert all(callable(getattr(MessageStore, name, None)) for name in PROTOCOL)
 
@@ -81,7 +81,7 @@ async def test_a_session_runs_every_path_on_exactly_the_protocol(storage):
     assert (record["fromMessageId"], record["toMessageId"], record["summary"]) == ("m2", "m3", "the middle")
     assert [m["id"] for m in await session.get_history()] == ["m1", f"compaction_{record['id']}", "m4"]
     assert [m["id"] for m in await session.raw_path_messages()] == ["m1", "m2", "m3", "m4"]
-    assert [[m["id"] for m in chunk] for chunk in session.raw_path_chunks()] == [["m4", "m3", "m2", "m1"]]
+    assert [[m["id"] for m in chunk] async for chunk in session.raw_path_chunks()] == [["m4", "m3", "m2", "m1"]]
     assert await session.estimate_tokens() > 0
     await session.update_message(msg("m4", "done, seat 4C booked", "assistant"))
     assert (await session.get_message("m4"))["parts"][0]["text"] == "done, seat 4C booked"

@@ -10,6 +10,9 @@ import trio
 
 from actors import InvalidInputError, InvalidMessageError, MessageNotFoundError
 from actors.session import LATEST_LEAF, MessagesChange, Session
+from tests.support.backends import index_rows, kind_of
+
+pytestmark = pytest.mark.both_storages
 
 
 def msg(mid, text=None, role="user", **extra):
@@ -102,7 +105,7 @@ async def test_duplicate_id_keeps_the_first_content_and_the_leaf(session):
     assert (await session.get_message("m1"))["parts"][0]["text"] == "text of m1"
     assert (await session.get_latest_leaf())["id"] == "m2"
     assert row_count(session.storage) == 2
-    assert row_count(session.storage, "assistant_fts") == 2
+    assert len(index_rows(session.storage)) == 2
 
 
 async def test_message_is_stored_as_compact_js_json(session):
@@ -223,9 +226,12 @@ async def test_empty_session_reads(session):
 
 async def test_history_has_no_depth_cap(session):
     n = 10_050
-    with session.storage.transaction():
-        for i in range(n):
-            await session.append_message(msg(f"m{i}", "x"))
+    if kind_of(session.storage) == "sqlite":
+        with session.storage.transaction():
+            for i in range(n):
+                await session.append_message(msg(f"m{i}", "x"))
+    else:  # 10,050 round trips would take seconds: one chain of the same messages
+        await session.append_messages([msg(f"m{i}", "x") for i in range(n)])
     history = await session.get_history()
     assert len(history) == n
     assert history[0]["id"] == "m0" and history[-1]["id"] == f"m{n - 1}"
@@ -245,12 +251,12 @@ async def test_update_replaces_content_and_role_but_keeps_the_tree(session):
 
 async def test_update_of_an_unknown_id_raises_and_writes_nothing(session):
     await chain(session, "m1")
-    before = session.storage.sql("SELECT * FROM assistant_fts")
+    before = index_rows(session.storage)
     with pytest.raises(MessageNotFoundError) as info:
         await session.update_message(msg("ghost"))
     assert str(info.value) == "message 'ghost' not found"
     assert info.value.key == "ghost"
-    assert session.storage.sql("SELECT * FROM assistant_fts") == before
+    assert index_rows(session.storage) == before
     assert row_count(session.storage) == 1
 
 
@@ -309,7 +315,7 @@ async def test_clear_removes_messages_compactions_search_rows_and_leaf(storage):
     assert await session.get_history() == []
     assert await session.get_compactions() == []
     assert storage.sql("SELECT session_id, id FROM assistant_messages") == [{"session_id": "keep", "id": "k1"}]
-    assert storage.sql("SELECT id FROM assistant_fts") == [{"id": "k1"}]
+    assert [row["id"] for row in index_rows(storage)] == ["k1"]
     # the active leaf row is gone; clearing records an empty loaded-skill set (docs/behaviours.md §2)
     assert storage.sql("SELECT session_id, key, value FROM assistant_config ORDER BY session_id") == [
         {"session_id": "keep", "key": "active_leaf", "value": "k1"},

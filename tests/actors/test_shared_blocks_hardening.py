@@ -9,11 +9,15 @@ new one, and hibernation must be invisible.
 """
 
 
-from actors.context import AgentSearchProvider
+import pytest
+
+from actors.context import search_provider_for
 from actors.manager import SessionManager
 from actors.session import Session
 from actors.skills import DirectorySkillProvider
 from storage import SqlStorage
+
+pytestmark = pytest.mark.both_storages
 
 
 def contents(blocks):
@@ -24,7 +28,7 @@ async def manager_with_two_sessions(storage, skills_dir):
     manager = (SessionManager.create(storage)
                .with_context("memory")
                .with_context("skills", provider=DirectorySkillProvider(skills_dir))
-               .with_context("kb", provider=AgentSearchProvider(storage)))
+               .with_context("kb", provider=search_provider_for(storage)))
     first = (await manager.create("first"))["id"]
     second = (await manager.create("second"))["id"]
     return manager, await manager.get_session(first), await manager.get_session(second)
@@ -35,7 +39,7 @@ async def woken_view(storage, skills_dir, session_id):
     manager = (SessionManager.create(storage)
                .with_context("memory")
                .with_context("skills", provider=DirectorySkillProvider(skills_dir))
-               .with_context("kb", provider=AgentSearchProvider(storage)))
+               .with_context("kb", provider=search_provider_for(storage)))
     session = await manager.get_session(session_id)
     return contents(await session.get_context_blocks()), await session.estimate_tokens()
 
@@ -56,7 +60,7 @@ async def test_a_write_by_one_managed_session_is_seen_by_the_others(storage, tmp
 
 
 async def test_two_sessions_on_one_file_sharing_a_search_label_stay_in_step(storage):
-    provider = AgentSearchProvider(storage)
+    provider = search_provider_for(storage)
     one = Session.create(storage).for_session("one").with_context("kb", provider=provider)
     two = Session.create(storage).for_session("two").with_context("kb", provider=provider)
     assert (await one.get_context_block("kb"))["content"] == ""

@@ -12,6 +12,8 @@ from storage import SqlStorage
 from storage.context import read_config
 from storage.errors import InvalidInputError
 
+pytestmark = pytest.mark.both_storages
+
 
 class ListHost:
     """A session history kept in a list (one branch, root first): a real SkillHost.

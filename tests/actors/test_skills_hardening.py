@@ -12,6 +12,8 @@ import pytest
 from actors.skills import DirectorySkillProvider, validate_skill_key
 from storage.errors import InvalidInputError
 
+pytestmark = pytest.mark.both_storages
+
 
 @pytest.fixture
 def provider(tmp_path):

@@ -20,6 +20,9 @@ from actors.skills import DirectorySkillProvider, SkillTracker, _NewestFirst, ma
 from storage import SqlStorage
 from storage.context import delete_config, read_config
 
+pytestmark = pytest.mark.both_storages
+
+
 SID = "s1"
 
 

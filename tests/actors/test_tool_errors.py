@@ -9,9 +9,11 @@ zod's order (the schema's property order). The project wraps them as
 
 import pytest
 
-from actors.context import AgentSearchProvider, ContextBlocks
+from actors.context import ContextBlocks, search_provider_for
 from actors.skills import DirectorySkillProvider
 from actors.tools import Tool, search_context_schema, set_context_schema, skill_schema
+
+pytestmark = pytest.mark.both_storages
 
 SCHEMAS = {
     "set4": set_context_schema(["memory", "notes", "skills", "knowledge"], ["skills", "knowledge"]),
@@ -111,7 +113,7 @@ async def test_the_session_tools_name_a_missing_or_mistyped_enum_field_by_its_op
         .with_context("soul", provider=Static("You are a helpful assistant."))
         .with_context("memory", max_tokens=1100)
         .with_context("skills", provider=skills)
-        .with_context("knowledge", provider=AgentSearchProvider(storage))
+        .with_context("knowledge", provider=search_provider_for(storage))
     )
     tools = await session.tools()
     options = 'Invalid option: expected one of "memory"|"skills"|"knowledge"'

@@ -2,7 +2,7 @@
 
 import pytest
 
-from actors.context import AgentSearchProvider, ContextBlocks
+from actors.context import ContextBlocks, search_provider_for
 from actors.skills import DirectorySkillProvider
 from actors.tools import (
     Tool,
@@ -13,6 +13,8 @@ from actors.tools import (
     slugify,
     stable_hash,
 )
+
+pytestmark = pytest.mark.both_storages
 
 SEP = "═" * 46
 
@@ -49,7 +51,7 @@ def session(storage, skills):
         .with_context("memory", description="Learned facts", max_tokens=1100)
         .with_context("notes")
         .with_context("skills", description="Loadable skills", provider=skills)
-        .with_context("knowledge", description="Searchable knowledge base", provider=AgentSearchProvider(storage))
+        .with_context("knowledge", description="Searchable knowledge base", provider=search_provider_for(storage))
     )
 
 
@@ -100,7 +102,7 @@ async def test_no_capable_blocks_give_no_tools(storage):
 
 
 async def test_only_search_block_gives_set_and_search(storage):
-    tools = await ContextBlocks(storage).with_context("knowledge", provider=AgentSearchProvider(storage)).tools()
+    tools = await ContextBlocks(storage).with_context("knowledge", provider=search_provider_for(storage)).tools()
     assert list(tools) == ["set_context", "search_context"]
 
 

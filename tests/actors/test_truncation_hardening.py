@@ -18,6 +18,8 @@ from actors.truncation import enforce_row_size_limit, row_bytes, truncate_older_
 from storage import SqlStorage
 from storage.errors import InvalidInputError, InvalidMessageError
 
+pytestmark = pytest.mark.both_storages
+
 
 def nested(depth, leaf="x"):
     value = leaf

@@ -9,6 +9,8 @@ import pytest
 from actors.truncation import ROW_MAX_BYTES, enforce_row_size_limit, row_bytes
 from storage.errors import InvalidInputError, InvalidMessageError
 
+pytestmark = pytest.mark.both_storages
+
 OBJECT_NOTE = "Tool output omitted because it was too large to preserve structurally."
 
 

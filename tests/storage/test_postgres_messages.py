@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from actors.session_messages import apply_overlays, parse_all
+from storage.errors import InvalidInputError
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, MessageStore, NewMessage, to_iso8601
 from storage.postgres import PostgresSessionProvider
@@ -219,6 +220,30 @@ async def test_path_reads(store):
     assert await store.path_contents("zz") == [] and await store.path_ids("zz") == []
 
 
+async def test_path_chunks_are_bounded_and_equal_to_sqlite_chunks(store, tmp_path):
+    from storage import SqlStorage
+
+    texts = ["x" * 10, "y" * 300, "", "z" * 5, "w" * 120, "v", "u" * 40]
+    sqlite = SqlStorage.open(tmp_path / "actor.sqlite3")
+    try:
+        local = MessageStore(sqlite, "s")
+        for i, text in enumerate(texts):
+            await add(store, f"m{i}", text=text)
+            local.append(f"m{i}", "user", doc(f"m{i}", text), text, LATEST_LEAF)
+        await add(store, "side", parent="m3")  # another branch: never walked
+        size = len(doc("m0", "x" * 10).encode())
+        for max_rows, max_bytes in ((1, 10**6), (3, 10**6), (100, 2 * size), (2, 1)):
+            got = [chunk async for chunk in store.path_chunks("m6", max_rows=max_rows, max_bytes=max_bytes)]
+            assert got == list(local.path_chunks("m6", max_rows=max_rows, max_bytes=max_bytes))
+            assert [json.loads(row)["id"] for chunk in got for row in chunk] == [f"m{i}" for i in range(6, -1, -1)]
+            assert all(len(chunk) <= max_rows for chunk in got)
+        assert [chunk async for chunk in store.path_chunks("nope")] == []
+        with pytest.raises(InvalidInputError, match="max_rows must be an int >= 1"):
+            [chunk async for chunk in store.path_chunks("m6", max_rows=0)]
+    finally:
+        sqlite.close()
+
+
 async def test_window_takes_the_newest_rows_that_fit(store):
     for name in "abcd":
         await add(store, name)
@@ -358,3 +383,31 @@ async def test_same_tree_as_the_sqlite_store(store, tmp_path):
             assert {r.id for r in await store.search(query, 1000)} == {r.id for r in mirror.search(query, 1000)}
     finally:
         sqlite.close()
+
+
+# -- planner statistics ----------------------------------------------------------------------
+
+
+def _walk_plan(conn, leaf: str) -> str:
+    from storage.postgres import message_sql as sql
+
+    query = sql.PATH_STATS.replace("%(s)s", "'s'").replace("%(leaf)s", f"'{leaf}'")
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + query))
+
+
+async def test_a_growing_session_refreshes_stale_statistics_so_path_walks_use_the_primary_key(pg_conn, store):
+    # Statistics taken on a (nearly) empty table make every index led by session_id look as good
+    # as the primary key: a path walk then scans the session at every step (O(n^2), seconds at 10k).
+    scans = ("idx_assistant_msg_session", "idx_assistant_msg_created", "idx_assistant_msg_children")
+    pg_conn.execute("ANALYZE assistant_messages")  # of an empty table
+    pg_conn.execute(  # 255 messages written behind the provider's back: no statistics follow
+        "INSERT INTO assistant_messages (session_id, id, parent_id, role, content, depth, path_bytes, path_tokens) "
+        "SELECT 's', 'r' || i, CASE WHEN i = 1 THEN NULL ELSE 'r' || (i - 1) END, 'user', '{}', i, 2 * i, 0 "
+        "FROM generate_series(1, 255) AS i")
+    stale = _walk_plan(pg_conn, "r255")
+    assert "assistant_messages_pkey" not in stale  # each step scans: the table, or a whole session
+    await add(store, "m256", "r255")  # the session reaches depth 256: the statistics are checked, then refreshed
+    plan = _walk_plan(pg_conn, "m256")
+    assert "assistant_messages_pkey" in plan and "Seq Scan" not in plan and not any(i in plan for i in scans)
+    assert len(await store.path_ids("m256")) == 256
+    assert pg_conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'assistant_messages'").fetchone()[0] == 256

@@ -90,6 +90,11 @@ async def test_schema_upgrades_a_database_migrated_by_the_original(pg_empty_dsn)
         assert [r.id for r in await store.search(parse_query("run"), 5)] == ["a"]
         assert [r.id for r in await store.search(parse_query("itgc"), 5)] == ["b"]
         assert await store.latest_leaf() == "b"  # no active-leaf row yet: the newest childless message
+        # each row was given its place on its path (depth, JSON bytes and tokens from the root)
+        assert await store.place("b") == (2, len('{"id":"a"}') + len('{"id":"b"}'))
+        assert (await store.path_tokens("b")).total == 0
+        await store.append("c", "user", '{"id":"c"}', "", "b", tokens=7)
+        assert await store.place("c") == (3, 30) and (await store.path_tokens("c")).total == 7
 
 
 async def test_schema_from_two_connections_at_once(pg_empty_dsn):

@@ -39,6 +39,7 @@ def test_host_ids_are_new_at_every_start():
     (["--cluster", "host=x = = broken"], "cluster.postgres does not parse as a Postgres connection string"),
     (["--cluster", "dbname=s", "--lease", "0"], "cluster.lease_s must be a positive number of seconds, not 0.0"),
     (["--cluster", "dbname=s", "--bind", "0.0.0.0:0", "--token", "t"], "set cluster.advertise (--advertise)"),
+    (["--cluster", "dbname=s", "--postgres", "dbname=s"], "--cluster and --postgres do not go together"),
 ])
 def test_bad_cluster_settings_exit_2_with_one_line(capsys, tmp_path, argv, message):
     assert main(["serve", "--data", str(tmp_path / "d"), *argv]) == 2

@@ -86,7 +86,7 @@ def test_compaction_can_be_switched_off(tmp_path):
 @pytest.mark.parametrize(("text", "message"), [
     ("[server]\nbnd = 'x'\n", "unknown key server.bnd (allowed: bind, data, durability, graceful_timeout_s, "
                               "idle_timeout_s, keep_alive_timeout_s, max_active, max_body_bytes, max_pending_calls)"),
-    ("[serve]\n", "unknown key serve (allowed: cluster, server, session)"),
+    ("[serve]\n", "unknown key serve (allowed: cluster, server, session, storage)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
     ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),
     ("[server]\nidle_timeout_s = 0\n", "server.idle_timeout_s must be a positive number of seconds, not 0"),
@@ -162,8 +162,8 @@ snapshot_bytes = 4096
     ("[cluster]\npostgres = 'dbname=s'\nhost_id = 'a b'\n", "cluster.host_id must be 1-64 letters"),
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = '10.0.0.5:8801'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = 'http://h:1/x'\n", "cluster.advertise must be a base URL"),
-    ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n", "unknown key cluster.leases (allowed: advertise, "
-                                                       "connect_timeout_s, host_id, lease_s, postgres, snapshot_bytes)"),
+    ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n",
+     "unknown key cluster.leases (allowed: advertise, connect_timeout_s, host_id, lease_s, postgres, snapshot_bytes)"),
     ("[cluster]\npostgres = 'dbname=s'\nsnapshot_bytes = 0\n", "cluster.snapshot_bytes must be a positive integer"),
     ("cluster = 3\n", "cluster must be a table"),
 ])
@@ -188,3 +188,29 @@ def test_cluster_flags_override_the_file_and_need_a_database():
 def test_a_wildcard_bind_needs_an_advertised_url(bind):
     with pytest.raises(ConfigError, match="set cluster.advertise"):
         ClusterSettings("dbname=s").advertise_url(bind)
+
+
+# -- [storage] ----------------------------------------------------------------------------------
+
+
+def test_the_storage_section_names_a_postgres_database(tmp_path):
+    path = tmp_path / "sessions.toml"
+    path.write_text('[storage]\npostgres = "postgresql://app@db/sessions"\npool_size = 4\ntimeout_s = 2.5\n')
+    config = load_config(path)
+    assert (config.storage.postgres, config.storage.pool_size, config.storage.timeout_s) == (
+        "postgresql://app@db/sessions", 4, 2.5)
+    assert load_config(None).storage.postgres is None
+    assert config.with_overrides(bind="127.0.0.1:0").storage == config.storage
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[storage]\npostgres = ""\n', "storage.postgres must be a non-empty connection string"),
+    ("[storage]\npool_size = 0\n", "storage.pool_size must be a positive integer, not 0"),
+    ("[storage]\ntimeout_s = -1\n", "storage.timeout_s must be a positive number of seconds, not -1"),
+    ('[storage]\nurl = "x"\n', "unknown key storage.url (allowed: pool_size, postgres, timeout_s)"),
+])
+def test_bad_storage_settings_name_the_key(tmp_path, body, message):
+    path = tmp_path / "sessions.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)

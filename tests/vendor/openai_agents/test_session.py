@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-
 from agents import Agent, RunConfig, Runner, SessionSettings, TResponseInputItem
 from agents.memory.sqlite_session import _await_mutation
 from agents.testing import ScriptedModel
+
 # durable-sessions: SQLiteSession came from `agents`, get_text_message from `tests.test_responses`.
 from tests.vendor.openai_agents.shim import SQLiteSession, get_text_message
 

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-
 from agents import Agent, RunConfig
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from agents.testing import ScriptedModel
+
 # durable-sessions: SQLiteSession came from `agents`, run_agent_async from `tests.memory.test_session`,
 # get_text_message from `tests.test_responses`.
 from tests.vendor.openai_agents.shim import SQLiteSession, get_text_message

@@ -1,0 +1,88 @@
+"""A Postgres database as the home of Sessions and a SessionManager: :class:`PostgresStorage`.
+
+The spec's Postgres path hands a Session one provider per concern
+(``Session.create(PostgresSessionProvider(conn, session_id))``, each block
+with its own provider) and skips all auto-wiring. :class:`PostgresStorage`
+is the other way in, our addition: the Postgres counterpart of an actor's
+:class:`~storage.SqlStorage`. Given to ``Session`` / ``Session.create`` /
+``SessionManager.create`` where a ``SqlStorage`` would go, it wires
+everything the SQLite file would hold into the same Postgres tables:
+
+==============================  ==========================================  ========================================
+what                            SQLite file                                 here
+==============================  ==========================================  ========================================
+a session's messages            ``MessageStore(storage, sid)``              :meth:`PostgresStorage.messages`
+a block without a provider      ``AgentContextProvider`` row ``<label>_<sid>``  :meth:`PostgresStorage.block` (same key)
+the cached prompt               row ``_system_prompt[_<sid>]``              :meth:`PostgresStorage.block` (same key)
+searchable entries of a label   ``AgentSearchProvider``                     :meth:`PostgresStorage.search`
+loaded skills, active leaf      ``assistant_config`` rows                   the same rows (per session)
+the SessionManager registry     :mod:`storage.registry`                     :attr:`PostgresStorage.registry`
+==============================  ==========================================  ========================================
+
+One ``PostgresStorage`` is cheap (it holds the connection's runner); make
+one per pool and share it. ``call_timeout_s`` bounds how long any call
+waits (see :func:`storage.postgres.connection.runner_for`); a host sets it
+so that a stalled database answers 503, never a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .connection import Operation, Query, Runner, runner_for
+from .context import PostgresContextProvider, PostgresSearchProvider
+from .messages import PostgresSessionProvider
+from .registry import PostgresRegistry
+from .values import MAX_VALUE_BYTES, check_text
+
+_DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE label = ANY(%(labels)s::text[]) RETURNING label"
+
+
+class PostgresStorage:
+    """Sessions, blocks, search entries and the registry in one Postgres database.
+
+    Args:
+        conn: a ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool``
+            (recommended), or an object with ``execute(query, args)`` (see
+            :mod:`storage.postgres.connection`). The schema must exist
+            (:func:`storage.postgres.create_schema`).
+        call_timeout_s: the longest one call waits, in seconds, for a
+            psycopg connection or pool (``None``: no limit).
+        max_value_bytes: most UTF-8 bytes of one stored message or value.
+
+    Raises:
+        TypeError: ``conn`` cannot run statements (see ``runner_for``).
+    """
+
+    def __init__(
+        self, conn: Any, *, call_timeout_s: float | None = None, max_value_bytes: int = MAX_VALUE_BYTES
+    ) -> None:
+        self.conn = conn
+        self.max_value_bytes = max_value_bytes
+        self.runner: Runner = runner_for(conn, deadline_s=call_timeout_s)
+        self.registry = PostgresRegistry(self)
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({type(self.conn).__name__})"
+
+    def messages(self, session_id: str = "") -> PostgresSessionProvider:
+        """The message store of ``session_id`` (a new provider object; all of them see the same rows)."""
+        return PostgresSessionProvider(self, session_id, max_value_bytes=self.max_value_bytes)
+
+    def block(self, key: str) -> PostgresContextProvider:
+        """A writable block stored as the ``cf_agents_context_blocks`` row ``key``."""
+        return PostgresContextProvider(self, check_text(key, "key"))
+
+    def search(self, key: str | None = None) -> PostgresSearchProvider:
+        """A searchable block whose entries are filed under its label (or under ``key`` when given)."""
+        return PostgresSearchProvider(self, key=key)
+
+    async def delete_blocks(self, labels: Sequence[str]) -> int:
+        """Delete the block rows named in ``labels``, in one transaction; returns how many existed."""
+        labels = [check_text(label, "labels") for label in labels]
+
+        def op() -> Operation[int]:
+            return len((yield Query(_DELETE_BLOCKS, {"labels": labels})))
+
+        return await self.runner.run(op(), write=True) if labels else 0
