@@ -25,9 +25,14 @@ its stubs route calls to actors by id. The host guarantees:
   ``max_active`` files are open, waking another actor first evicts the
   least recently idle one (or waits until one is idle).
 * **Alarms** (:mod:`runtime.host.alarms`) run as turns and wake sleeping actors.
+* **Faults** (:mod:`runtime.host.file_guard`): one process per data folder
+  (:mod:`runtime.host.folder_lock`); a full disk is answered
+  :class:`~storage.errors.StorageFullError`; a damaged file is quarantined and
+  every call to it answered :class:`~storage.errors.ActorStorageCorruptError`.
 
 Files: ``<data_dir>/<namespace>/<hex[:2]>/<hex>.sqlite3``; new ones are copied
-from ``<data_dir>/_template/v<schema version>.sqlite3``.
+from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
+``_catalog.sqlite3`` and ``_host.lock`` belong to the host.
 """
 
 from __future__ import annotations
@@ -46,17 +51,22 @@ import trio
 
 from actors.agent import Agent, ConnectionLike
 from runtime.host.alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm_handler
+from runtime.host.file_guard import FileGuard
+from runtime.host.folder_lock import DataFolderLock
 from runtime.host.ids import ActorId, check_namespace_name
 from runtime.host.limits import default_max_active, raise_open_file_limit
 from runtime.host.namespace import Namespace
 from runtime.host.slots import ActorContext, ActorSlot, SlotState, describe
+from storage.catalog import HostCatalog
 from storage.errors import (
     ActorOverloadedError,
     HostClosedError,
     InvalidNamespaceError,
+    StorageFullError,
     TransactionLeftOpenError,
     UnknownNamespaceError,
 )
+from storage.faults import classify, fault_detail
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 
@@ -137,6 +147,7 @@ class ActorHost:
         max_pending_calls: int,
         durability: str,
         clock: HostClock,
+        catalog: HostCatalog,
     ) -> None:
         self.data_dir = data_dir
         self.idle_timeout_s = idle_timeout_s
@@ -157,6 +168,7 @@ class ActorHost:
         self._files: dict[str, int] = {}  # namespace -> actor files on disk, once scanned
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
+        self._guard = FileGuard(data_dir, catalog, self.path_for)
         self._closed = False
         self._counts = dict.fromkeys(
             ("calls", "activations", "failed_activations", "hibernations", "evictions", "overloads",
@@ -279,6 +291,9 @@ class ActorHost:
     def _admit(self, actor_id: ActorId) -> ActorSlot:
         if self._closed:
             raise HostClosedError("the actor host is closed")
+        refusal = self._guard.refusal(actor_id)
+        if refusal is not None:
+            raise refusal
         key = (actor_id.namespace, actor_id.hex)
         slot = self._slots.get(key)
         if slot is None:
@@ -298,7 +313,7 @@ class ActorHost:
         try:
             reply.value = await self._run(slot, invoke, touches_alarm)
         except Exception as exc:
-            reply.error = exc
+            reply.error = self._fault(slot, exc)
         except BaseException:
             reply.error = HostClosedError(f"the actor host closed during a call to {describe(slot.id)}")
             raise
@@ -352,6 +367,8 @@ class ActorHost:
 
     def _release(self, slot: ActorSlot) -> None:
         slot.pending -= 1
+        if slot.state is SlotState.ACTIVE and slot.running == 0 and self._guard.refused(slot.id):
+            self._retire_damaged(slot)
         if slot.pending == 0 and slot.state is SlotState.ACTIVE:
             self._idle[slot.key] = trio.current_time()
             self._idle_wakeup.set()
@@ -371,7 +388,7 @@ class ActorHost:
             await self._output_gate(slot)
             self._end_turn(slot)
         except Exception as exc:
-            self._fail_activation(slot, exc)
+            self._fail_activation(slot, self._fault(slot, exc))
         except BaseException:
             self._fail_activation(slot, HostClosedError("the actor host closed while an actor was starting"))
             raise
@@ -381,10 +398,15 @@ class ActorHost:
             slot.gate_changed()
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
-        """Open the actor's file (copying the template when new); give back the reservation on failure."""
+        """Check and open the actor's file (copying the template when new); give back the reservation on failure.
+
+        Raises:
+            ActorStorageCorruptError: the file is damaged (see :mod:`runtime.host.file_guard`).
+        """
         path = self.path_for(actor_id)
-        existed = path.exists()
         try:
+            entry = self._guard.before_open(actor_id)
+            existed = path.exists()
             storage = ActorStorage.open(path, durability=self.durability, template=self._template)
         except BaseException:
             self._open_files -= 1
@@ -393,11 +415,43 @@ class ActorHost:
             self._files[actor_id.namespace] += 1
         try:
             storage.skip_checkpoint_on_close()  # hibernating must not wait for the disk
+            self._guard.after_open(actor_id, storage, entry)
         except BaseException:
             storage.close()
             self._open_files -= 1
             raise
         return storage
+
+    def _fault(self, slot: ActorSlot, error: Exception) -> Exception:
+        """The error a caller gets for ``error``: a full disk or a damaged file named as such.
+
+        A damaged file quarantines the actor (at once, or when its running calls end).
+        """
+        kind = classify(error)
+        if kind == "full":
+            full = StorageFullError(f"the disk holding the data folder is full ({fault_detail(error)}); "
+                                    f"nothing of this call to {describe(slot.id)} was stored")
+            full.__cause__ = error
+            return full
+        if kind == "corrupt":
+            damaged = self._guard.refuse(slot.id, f"SQLite reported damage: {fault_detail(error)}")
+            damaged.__cause__ = error
+            if slot.state is SlotState.ACTIVE and slot.running == 0:
+                self._retire_damaged(slot)
+            return damaged
+        return error
+
+    def _retire_damaged(self, slot: ActorSlot) -> None:
+        """Close a refused actor's file and quarantine it; calls still waiting get the error."""
+        slot.error = self._guard.refusal(slot.id)
+        self._close_slot(slot, None)
+        self._guard.settle(slot.id)
+        self._files.pop(slot.id.namespace, None)  # recount: its file moved
+
+    def knows(self, actor_id: ActorId) -> bool:
+        """``True`` when the actor is awake, has a file, or the host catalog lists it (even quarantined)."""
+        return self.is_active(actor_id.namespace, actor_id) or self.path_for(actor_id).exists() \
+            or self._guard.known(actor_id)
 
     def _count_files(self, namespace: str) -> int:
         """Actor files of ``namespace`` on disk (scanned once, then counted as they are created)."""
@@ -413,6 +467,8 @@ class ActorHost:
 
     def _fail_activation(self, slot: ActorSlot, error: BaseException) -> None:
         logger.warning("activation of %s failed: %r", describe(slot.id), error)
+        if self._guard.refused(slot.id):
+            self._files.pop(slot.id.namespace, None)  # recount: its file may have moved
         slot.error = error
         self._counts["failed_activations"] += 1
         self._close_slot(slot, None)
@@ -438,6 +494,7 @@ class ActorHost:
         storage, slot.storage = slot.storage, None
         if storage is not None:
             self._open_files -= 1
+            self._guard.before_close(slot.id, storage)
             try:
                 storage.close()
             except Exception:
@@ -558,8 +615,11 @@ async def open_host(
     On exit, running calls are cancelled (their callers get
     ``HostClosedError``) and every file is closed; alarms persist.
 
+    The host holds ``data_dir``'s lock (:mod:`runtime.host.folder_lock`) until it closes.
+
     Raises:
         ValueError: a bad argument.
+        DataFolderLockedError: another process (or host) holds ``data_dir``.
     """
     if durability not in ("normal", "full"):
         raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
@@ -572,9 +632,16 @@ async def open_host(
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     limit = raise_open_file_limit()
-    index = AlarmIndex.open(root, durability=durability)
+    folder_lock = DataFolderLock.acquire(root)
+    try:
+        index = AlarmIndex.open(root, durability=durability)
+    except BaseException:
+        folder_lock.release()
+        raise
+    catalog: HostCatalog | None = None
     host: ActorHost | None = None
     try:
+        catalog = HostCatalog.open(root, durability=durability)
         async with trio.open_nursery() as nursery:
             host = ActorHost(
                 root, nursery, index,
@@ -583,6 +650,7 @@ async def open_host(
                 max_pending_calls=max_pending_calls,
                 durability=durability,
                 clock=clock or HostClock(),
+                catalog=catalog,
             )
             if idle_timeout_s is not None:
                 nursery.start_soon(host._reap_idle)
@@ -593,6 +661,11 @@ async def open_host(
                 host._closed = True
                 nursery.cancel_scope.cancel()
     finally:
-        if host is not None:
-            host._shutdown()
-        index.close()
+        try:
+            if host is not None:
+                host._shutdown()
+        finally:
+            if catalog is not None:
+                catalog.close()
+            index.close()
+            folder_lock.release()

@@ -65,7 +65,7 @@ from runtime.host.namespace import Namespace
 from runtime.server.config import ServerSettings
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
-from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found
+from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found, retry_headers
 from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 from runtime.server.websocket import WebSocketEndpoint
@@ -234,11 +234,9 @@ class SessionsServer:
 
     def _error(self, error: BaseException) -> Response:
         status, body = describe_error(error)
-        headers = {}
+        headers = retry_headers(status)
         if status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        elif status == 429:
-            headers["Retry-After"] = "1"
         elif status == 405 and getattr(error, "allowed", None):
             headers["Allow"] = ", ".join(error.allowed)
         return self._respond(status, body, headers)

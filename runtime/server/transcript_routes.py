@@ -36,7 +36,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from runtime.server.routes import describe_error
+from runtime.server.routes import describe_error, retry_headers
 from runtime.server.transcripts import HostTranscriptStore
 from runtime.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX, decode_body, encode_body
 from storage.errors import InvalidInputError, PayloadTooLargeError
@@ -127,7 +127,7 @@ def _answering(view: View) -> Callable[[], Awaitable[Response]]:
         if isinstance(body, _RawJson):
             return Response(body.data, status=status, content_type=JSON)
         kind = _response_type()
-        return Response(encode_body(body, kind), status=status, content_type=kind)
+        return Response(encode_body(body, kind), status=status, content_type=kind, headers=retry_headers(status))
 
     answer.__name__ = view.__name__
     return answer

@@ -41,7 +41,7 @@ def sqlite_fds():
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        if ".sqlite3" in target and "_alarms" not in target:
+        if ".sqlite3" in target and not os.path.basename(target).startswith("_"):  # not the host's own files
             found += 1
     return found
 
