@@ -216,7 +216,7 @@ class FileGuard:
         files = [path for path in companion_files(self._path_for(actor_id)) if path.exists()]
         if not files:
             return None
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         target = self.data_dir / QUARANTINE_DIR / actor_id.namespace / f"{actor_id.hex}-{stamp}"
         target.mkdir(parents=True, exist_ok=True)
         for path in files:

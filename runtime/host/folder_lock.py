@@ -87,7 +87,7 @@ class DataFolderLock:
 
 def _write_holder(fd: int, purpose: str | None) -> None:
     """Say who holds the lock, for whoever is refused (best effort: a full disk leaves it blank)."""
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     text = json.dumps({"pid": os.getpid(), "command": purpose or " ".join(sys.argv), "since": started})
     try:
         os.ftruncate(fd, 0)

@@ -50,9 +50,9 @@ async def test_a_full_disk_is_a_typed_507_and_nothing_acknowledged_is_lost(tmp_p
         with server_process(data, files_dir=tmp_path) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
                 for sid in ("a", "b"):  # their files exist before the disk fills
-                    acknowledged[sid], _ = [], None
-                    assert (await http.post(f"/v1/sessions/{sid}/messages", json={"message": msg("m0")})).status_code == 201
-                    acknowledged[sid].append("m0")
+                    reply = await http.post(f"/v1/sessions/{sid}/messages", json={"message": msg("m0")})
+                    assert reply.status_code == 201
+                    acknowledged[sid] = ["m0"]
                 stored = await http.post("/v1/transcripts/entries", json={
                     "key": transcript_key, "entries": [{"type": "user", "uuid": "u0"}]})
                 assert stored.status_code == 200, stored.text
@@ -81,6 +81,7 @@ async def test_a_full_disk_is_a_typed_507_and_nothing_acknowledged_is_lost(tmp_p
                     assert [m["id"] for m in history] == ids
                 assert_full(await http.post("/v1/sessions/a/messages", json={"message": msg("again")}))
                 free(mount)
-                assert (await http.post("/v1/sessions/a/messages", json={"message": msg("again")})).status_code == 201
-                assert (await http.post("/v1/sessions/new-one/messages", json={"message": msg("n0")})).status_code == 201
+                for sid, first in (("a", "again"), ("new-one", "n0")):
+                    reply = await http.post(f"/v1/sessions/{sid}/messages", json={"message": msg(first)})
+                    assert reply.status_code == 201
                 assert (await http.get("/v1/sessions/a/messages:count")).json()["count"] == len(acknowledged["a"]) + 1
