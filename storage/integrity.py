@@ -46,7 +46,8 @@ from .sqlite import SqlStorage
 
 __all__ = [
     "ACTOR_NAME_KEY", "GENERATION_TABLE", "QUICK_CHECK_MAX_BYTES", "ActorFacts", "actor_facts", "bump_generation",
-    "check_files", "companion_files", "examine", "integrity_check", "open_for_inspection", "quick_check", "read_generation", "wal_checksum_problem",
+    "check_files", "companion_files", "examine", "integrity_check", "open_for_inspection", "quick_check",
+    "read_generation", "wal_checksum_problem",
 ]
 
 #: The one-row table holding the file's generation.
