@@ -55,7 +55,7 @@ GENERATION_TABLE = "_host_generation"
 #: ``assistant_config`` key (session ``""``) where the session actor keeps the name it is addressed by.
 ACTOR_NAME_KEY = "actor_name"
 #: Files (database plus WAL) up to this size get ``PRAGMA quick_check`` at every wake (about 4 ms per MB).
-QUICK_CHECK_MAX_BYTES = 256 * 1024
+QUICK_CHECK_MAX_BYTES = 512 * 1024
 
 _MAGIC = b"SQLite format 3\x00"
 _HEADER_BYTES = 100
@@ -271,7 +271,7 @@ def quick_check(storage: SqlStorage) -> str | None:
         apsw.Error: SQLite could not read the file (damage it reports as an error).
     """
     rows = [row[0] for row in storage.connection.execute("PRAGMA quick_check(1)")]
-    return None if rows == ["ok"] else "; ".join(map(str, rows))
+    return None if rows == ["ok"] else "; ".join(_complaints(rows))
 
 
 def integrity_check(storage: SqlStorage, *, max_errors: int = 20) -> list[str]:
@@ -281,7 +281,13 @@ def integrity_check(storage: SqlStorage, *, max_errors: int = 20) -> list[str]:
         apsw.Error: SQLite could not read the file.
     """
     rows = [row[0] for row in storage.connection.execute(f"PRAGMA integrity_check({int(max_errors)})")]
-    return [] if rows == ["ok"] else [str(row) for row in rows]
+    return [] if rows == ["ok"] else _complaints(rows)
+
+
+def _complaints(rows: list[object]) -> list[str]:
+    """SQLite's lines without its ``*** in database main ***`` heading."""
+    lines = [line.strip() for row in rows for line in str(row).splitlines()]
+    return [line for line in lines if line and not line.startswith("*** in database")]
 
 
 def read_generation(storage: SqlStorage) -> int:

@@ -467,11 +467,12 @@ class ActorHost:
 
     def _fail_activation(self, slot: ActorSlot, error: BaseException) -> None:
         logger.warning("activation of %s failed: %r", describe(slot.id), error)
-        if self._guard.refused(slot.id):
-            self._files.pop(slot.id.namespace, None)  # recount: its file may have moved
         slot.error = error
         self._counts["failed_activations"] += 1
         self._close_slot(slot, None)
+        if self._guard.refused(slot.id):  # damaged: quarantine its (now closed) files
+            self._guard.settle(slot.id)
+            self._files.pop(slot.id.namespace, None)  # recount: its file moved
         slot.state = SlotState.FAILED
         slot.gate_changed()
 

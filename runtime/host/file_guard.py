@@ -75,6 +75,7 @@ class FileGuard:
         self._path_for = path_for
         self._quick_check_max_bytes = quick_check_max_bytes
         self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
+        self._settled: set[ActorKey] = set()
         self._wrote: set[ActorKey] = set()
 
     # -- refusals ----------------------------------------------------------------------------
@@ -100,6 +101,7 @@ class FileGuard:
         """
         entry = self.catalog.get(actor_id.namespace, actor_id.hex)
         if entry is not None and entry.quarantined:
+            self._settled.add((actor_id.namespace, actor_id.hex))
             raise self.refuse(actor_id, entry.problem or "quarantined earlier", name=entry.name)
         path = self._path_for(actor_id)
         if not path.exists():
@@ -195,12 +197,16 @@ class FileGuard:
         return (actor_id.namespace, actor_id.hex) in self._refused
 
     def settle(self, actor_id: ActorId) -> None:
-        """For a refused actor whose file is closed: move the files aside and mark the catalog.
+        """For a refused actor whose file is closed: move the files aside and mark the catalog (once).
 
         A failure (e.g. no room for the quarantine folder on a full disk) is
         logged; the actor stays refused while this host runs.
         """
-        error = self._refused[(actor_id.namespace, actor_id.hex)]
+        key = (actor_id.namespace, actor_id.hex)
+        if key in self._settled:
+            return
+        self._settled.add(key)
+        error = self._refused[key]
         name = None if error.session == f"{actor_id.namespace}/{actor_id.hex}" else error.session
         moved = None
         try:
@@ -223,9 +229,6 @@ class FileGuard:
             os.replace(path, target / path.name)
         return str(target.relative_to(self.data_dir))
 
-    def forget_refusal(self, namespace: str, hex_id: str) -> None:
-        """Stop refusing an actor (its catalog entry was released)."""
-        self._refused.pop((namespace, hex_id), None)
 
 
 def _named(facts: ActorFacts, actor_id: ActorId) -> ActorFacts:
