@@ -198,6 +198,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with open_host(
             settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
             durability=settings.durability, max_pending_calls=settings.max_pending_calls,
+            max_queue_s=settings.max_queue_s,
         ) as host, open_transcripts(host):
             bind_sessions(host, config.session, agent_class=agent_class)
             async with trio.open_nursery() as nursery:

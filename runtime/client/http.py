@@ -18,6 +18,12 @@ Server errors are raised again as the same exception classes
 :class:`storage.errors.ActorOverloadedError`, ...; HTTP-level ones from
 :mod:`runtime.wire`).
 
+A request the server refused before doing anything for it (503
+``ServerBusyError``: admission control, see ``runtime.server.admission``) is
+sent again after its ``Retry-After`` (with jitter), up to
+:data:`BUSY_RETRIES` times; nothing of it ran, so repeating is safe. Other
+refusals (429 for one busy session, 507 for a full disk) are raised.
+
 The Claude Agent SDK ``SessionStore`` adapter, ``DurableSessionStore``, lives
 in :mod:`runtime.client.transcripts` (importable from here too) and uses this
 client's HTTP layer (:meth:`SessionsClient.request`).
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +54,10 @@ DEFAULT_URL = "http://127.0.0.1:8787"
 #: Seconds an idle pooled connection is kept; shorter than the server's keep-alive
 #: timeout (``ServerSettings.keep_alive_timeout_s``), so the client always closes first.
 KEEPALIVE_EXPIRY_S = 5.0
+#: Times a request refused unrun with 503 ``ServerBusyError`` is sent again.
+BUSY_RETRIES = 5
+#: Longest wait between those attempts, whatever ``Retry-After`` says (seconds).
+BUSY_RETRY_MAX_S = 5.0
 Message = dict[str, Any]
 
 
@@ -118,8 +129,12 @@ class SessionsClient:
         content = None if body is None else encode_body(body, self._media)
         headers = {"Content-Type": self._media} if content is not None else None
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        response = await self._http.request(method, path, content=content, headers=headers, params=query)
-        payload = _decode(response)
+        for attempt in range(BUSY_RETRIES + 1):
+            response = await self._http.request(method, path, content=content, headers=headers, params=query)
+            payload = _decode(response)
+            if attempt == BUSY_RETRIES or not _refused_unrun(response, payload):
+                break
+            await anyio.sleep(_retry_delay_s(response))
         if response.status_code >= 400:
             raise error_from_payload(response.status_code, payload)
         return payload
@@ -148,6 +163,23 @@ class SessionsClient:
 
     def websocket_url(self, path: str) -> str:
         return ("ws" + self.url[4:] if self.url.startswith("http") else self.url) + path
+
+
+def _refused_unrun(response: httpx.Response, payload: Any) -> bool:
+    """503 ``ServerBusyError``: the server refused the request before running anything of it."""
+    if response.status_code != 503 or not isinstance(payload, dict):
+        return False
+    error = payload.get("error")
+    return isinstance(error, dict) and error.get("type") == "ServerBusyError"
+
+
+def _retry_delay_s(response: httpx.Response) -> float:
+    """``Retry-After`` seconds (1 when absent), times a random 0.5-1 so refused clients spread out."""
+    try:
+        after = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        after = 1.0
+    return min(BUSY_RETRY_MAX_S, max(0.0, after)) * random.uniform(0.5, 1.0)
 
 
 def _decode(response: httpx.Response) -> Any:

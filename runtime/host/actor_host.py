@@ -18,6 +18,8 @@ its stubs route calls to actors by id. The host guarantees:
   only after its writes committed.
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
   actor; the next one gets :class:`~storage.errors.ActorOverloadedError` at once.
+  With ``max_queue_s``, a call that cannot start within that many seconds of
+  reaching a ready actor gets :class:`~storage.errors.ActorBusyError` and never runs.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
@@ -59,6 +61,7 @@ from runtime.host.namespace import Namespace
 from runtime.host.slots import ActorContext, ActorSlot, SlotState, describe
 from storage.catalog import HostCatalog
 from storage.errors import (
+    ActorBusyError,
     ActorOverloadedError,
     HostClosedError,
     InvalidNamespaceError,
@@ -132,6 +135,7 @@ class ActorHost:
             (``None``: never).
         max_active: most actor files open at once.
         max_pending_calls: most unanswered calls per actor.
+        max_queue_s: seconds a call may wait for its turn (``None``: no bound).
         durability: ``"normal"`` or ``"full"`` (see ``SqlStorage.open``).
         clock: the :class:`~runtime.host.alarms.HostClock` alarms follow.
     """
@@ -148,9 +152,11 @@ class ActorHost:
         durability: str,
         clock: HostClock,
         catalog: HostCatalog,
+        max_queue_s: float | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.idle_timeout_s = idle_timeout_s
+        self.max_queue_s = max_queue_s
         self.max_active = max_active
         self.max_pending_calls = max_pending_calls
         self.durability = durability
@@ -169,6 +175,8 @@ class ActorHost:
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
         self._guard = FileGuard(data_dir, catalog, self.path_for)
+        self._waiting_for_ready: dict[ActorKey, list[trio.CancelScope]] = {}
+        self._pace: dict[ActorKey, tuple[float, float | None]] = {}  # last turn start, seconds between starts
         self._closed = False
         self._counts = dict.fromkeys(
             ("calls", "activations", "failed_activations", "hibernations", "evictions", "overloads",
@@ -279,16 +287,43 @@ class ActorHost:
             ActorOverloadedError: the actor's mailbox is full.
             Whatever ``on_start`` or ``invoke`` raised.
         """
-        slot = self._admit(actor_id)
+        bounded = not touches_alarm  # an alarm is never refused for load
+        slot = self._admit(actor_id, bounded=bounded)
         reply = _Reply()
-        self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm)
+        self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm,
+                                 trio.current_time() if bounded else None)
         await reply.done.wait()
         if reply.error is not None:
             error, reply.error = reply.error, None
             raise error
         return reply.value
 
-    def _admit(self, actor_id: ActorId) -> ActorSlot:
+    def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:
+        """The error a new call to the actor would get at once for want of room, else ``None``.
+
+        Nothing is admitted or counted: the server asks before it does any
+        work for a request (see :mod:`runtime.server.admission`).
+        """
+        slot = self._slots.get((actor_id.namespace, actor_id.hex))
+        return None if slot is None else self._overload(slot, True)
+
+    def _overload(self, slot: ActorSlot, bounded: bool) -> ActorOverloadedError | None:
+        """A full mailbox; or, with ``max_queue_s``, a queue that will not move that far in time.
+
+        The expected wait is the calls queued times the recent pace of the
+        queue (an average of the gaps between turns starting while calls wait).
+        """
+        if slot.pending >= self.max_pending_calls:
+            return ActorOverloadedError(describe(slot.id), self.max_pending_calls)
+        if not bounded or self.max_queue_s is None or slot.state is not SlotState.ACTIVE:
+            return None
+        pace = self._pace.get(slot.key, (None, None))[1]
+        queued = slot.pending - slot.running
+        if pace is not None and queued > 0 and (queued + 1) * pace > self.max_queue_s:
+            return ActorBusyError(describe(slot.id), self.max_queue_s)
+        return None
+
+    def _admit(self, actor_id: ActorId, bounded: bool = True) -> ActorSlot:
         if self._closed:
             raise HostClosedError("the actor host is closed")
         refusal = self._guard.refusal(actor_id)
@@ -299,19 +334,20 @@ class ActorHost:
         if slot is None:
             slot = self._slots[key] = ActorSlot(actor_id)
             self._nursery.start_soon(self._activate, slot)
-        elif slot.pending >= self.max_pending_calls:
+        elif (overloaded := self._overload(slot, bounded)) is not None:
             self._counts["overloads"] += 1
-            raise ActorOverloadedError(describe(actor_id), self.max_pending_calls)
+            raise overloaded
         if slot.pending == 0:
             self._idle.pop(key, None)
         slot.pending += 1
         return slot
 
     async def _turn(
-        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[Any]], reply: _Reply, touches_alarm: bool
+        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[Any]], reply: _Reply, touches_alarm: bool,
+        admitted: float | None,
     ) -> None:
         try:
-            reply.value = await self._run(slot, invoke, touches_alarm)
+            reply.value = await self._run(slot, invoke, touches_alarm, admitted)
         except Exception as exc:
             reply.error = self._fault(slot, exc)
         except BaseException:
@@ -322,8 +358,10 @@ class ActorHost:
             reply.done.set()
             self._release(slot)
 
-    async def _run(self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool) -> T:
-        await slot.enter()
+    async def _run(
+        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool, admitted: float | None
+    ) -> T:
+        await self._enter(slot, admitted)
         slot.running += 1
         try:
             return await invoke(slot.agent)
@@ -332,6 +370,48 @@ class ActorHost:
             slot.alarm_dirty |= touches_alarm
             await self._output_gate(slot)
             self._end_turn(slot)
+
+    async def _enter(self, slot: ActorSlot, admitted: float | None) -> None:
+        """Wait for the call's turn; past ``max_queue_s`` of waiting for a ready actor, give up
+        (``admitted`` is when the call arrived; ``None``: wait as long as it takes).
+
+        Time spent waiting for the actor to activate does not count: the bound
+        is on queueing behind other calls, not on opening a big file.
+
+        Raises:
+            ActorBusyError: the turn did not come in time (the call never runs).
+        """
+        if self.max_queue_s is None or admitted is None:
+            await slot.enter()
+            return
+        scope = trio.CancelScope(deadline=admitted + self.max_queue_s)
+        if slot.state is SlotState.ACTIVATING:  # the clock starts once the actor is ready (_start_queue_clocks)
+            scope.deadline = float("inf")
+            self._waiting_for_ready.setdefault(slot.key, []).append(scope)
+        with scope:
+            await slot.enter()
+            self._note_start(slot, admitted)
+            return
+        self._counts["overloads"] += 1
+        raise ActorBusyError(describe(slot.id), self.max_queue_s)
+
+    def _note_start(self, slot: ActorSlot, admitted: float) -> None:
+        """Keep the pace of the actor's queue: the gap since the previous start, when this call waited
+        for most of it (then the gap was the previous call's service, not idle time)."""
+        now = trio.current_time()
+        last, pace = self._pace.get(slot.key, (None, None))
+        gap = None if last is None else now - last
+        if gap is not None and gap > 0 and now - admitted >= gap / 2:
+            pace = gap if pace is None else 0.8 * pace + 0.2 * gap
+        self._pace[slot.key] = (now, pace)
+
+    def _start_queue_clocks(self, slot: ActorSlot) -> None:
+        """The actor finished activating: the calls that waited for it now have ``max_queue_s`` to start."""
+        scopes = self._waiting_for_ready.pop(slot.key, ())
+        if scopes:
+            deadline = trio.current_time() + self.max_queue_s
+            for scope in scopes:
+                scope.deadline = deadline
 
     async def _output_gate(self, slot: ActorSlot) -> None:
         """Hold the reply while a transaction is open: it may contain this call's writes.
@@ -396,6 +476,8 @@ class ActorHost:
             slot.state = SlotState.ACTIVE
             self._counts["activations"] += 1
             slot.gate_changed()
+        finally:
+            self._start_queue_clocks(slot)
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
         """Check and open the actor's file (copying the template when new); give back the reservation on failure.
@@ -490,6 +572,7 @@ class ActorHost:
         if self._slots.get(slot.key) is slot:
             del self._slots[slot.key]
         self._idle.pop(slot.key, None)
+        self._pace.pop(slot.key, None)
         slot.state = SlotState.CLOSED
         slot.agent = None
         storage, slot.storage = slot.storage, None
@@ -597,6 +680,7 @@ async def open_host(
     durability: str = "normal",
     max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS,
     clock: HostClock | None = None,
+    max_queue_s: float | None = None,
 ) -> AsyncIterator[ActorHost]:
     """``async with open_host(data_dir) as host:`` -- run an actor host.
 
@@ -612,6 +696,9 @@ async def open_host(
         max_pending_calls: unanswered calls one actor may hold before
             callers get ``ActorOverloadedError``.
         clock: the clock alarms follow (default: a new :class:`HostClock`).
+        max_queue_s: seconds (trio time) a call may wait for its turn once its
+            actor is ready; past that it gets ``ActorBusyError`` (429) and never
+            runs. ``None`` (default): calls wait as long as it takes.
 
     On exit, running calls are cancelled (their callers get
     ``HostClosedError``) and every file is closed; alarms persist.
@@ -630,6 +717,8 @@ async def open_host(
         raise ValueError(f"max_active must be an int of at least 1, not {max_active!r}")
     if isinstance(max_pending_calls, bool) or not isinstance(max_pending_calls, int) or max_pending_calls < 1:
         raise ValueError(f"max_pending_calls must be an int of at least 1, not {max_pending_calls!r}")
+    if max_queue_s is not None and not max_queue_s > 0:
+        raise ValueError(f"max_queue_s must be positive or None, not {max_queue_s!r}")
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     limit = raise_open_file_limit()
@@ -652,6 +741,7 @@ async def open_host(
                 durability=durability,
                 clock=clock or HostClock(),
                 catalog=catalog,
+                max_queue_s=max_queue_s,
             )
             if idle_timeout_s is not None:
                 nursery.start_soon(host._reap_idle)

@@ -22,9 +22,12 @@ Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
 becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
 Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
-of the error's class (400 bad input, 401 token, 404 unknown, 409 conflict,
-413 too large, 429 overloaded, 503 shutting down); anything else is a bug:
-500 with a reference to the logged traceback, never the traceback itself.
+of the error's class (400 bad input, 401 token, 404 unknown, 408 body too
+slow, 409 conflict, 413 too large, 429 overloaded or busy, 503 shutting down
+or too many requests, 507 disk full, 500 for a damaged session, named);
+anything else is a bug: 500 with a reference to the logged traceback, never
+the traceback itself. Admission control (:mod:`runtime.server.admission`)
+refuses work the server cannot start soon, at once.
 
 WebSockets follow the Durable Object hibernation model: the host holds the
 socket while its actor hibernates, and the next frame wakes the actor. A
@@ -51,7 +54,6 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, g, has_request_context, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -62,7 +64,10 @@ from actors.session_agent import SessionAgent, SessionConfig
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
+from runtime.server.admission import RequestLimit
+from runtime.server.client_io import body_timed_out, quiet_send, read_body
 from runtime.server.config import ServerSettings
+from runtime.server.listener import serve_admitting
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
 from runtime.server.routes import SESSIONS_PREFIX, Call, describe_error, match, not_found, retry_headers
@@ -83,6 +88,7 @@ from storage.errors import (
     InvalidInputError,
     MethodNotAllowedError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     RouteNotFoundError,
     ServiceUnavailableError,
     UnauthorizedError,
@@ -141,13 +147,16 @@ class SessionsServer:
         closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
     """
 
-    def __init__(self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int) -> None:
+    def __init__(self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
+                 body_timeout_s: float = 30.0, max_requests: int | None = None) -> None:
         if token:
             self.check_token(token)
         self.host = host
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
         self.closing = trio.Event()
         self.app = self._build_app()
@@ -158,9 +167,12 @@ class SessionsServer:
         app = QuartTrio(__name__, static_folder=None)
         app.url_map.converters["rest"] = _RestConverter
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
+        app.config["BODY_TIMEOUT"] = self.body_timeout_s
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         app.asgi_app = _EncodedPaths(_ShieldedResponseEnd(app.asgi_app))
+        if self.max_requests is not None:
+            app.asgi_app = self.request_limit = RequestLimit(app.asgi_app, self.max_requests, self._early_refusal)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
@@ -210,7 +222,8 @@ class SessionsServer:
         return None
 
     async def _after_request(self, response: Response) -> Response:
-        await _drain_body()
+        if not body_timed_out():
+            await _drain_body()
         started = getattr(g, "started", None)
         if started is not None:
             self.metrics.observe(g.route, response.status_code, time.perf_counter() - started)
@@ -219,6 +232,8 @@ class SessionsServer:
     async def _http_exception(self, error: HTTPException) -> Response:
         if isinstance(error, RequestEntityTooLarge):
             return self._error(PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes"))
+        if error.code == 408:
+            return self._error(RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s"))
         if error.code == 404:
             return self._error(RouteNotFoundError(f"no route for {request.path}"))
         if error.code == 405:
@@ -278,11 +293,37 @@ class SessionsServer:
             raise InvalidInputError(str(exc), field=f"sessionIds[{index}]") from None
 
     async def _read_body(self) -> Any:
+        return decode_body(await read_body(), request.headers.get("Content-Type"))
+
+    def _early_refusal(self, scope: dict[str, Any]) -> Exception | None:
+        """For a session request, the error its actor would refuse it with at once (before any other work)."""
+        return self.refusal_for(scope.get("raw_path") or b"", _header(scope, b"authorization"))
+
+    def refusal_for_head(self, head: bytes) -> Exception | None:
+        """:meth:`refusal_for` the first bytes of a request on a new connection (request line, headers)."""
+        line, _, rest = head.partition(b"\r\n")
+        parts = line.split(b" ")
+        if len(parts) != 3:
+            return None
+        authorization = None
+        for header in rest.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+            name, _, value = header.partition(b":")
+            if name.strip().lower() == b"authorization":
+                authorization = value.strip().decode("latin-1")
+        return self.refusal_for(parts[1].split(b"?", 1)[0], authorization)
+
+    def refusal_for(self, raw_path: bytes, authorization: str | None) -> Exception | None:
+        """The error the actor of a session path (still percent-encoded) would refuse a call with at
+        once (``ActorOverloadedError`` or ``ActorBusyError``), or ``None``: any other path, a bad
+        session id or token (the route answers those), or room for the call."""
+        if not raw_path.startswith(_SESSIONS_PREFIX_BYTES) or not self.authorized(authorization):
+            return None
         try:
-            data = await request.get_data()
-        except RequestEntityTooLarge:
-            raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
-        return decode_body(data, request.headers.get("Content-Type"))
+            session_id = raw_path[len(_SESSIONS_PREFIX_BYTES):].split(b"/", 1)[0].decode("latin-1")
+            actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
+        except InvalidInputError:
+            return None
+        return self.host.admission_refusal(actor_id)
 
     def actor_id(self, session_id: Any) -> ActorId:
         """The actor id of a decoded session id.
@@ -356,6 +397,8 @@ class _ShieldedResponseEnd:
             await self.app(scope, receive, send)
             return
 
+        send = quiet_send(send)  # a client that hung up is no error of ours
+
         async def send_shielded(message: dict[str, Any]) -> None:
             if message.get("type") == "http.response.body" and not message.get("more_body", False):
                 with trio.CancelScope(shield=True):
@@ -380,6 +423,16 @@ async def _drain_body() -> None:
             await request.get_data()
         except HTTPException:  # over the limit, or the client stopped sending: the connection closes
             pass
+
+
+_SESSIONS_PREFIX_BYTES = SESSIONS_PREFIX.encode("ascii")
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
 
 
 def _no_route(path: str, allowed: list[str]) -> Exception:
@@ -433,9 +486,11 @@ async def serve(
     """
     settings = settings or ServerSettings()
     require_token_for(settings.bind, token)
-    server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes)
+    server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
+                            body_timeout_s=settings.body_timeout_s, max_requests=settings.max_requests)
     config = HypercornConfig()
     config.bind = [settings.bind]
+    config.backlog = settings.backlog
     config.graceful_timeout = settings.graceful_timeout_s
     config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
@@ -448,4 +503,6 @@ async def serve(
         await shutdown_trigger()
         server.closing.set()
 
-    await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+    await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
+                          max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                          shutdown_trigger=trigger, task_status=task_status)
