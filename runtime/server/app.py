@@ -36,10 +36,12 @@ is an RPC call ``{"id", "method", "params"}`` answered with ``{"id",
 "result"}`` or ``{"id", "error"}`` in the same encoding (calls of one
 socket may run concurrently; match replies by ``id``). Any other frame goes
 to the actor's ``on_message``. Broadcasts (``Agent.broadcast``) are pushed
-as they happen. Frames for a peer wait in a queue; a peer that stops
-reading is closed with code 1008 when a broadcast finds 1024 frames queued
-or the queued frames exceed four body limits in size (replies to its own
-calls wait for room in the first case). A frame sent to the server over
+as they happen. Frames for a peer wait in a queue; while 128 are queued the
+server stops reading the peer's frames (backpressure: a client that
+pipelines thousands of calls gets every answer at its own pace); a peer
+that stops reading is closed with code 1008 when a broadcast finds 1024
+frames queued or the queued frames exceed four body limits in size
+(replies to its own calls wait for room in the first case). A frame sent to the server over
 the body limit closes the socket with 1009.
 """
 
