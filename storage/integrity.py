@@ -33,9 +33,9 @@ Everything here is synchronous and imports nothing of the runtime.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +165,10 @@ def _wal_problem(wal: Path, page_size: int) -> tuple[str | None, int]:
         problem = _wal_header_problem(header, page_size, size)
         if problem is not None:
             return problem, 0
-        return _frame_headers_problem(file, header, page_size, size)
+        if size < _WAL_HEADER_BYTES + page_size + _FRAME_HEADER_BYTES:
+            return None, 0
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:  # no read call per frame
+            return _frame_headers_problem(view, header, page_size, size)
 
 
 def _wal_header_problem(header: bytes, page_size: int, size: int) -> str | None:
@@ -182,32 +185,32 @@ def _wal_header_problem(header: bytes, page_size: int, size: int) -> str | None:
     return None
 
 
-def _frame_headers_problem(file, header: bytes, page_size: int, size: int) -> tuple[str | None, int]:
+def _frame_headers_problem(view: mmap.mmap, header: bytes, page_size: int, size: int) -> tuple[str | None, int]:
     """A frame of the current generation (the header's salts) after one that is not.
 
     SQLite reuses a log from its start after a checkpoint, so frames of an
     older generation may follow the current ones: that is normal. A current
     frame *after* a foreign one means a frame header between them was damaged.
+    Compares the salts of every frame at C speed: one strided slice per salt byte.
     """
-    salts = header[16:24]
-    total = (size - _WAL_HEADER_BYTES) // (page_size + _FRAME_HEADER_BYTES)
-    current, foreign = 0, None
-    for index, frame in enumerate(_frame_headers(file, page_size, size)):
-        if frame[8:16] == salts:
-            if foreign is not None:
-                return (f"WAL frame {foreign + 1} of {total} is damaged (its header); SQLite would drop "
-                        "every commit from there on"), current
-            current = index + 1
-        elif foreign is None:
-            foreign = index
+    stride = page_size + _FRAME_HEADER_BYTES
+    total = (size - _WAL_HEADER_BYTES) // stride
+    first = _WAL_HEADER_BYTES + 8
+    matching = (1 << (8 * total)) - 1  # one 0xff byte per frame, cleared where a salt byte differs
+    for k, salt_byte in enumerate(header[16:24]):
+        column = view[first + k:first + total * stride:stride]
+        matching &= int.from_bytes(column.translate(_MATCH_TABLES[salt_byte]), "big")
+    flags = matching.to_bytes(total, "big")
+    foreign = flags.find(b"\x00")
+    current = total if foreign < 0 else foreign
+    if foreign >= 0 and flags.find(b"\xff", foreign) >= 0:
+        return (f"WAL frame {foreign + 1} of {total} is damaged (its header); SQLite would drop "
+                "every commit from there on"), current
     return None, current
 
 
-def _frame_headers(file, page_size: int, size: int) -> Iterator[bytes]:
-    stride = page_size + _FRAME_HEADER_BYTES
-    for offset in range(_WAL_HEADER_BYTES, size - stride + 1, stride):
-        file.seek(offset)
-        yield file.read(_FRAME_HEADER_BYTES)
+#: ``bytes.translate`` tables: byte ``b`` -> 0xff, every other byte -> 0x00.
+_MATCH_TABLES = [bytes(0xFF if i == b else 0 for i in range(256)) for b in range(256)]
 
 
 def _checksum(data: bytes, big_endian: int, start: tuple[int, int]) -> tuple[int, int]:
@@ -271,6 +274,7 @@ def quick_check(storage: SqlStorage) -> str | None:
         apsw.Error: SQLite could not read the file (damage it reports as an error).
     """
     rows = [row[0] for row in storage.connection.execute("PRAGMA quick_check(1)")]
+    storage.connection.execute("PRAGMA shrink_memory")  # the check filled the page cache: give it back
     return None if rows == ["ok"] else "; ".join(_complaints(rows))
 
 

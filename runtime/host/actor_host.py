@@ -583,6 +583,8 @@ class ActorHost:
                 storage.close()
             except Exception:
                 logger.exception("closing the file of %s failed", describe(slot.id))
+            else:
+                self._guard.after_close(slot.id)
         if counter is not None:
             self._counts[counter] += 1
         self._settled.unpark_all()

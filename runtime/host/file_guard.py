@@ -8,7 +8,10 @@ for the checks themselves):
   *vanished*. Nothing is created for a refused actor.
 * **after opening** it: the file's generation must not be below the
   catalog's (else it *went back in time*: its WAL was deleted or cut
-  short); a small file gets ``PRAGMA quick_check``.
+  short); a small file gets ``PRAGMA quick_check``. A file this host closed
+  without having written it for a while, and nobody touched since (same
+  inode, size and modification time), skips the header scan and the quick
+  check: it was checked when it was opened.
 * **when a call fails** with SQLite reporting damage (:func:`storage.faults.classify`).
 * **when the actor hibernates or closes** after writing: its generation is
   raised and the catalog row updated (never per call: an append pays no
@@ -27,6 +30,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 #: Folder (inside the data folder) damaged actors' files are moved to.
 QUARANTINE_DIR = "_quarantine"
+#: How long ago a closed file must have been last modified for its stats to vouch for it (ns).
+TRUSTED_AGE_NS = 100_000_000
 _HOOK_ID = "runtime.catalog"
 
 ActorKey = tuple[str, str]
@@ -77,6 +83,8 @@ class FileGuard:
         self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
         self._settled: set[ActorKey] = set()
         self._wrote: set[ActorKey] = set()
+        self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
+        self._untouched: set[ActorKey] = set()  # opening now, untouched since this host closed them
 
     # -- refusals ----------------------------------------------------------------------------
 
@@ -109,6 +117,9 @@ class FileGuard:
                 raise self.quarantine(actor_id, f"its file vanished (the catalog saw generation "
                                                 f"{entry.generation}, {entry.messages} messages)", entry=entry)
             return None
+        if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
+            self._untouched.add((actor_id.namespace, actor_id.hex))
+            return entry  # untouched since this host closed it: checked when it was opened
         problem = check_files(path)
         if problem is not None:
             raise self.quarantine(actor_id, problem, entry=entry)
@@ -128,7 +139,9 @@ class FileGuard:
             if generation < entry.generation:
                 problem = (f"its file went back in time (generation {generation}, the catalog saw "
                            f"{entry.generation} with {entry.messages} messages): its WAL was lost or cut short")
-        if problem is None and self._small(storage.path):
+        untouched = (actor_id.namespace, actor_id.hex) in self._untouched
+        self._untouched.discard((actor_id.namespace, actor_id.hex))
+        if problem is None and not untouched and self._small(storage.path):
             problem = quick_check(storage)
             problem = None if problem is None else f"the integrity check failed: {problem}"
         if problem is not None:
@@ -168,6 +181,20 @@ class FileGuard:
                            exc_info=True)
         finally:
             self._wrote.discard(key)
+
+    def after_close(self, actor_id: ActorId) -> None:
+        """Remember the closed files' identity, size and time: unchanged at the next wake, they need no
+        new header scan or quick check (a file changed behind the host's back is checked again).
+
+        Only files last modified :data:`TRUSTED_AGE_NS` or more ago are remembered: a file system
+        keeps coarse modification times, so a change within the same tick as our last write would
+        not show.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        stats = _stats(self._path_for(actor_id))
+        newest = max((stat[2] for stat in stats if stat is not None), default=None)
+        if key not in self._refused and newest is not None and time.time_ns() - newest >= TRUSTED_AGE_NS:
+            self._closed_as[key] = stats
 
     # -- quarantine ----------------------------------------------------------------------------
 
@@ -229,6 +256,19 @@ class FileGuard:
             os.replace(path, target / path.name)
         return str(target.relative_to(self.data_dir))
 
+
+
+def _stats(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """``(inode, size, mtime_ns)`` of the database and its WAL (``None`` for a missing one)."""
+    found = []
+    for file in companion_files(path)[:2]:
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            found.append(None)
+        else:
+            found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
 
 
 def _named(facts: ActorFacts, actor_id: ActorId) -> ActorFacts:

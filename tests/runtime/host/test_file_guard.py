@@ -130,3 +130,23 @@ async def test_a_small_damaged_file_is_found_by_the_quick_check_at_wake(actor_da
         assert not host.path_for(victim.id).exists()
         assert catalog_entry(host, victim).state == "quarantined"
         assert host.statistics().failed_activations == 1
+
+
+async def test_a_file_changed_after_a_read_only_wake_is_checked_again(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        victim = host.bind("box", Box).get_by_name("victim")
+        for i in range(20):
+            await victim.put(f"k{i}", "v" * 1000)
+        page = await run_in_actor(victim, lambda agent: (
+            agent.storage.connection.wal_checkpoint(mode=3),
+            agent.storage.scalar("SELECT max(pageno) FROM dbstat WHERE name = '_cf_KV' AND pagetype = 'leaf'"),
+        )[1])
+        await host.hibernate("box", victim.id)
+        await trio.sleep(0.2)
+        assert await victim.get("k1") == "v" * 1000  # a wake that only reads: its stats vouch for it
+        await host.hibernate("box", victim.id)
+        with host.path_for(victim.id).open("r+b") as file:  # same size, but a new modification time
+            file.seek((page - 1) * 4096)
+            file.write(b"\x00")
+        with pytest.raises(ActorStorageCorruptError, match="the integrity check failed"):
+            await victim.get("k1")
