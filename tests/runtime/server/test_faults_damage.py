@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 
 import apsw
 import httpx
 import pytest
+import trio
 
 from runtime.host.ids import id_from_name
 from tests.support.processes import cli_command, cli_env, server_process
@@ -50,6 +52,21 @@ async def write_sessions(data):
             for i in range(10):
                 reply = await http.post(f"/v1/sessions/{BYSTANDER}/messages", json={"message": msg(f"b{i}", "hi")})
                 assert reply.status_code == 201
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """A data folder holding the two sessions, written once per module (each test damages a copy)."""
+    data = tmp_path_factory.mktemp("written") / "data"
+    trio.run(write_sessions, data)
+    return data
+
+
+def copy_of(written, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(written, data)
+    (data / "_host.lock").unlink()  # a fresh folder, as if written here
+    return data
 
 
 def cut_to_zero(path):
@@ -108,9 +125,8 @@ def run_doctor(data, *args):
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-async def test_damage_is_detected_quarantined_and_named_and_other_sessions_go_on(tmp_path, damage):
-    data = tmp_path / "data"
-    await write_sessions(data)
+async def test_damage_is_detected_quarantined_and_named_and_other_sessions_go_on(tmp_path, written, damage):
+    data = copy_of(written, tmp_path)
     harm, problem = DAMAGE[damage]
     victim_file = actor_path(data, VICTIM)
     harm(victim_file)
@@ -141,9 +157,8 @@ async def test_damage_is_detected_quarantined_and_named_and_other_sessions_go_on
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-async def test_doctor_finds_the_damage_offline_and_quarantines_it(tmp_path, damage):
-    data = tmp_path / "data"
-    await write_sessions(data)
+async def test_doctor_finds_the_damage_offline_and_quarantines_it(tmp_path, written, damage):
+    data = copy_of(written, tmp_path)
     harm, problem = DAMAGE[damage]
     harm(actor_path(data, VICTIM))
     status, report = run_doctor(data)
@@ -168,9 +183,8 @@ async def test_doctor_finds_the_damage_offline_and_quarantines_it(tmp_path, dama
                     ).status_code == 201
 
 
-async def test_a_vanished_file_is_never_answered_as_an_empty_session(tmp_path):
-    data = tmp_path / "data"
-    await write_sessions(data)
+async def test_a_vanished_file_is_never_answered_as_an_empty_session(tmp_path, written):
+    data = copy_of(written, tmp_path)
     for path in actor_path(data, VICTIM).parent.glob(actor_path(data, VICTIM).name + "*"):
         os.unlink(path)
     problem = "its file vanished (the catalog saw generation 1, 3000 messages)"
@@ -182,9 +196,8 @@ async def test_a_vanished_file_is_never_answered_as_an_empty_session(tmp_path):
     assert not actor_path(data, VICTIM).exists()
 
 
-async def test_a_clean_folder_passes_the_doctor_and_a_running_host_refuses_it(tmp_path):
-    data = tmp_path / "data"
-    await write_sessions(data)
+async def test_a_clean_folder_passes_the_doctor_and_a_running_host_refuses_it(tmp_path, written):
+    data = copy_of(written, tmp_path)
     status, report = run_doctor(data)
     assert (status, report["checked"], report["findings"]) == (0, 2, [])
     with server_process(data):
