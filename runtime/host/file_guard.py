@@ -6,9 +6,11 @@ for the checks themselves):
 * **before opening** a file: an actor already quarantined is refused; the
   file headers are checked; a file the host catalog lists that is gone
   *vanished*. Nothing is created for a refused actor.
+* **before opening**, too, a small file gets ``PRAGMA quick_check`` on a
+  short-lived connection of its own.
 * **after opening** it: the file's generation must not be below the
   catalog's (else it *went back in time*: its WAL was deleted or cut
-  short); a small file gets ``PRAGMA quick_check``. A file this host closed
+  short). A file this host closed
   without having written it for a while, and nobody touched since (same
   inode, size and modification time), skips the header scan and the quick
   check: it was checked when it was opened.
@@ -45,7 +47,7 @@ from storage.integrity import (
     bump_generation,
     check_files,
     companion_files,
-    quick_check,
+    quick_check_file,
     read_generation,
 )
 from storage.kv import ActorStorage
@@ -84,7 +86,6 @@ class FileGuard:
         self._settled: set[ActorKey] = set()
         self._wrote: set[ActorKey] = set()
         self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
-        self._untouched: set[ActorKey] = set()  # opening now, untouched since this host closed them
 
     # -- refusals ----------------------------------------------------------------------------
 
@@ -101,11 +102,13 @@ class FileGuard:
     # -- opening -----------------------------------------------------------------------------
 
     def before_open(self, actor_id: ActorId) -> CatalogEntry | None:
-        """Check an actor about to be opened; its catalog entry (``None``: unknown).
+        """Check an actor about to be opened (headers; a small file gets a quick check on a connection
+        of its own); its catalog entry (``None``: unknown).
 
         Raises:
-            ActorStorageCorruptError: quarantined earlier, a damaged header, or a
-                file the catalog lists that is gone (it is quarantined now).
+            ActorStorageCorruptError: quarantined earlier, a damaged header, a
+                failed quick check, or a file the catalog lists that is gone
+                (it is quarantined now).
         """
         entry = self.catalog.get(actor_id.namespace, actor_id.hex)
         if entry is not None and entry.quarantined:
@@ -118,19 +121,21 @@ class FileGuard:
                                                 f"{entry.generation}, {entry.messages} messages)", entry=entry)
             return None
         if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
-            self._untouched.add((actor_id.namespace, actor_id.hex))
             return entry  # untouched since this host closed it: checked when it was opened
         problem = check_files(path)
+        if problem is None and self._small(path):
+            problem = quick_check_file(path)
+            problem = None if problem is None else f"the integrity check failed: {problem}"
         if problem is not None:
             raise self.quarantine(actor_id, problem, entry=entry)
         return entry
 
     def after_open(self, actor_id: ActorId, storage: ActorStorage, entry: CatalogEntry | None) -> None:
-        """Check the opened file against the catalog (and quick-check a small one); then watch its commits.
+        """Check the opened file against the catalog; then watch its commits.
 
         Raises:
-            ActorStorageCorruptError: it went back in time or failed the quick
-                check; ``storage`` was closed and the actor quarantined.
+            ActorStorageCorruptError: it went back in time; ``storage`` was
+                closed and the actor quarantined.
             apsw.Error: SQLite could not read it (the caller classifies it).
         """
         problem = None
@@ -139,18 +144,13 @@ class FileGuard:
             if generation < entry.generation:
                 problem = (f"its file went back in time (generation {generation}, the catalog saw "
                            f"{entry.generation} with {entry.messages} messages): its WAL was lost or cut short")
-        untouched = (actor_id.namespace, actor_id.hex) in self._untouched
-        self._untouched.discard((actor_id.namespace, actor_id.hex))
-        if problem is None and not untouched and self._small(storage.path):
-            problem = quick_check(storage)
-            problem = None if problem is None else f"the integrity check failed: {problem}"
         if problem is not None:
             storage.close()
             raise self.quarantine(actor_id, problem, entry=entry)
         key = (actor_id.namespace, actor_id.hex)
         storage.on_commit(lambda: self._wrote.add(key), key=_HOOK_ID)
 
-    def _small(self, path: str) -> bool:
+    def _small(self, path: str | Path) -> bool:
         total = 0
         for file in companion_files(path)[:2]:
             try:
