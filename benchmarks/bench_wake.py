@@ -9,7 +9,12 @@ size, the one-time scan of a file that has no persisted set (a file written
 by an older version), and a wake without a cached prompt (render from the
 providers).
 
-Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30]``
+``--locking exclusive,normal`` also times the wake under each SQLite locking
+mode, alternating wake by wake on the same files (exclusive: the WAL index in
+heap memory, no ``-shm`` file, the default; normal: a shared, memory-mapped
+``-shm`` file), and counts the files a woken session leaves on disk.
+
+Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30] [--locking exclusive,normal]``
 
 Everything goes through :class:`actors.session.Session` (``with_context``,
 ``with_cached_prompt``, ``tools()``), as an application would use it.
@@ -43,8 +48,8 @@ TEXT = ("I need to change my flight to Friday morning and keep the same seat if 
 class Life:
     """One activation: the file open and a freshly built Session."""
 
-    def __init__(self, path: Path, skills_dir: Path, *, cached: bool = True) -> None:
-        self.storage = SqlStorage.open(path)
+    def __init__(self, path: Path, skills_dir: Path, *, cached: bool = True, locking: str = "exclusive") -> None:
+        self.storage = SqlStorage.open(path, locking=locking)
         self.session = (
             Session.create(self.storage)
             .for_session(SID)
@@ -86,9 +91,9 @@ async def build(path: Path, skills_dir: Path, size: int) -> None:
     life.close()
 
 
-async def time_wake(path: Path, skills_dir: Path, *, cached: bool = True) -> float:
+async def time_wake(path: Path, skills_dir: Path, *, cached: bool = True, locking: str = "exclusive") -> float:
     start = time.perf_counter()
-    life = Life(path, skills_dir, cached=cached)
+    life = Life(path, skills_dir, cached=cached, locking=locking)
     loaded = await life.wake()
     elapsed = (time.perf_counter() - start) * 1000
     life.close()
@@ -121,12 +126,45 @@ async def run(sizes: list[int], wakes: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def compare_locking(sizes: list[int], wakes: int, modes: list[str]) -> None:
+    """Median wake per locking mode, alternating mode by mode on the same file; files left on disk."""
+    root = Path(tempfile.mkdtemp(prefix="bench_wake_locking_"))
+    try:
+        skills_dir = root / "skills"
+        provider = DirectorySkillProvider(skills_dir)
+        for key in SKILLS:
+            await provider.set(key, f"How to handle {key}.\n" * 20, f"The {key} playbook")
+        print(f"\n{'messages':>9} | " + " | ".join(f"{m + ' wake ms':>20}" for m in modes) + " | files on disk after a wake")
+        for size in sizes:
+            path = root / f"l{size}.db"
+            await build(path, skills_dir, size)
+            times: dict[str, list[float]] = {m: [] for m in modes}
+            for _ in range(wakes):
+                for mode in modes:
+                    times[mode].append(await time_wake(path, skills_dir, locking=mode))
+            counts = []
+            for mode in modes:
+                life = Life(path, skills_dir, locking=mode)
+                await life.wake()
+                counts.append(f"{mode} {len(list(root.glob(path.name + '*')))}")
+                life.close()
+            print(f"{size:>9} | " + " | ".join(f"{statistics.median(times[m]):>20.3f}" for m in modes)
+                  + " | " + ", ".join(counts))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,10000,100000", help="comma-separated message counts")
     parser.add_argument("--wakes", type=int, default=30, help="wakes timed per size")
+    parser.add_argument("--locking", help="compare locking modes, e.g. exclusive,normal (skips the main table)")
     args = parser.parse_args()
-    trio.run(run, [int(s) for s in args.sizes.split(",")], args.wakes)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.locking:
+        trio.run(compare_locking, sizes, args.wakes, args.locking.split(","))
+    else:
+        trio.run(run, sizes, args.wakes)
 
 
 if __name__ == "__main__":

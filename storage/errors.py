@@ -24,7 +24,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── SearchQueryError                 SQLite failed while searching         [500]
     │   ├── DatabaseError                    Postgres refused or failed a statement [500]
     │   ├── StorageUnavailableError          the database cannot be reached (retryable) [503]
-    │   └── SkillRestoreError                reading history to restore skills failed (retryable) [503]
+    │   ├── SkillRestoreError                reading history to restore skills failed (retryable) [503]
+    │   ├── StorageFullError                 the disk is full; nothing written (retryable) [507]
+    │   └── ActorStorageCorruptError         an actor's file is damaged; quarantined [500]
     ├── ActorRuntimeError                 the actor host refused or failed a call [500]
     │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
     │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
@@ -32,10 +34,12 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── UnknownMethodError (LookupError)  no callable method of that name      [404]
     │   ├── InvalidArgumentsError (TypeError) arguments do not fit the method      [400]
     │   ├── ActorOverloadedError              too many calls waiting (retryable)   [429]
+    │   │   └── ActorBusyError                   no turn within the queue bound (retryable) [429]
     │   ├── TransactionLeftOpenError          a call ended inside a transaction    [500]
     │   ├── HostClosedError                   the host is shutting down (retryable) [503]
     │   ├── NotOwnerError                     another host owns the actor; not run here (retryable) [503]
-    │   └── OwnershipLostError                the actor moved while the call ran; nothing kept (retryable) [503]
+    │   ├── OwnershipLostError                the actor moved while the call ran; nothing kept (retryable) [503]
+    │   └── DataFolderLockedError             another process holds the data folder [500]
     └── HttpError                         the HTTP layer refused a request        [500]
         ├── UnauthorizedError                missing or wrong bearer token         [401]
         ├── RouteNotFoundError               no such route                         [404]
@@ -44,7 +48,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── UnsupportedMediaTypeError        neither JSON nor msgpack              [415]
         ├── InternalServerError              a bug; details only in the log        [500]
         ├── ServiceUnavailableError          the server is shutting down (retryable) [503]
-        └── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
+        ├── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
+        ├── ServerBusyError                  too many requests in flight (retryable) [503]
+        └── RequestTimeoutError              the body did not arrive in time (retryable) [408]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -394,4 +400,87 @@ class OwnerUnreachableError(HttpError):
     """
 
     status = 503
+    retryable = True
+
+
+# -- faults: a full disk, damaged files, a shared data folder, floods (appended) ---------------
+
+
+class StorageFullError(StorageError):
+    """The disk holding the data folder is full (SQLite's ``SQLITE_FULL``, or ``ENOSPC``).
+
+    The call's transaction was rolled back: nothing of it was stored, and
+    everything acknowledged before stays readable. A retry once space was
+    freed can succeed; servers answer 507 Insufficient Storage with
+    ``Retry-After``.
+    """
+
+    status = 507
+    retryable = True
+
+
+class ActorStorageCorruptError(StorageError):
+    """An actor's file is damaged (a bad header, a file gone back in time or
+    vanished, a failed integrity check, or SQLite reporting corruption).
+
+    The actor is quarantined: its files were moved to the data folder's
+    ``_quarantine`` folder and no call to it runs until an operator releases
+    it (``durable-sessions doctor``); every call gets this error, naming the
+    session. Other actors are not affected. Not retryable. (In cluster mode
+    the file is a working copy of what Postgres holds: a damaged copy is
+    moved aside and rebuilt from Postgres, so only the call that met the
+    damage gets this error.)
+
+    Attributes:
+        session: the session id (actor name) when known, else ``namespace/hex``.
+        problem: what was found, in words.
+    """
+
+    def __init__(self, session: str, problem: str) -> None:
+        super().__init__(
+            f"session {session!r} is damaged and quarantined: {problem}; no call to it runs until an "
+            "operator checks it (durable-sessions doctor)"
+        )
+        self.session = session
+        self.problem = problem
+
+
+class DataFolderLockedError(ActorRuntimeError):
+    """Another process (a running host, an import) holds the data folder.
+
+    Raised by ``open_host`` before anything in the folder is opened: one
+    process owns a data folder for its whole life, so two hosts never write
+    the same actor files.
+    """
+
+
+class ActorBusyError(ActorOverloadedError):
+    """The call waited longer than the host's queue bound for its turn; it was not run.
+
+    A flood on one actor is refused after a bounded wait instead of queueing
+    without end. A retry after a short pause can succeed (429 with ``Retry-After``).
+    """
+
+    def __init__(self, actor: str, waited_s: float) -> None:
+        ActorRuntimeError.__init__(
+            self, f"actor {actor} is busy: the call could not start within {waited_s:g} s and was not run"
+        )
+        self.limit = None
+        self.waited_s = waited_s
+
+
+class ServerBusyError(HttpError):
+    """The server already runs as many requests as it admits; this one was not started.
+
+    Answered at once with 503 and ``Retry-After``; a retry can succeed.
+    """
+
+    status = 503
+    retryable = True
+
+
+class RequestTimeoutError(HttpError):
+    """The request body did not arrive within the server's body timeout; nothing was run."""
+
+    status = 408
     retryable = True

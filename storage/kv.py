@@ -69,13 +69,14 @@ class ActorStorage(SqlStorage):
         self._alarm_generation = 0
 
     def skip_checkpoint_on_close(self) -> None:
-        """Leave the WAL (and its index) in place when this connection closes.
+        """Leave the WAL in place when this connection closes.
 
         Closing then costs no disk sync, and the next open carries on
         appending to the same WAL (no header sync either); checkpoints
         still happen every ``wal_autocheckpoint`` pages. Durability is
         unchanged: committed frames are in the WAL either way. The price is
-        two extra files per database on disk (``-wal``, ``-shm``).
+        an extra file per database on disk (``-wal``; with exclusive locking
+        there is no ``-shm``).
         """
         self.connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
 

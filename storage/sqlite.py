@@ -7,6 +7,14 @@ per file, used from the actor's own trio task only. It imports no trio.
 Connection settings come from :mod:`apsw.bestpractice` (WAL, foreign keys,
 double-quoted strings are identifiers only, a busy timeout); ``durability`` picks ``synchronous=NORMAL`` (survives a killed
 process) or ``FULL`` (also survives power loss).
+
+Files are opened with ``locking_mode=EXCLUSIVE`` by default: one process
+owns each file (the host's data-folder lock makes that so), so SQLite keeps
+the WAL index in the connection's heap memory instead of a memory-mapped
+``-shm`` file. No ``-shm`` file means nothing for the kernel to back with a
+disk page on a full disk (a mapped page it cannot back kills the process with
+SIGBUS), one file descriptor less per open file, and a second process that
+tries to open the file is refused (``apsw.BusyError``) instead of sharing it.
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ from .errors import SchemaTooNewError, StorageClosedError
 from .schema import MIGRATIONS, Migration
 
 Durability = Literal["normal", "full"]
+Locking = Literal["exclusive", "normal"]
 
 #: How long a writer waits for another process holding the file's lock.
 BUSY_TIMEOUT_MS = 5_000
 
 _SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+_LOCKING = {"exclusive": "EXCLUSIVE", "normal": "NORMAL"}
 
 _CONNECTION_SETTINGS = (
     apsw.bestpractice.connection_wal,
@@ -63,6 +73,7 @@ class SqlStorage:
         durability: Durability = "normal",
         migrations: Sequence[Migration] = MIGRATIONS,
         template: str | os.PathLike[str] | None = None,
+        locking: Locking = "exclusive",
     ) -> SqlStorage:
         """Open (creating if needed) the SQLite file at ``path`` and migrate it.
 
@@ -78,15 +89,24 @@ class SqlStorage:
                 (~1 ms) instead of climbing the ladder (~7 ms of DDL and
                 syncs). Missing templates are built first. The copy is
                 synced to disk only under ``"full"`` durability.
+            locking: ``"exclusive"`` (default): this connection holds the
+                file's lock from its first read until :meth:`close`, and the
+                WAL index lives in its heap memory (no ``-shm`` file).
+                ``"normal"``: SQLite's shared mode (a memory-mapped
+                ``-shm`` file; other connections may read and write).
 
         Raises:
-            ValueError: ``durability`` is not ``"normal"`` or ``"full"``.
+            ValueError: ``durability`` is not ``"normal"`` or ``"full"``, or
+                ``locking`` not ``"exclusive"`` or ``"normal"``.
             SchemaTooNewError: the file's ``user_version`` is above
                 ``len(migrations)``; the file is not modified.
+            apsw.BusyError: another connection holds the file (exclusive locking).
             apsw.Error: the file cannot be opened or is not a database.
         """
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
+        if locking not in _LOCKING:
+            raise ValueError(f"locking must be 'exclusive' or 'normal', not {locking!r}")
         path = os.fspath(path)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +115,8 @@ class SqlStorage:
         con = apsw.Connection(path)
         try:
             con.set_busy_timeout(BUSY_TIMEOUT_MS)
+            # Before the first read, which is when SQLite decides where the WAL index lives.
+            con.pragma("locking_mode", _LOCKING[locking])
             for setting in _CONNECTION_SETTINGS:
                 setting(con)
             con.pragma("synchronous", _SYNCHRONOUS[durability])

@@ -134,7 +134,7 @@ async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: Cluste
             return await stack.enter_async_context(open_host(
                 settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
                 durability=settings.durability, max_pending_calls=settings.max_pending_calls,
-                **host_cluster_options(cluster, host_id, advertise)))
+                max_queue_s=settings.max_queue_s, **host_cluster_options(cluster, host_id, advertise)))
         except (StorageUnavailableError, BaseExceptionGroup) as caught:
             exc = _unavailable(caught)
             if exc is None:

@@ -13,6 +13,7 @@
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
+    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
 
 Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 ``http://127.0.0.1:8787``) with ``--token`` (default
@@ -28,8 +29,11 @@ session's owner. At start the host keeps trying to reach Postgres for
 file), logging each failure, and only then listens; if Postgres stays
 unreachable it exits with status 1 and one line saying so.
 
+``doctor`` checks a data folder no host is running on (see
+:mod:`runtime.cli.doctor`).
+
 Exit status: 0 success, 1 a failure at run time (server error, failed
-import), 2 bad usage or configuration.
+import, damage found by ``doctor``), 2 bad usage or configuration.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from actors.session_agent import SessionAgent
 from actors.session_agent_postgres import PostgresSessionAgent, PostgresSessionEnv
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
 from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
+from runtime.cli.doctor import run_doctor
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.client import SessionsClient
@@ -129,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     sleep = commands.add_parser("hibernate", help="hibernate sessions' actors now (default: all)")
     sleep.add_argument("session_ids", nargs="*")
     _client_options(sleep)
+
+    check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
+    check.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default ./data)")
+    check.add_argument("--quarantine", action="store_true", help="move damaged actors' files to _quarantine")
+    check.add_argument("--release", action="append", default=[], metavar="ID",
+                       help="forget a quarantined or vanished actor (session id, hex id or namespace/hex); "
+                            "the id starts empty")
+    check.add_argument("--json", action="store_true", help="print the findings as JSON")
     return parser
 
 
@@ -144,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     command = {"serve": _serve, "import": _import, "history": _history, "search": _search,
-               "stats": _stats, "hibernate": _hibernate}[args.command]
+               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
     try:
         return trio.run(command, args)
     except (UsageError, ConfigError) as exc:
@@ -222,6 +235,7 @@ async def _serve(args: argparse.Namespace) -> int:
         async with open_host(
             settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
             durability=settings.durability, max_pending_calls=settings.max_pending_calls,
+            max_queue_s=settings.max_queue_s,
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, config.session)
@@ -296,6 +310,16 @@ def _is_claude_code(args: argparse.Namespace) -> bool:
     if args.target == "transcripts" and kind != "claude-code":
         raise UsageError("--as transcripts takes Claude Code transcripts (--format claude-code)")
     return kind == "claude-code"
+
+
+# -- doctor --------------------------------------------------------------------------------------
+
+
+async def _doctor(args: argparse.Namespace) -> int:
+    try:
+        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # -- client commands -------------------------------------------------------------------------------

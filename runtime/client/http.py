@@ -28,6 +28,12 @@ Server errors are raised again as the same exception classes
 :class:`storage.errors.ActorOverloadedError`, ...; HTTP-level ones from
 :mod:`runtime.wire`).
 
+A request the server refused before doing anything for it (503
+``ServerBusyError``: admission control, see ``runtime.server.admission``) is
+sent again after its ``Retry-After`` (with jitter), up to
+:data:`BUSY_RETRIES` times; nothing of it ran, so repeating is safe. Other
+refusals (429 for one busy session, 507 for a full disk) are raised.
+
 The Claude Agent SDK ``SessionStore`` adapter, ``DurableSessionStore``, lives
 in :mod:`runtime.client.transcripts` (importable from here too) and uses this
 client's HTTP layer (:meth:`SessionsClient.request`).
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -81,6 +88,10 @@ DEFAULT_URL = "http://127.0.0.1:8787"
 KEEPALIVE_EXPIRY_S = 5.0
 #: Longest single wait a client with several URLs honours from a ``Retry-After`` header (seconds).
 MAX_RETRY_WAIT_S = 5.0
+#: Times a request refused unrun with 503 ``ServerBusyError`` is sent again (whatever ``retries`` says).
+BUSY_RETRIES = 5
+#: Longest wait between those attempts, whatever ``Retry-After`` says (seconds).
+BUSY_RETRY_MAX_S = 5.0
 Message = dict[str, Any]
 
 #: Transport errors raised before the request left: the call certainly did not run.
@@ -197,7 +208,7 @@ class SessionsClient:
             retry_safe = method.upper() in IDEMPOTENT_HTTP
         key = _session_key(path)
         started = time.monotonic()
-        attempt, url = 0, None
+        attempt, busy, url = 0, 0, None
         while True:
             url = self.endpoints.pick(key, avoid=url)
             wait = 0.0
@@ -221,6 +232,10 @@ class SessionsClient:
                 if response.status_code < 400:
                     return payload
                 error = error_from_payload(response.status_code, payload)
+                if _refused_unrun(response, payload) and busy < BUSY_RETRIES:  # nothing ran: send it again
+                    busy += 1
+                    await anyio.sleep(_retry_delay_s(response))
+                    continue
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 if response.status_code != 503 or retry_after is None:
                     raise error
@@ -283,6 +298,23 @@ def _session_key(path: str) -> str | None:
 def _backoff(attempt: int) -> float:
     """Seconds to wait before another attempt when no host could be reached: 0.05 s doubling to 1 s."""
     return min(1.0, 0.05 * 2 ** min(attempt, 5))
+
+
+def _refused_unrun(response: httpx.Response, payload: Any) -> bool:
+    """503 ``ServerBusyError``: the server refused the request before running anything of it."""
+    if response.status_code != 503 or not isinstance(payload, dict):
+        return False
+    error = payload.get("error")
+    return isinstance(error, dict) and error.get("type") == "ServerBusyError"
+
+
+def _retry_delay_s(response: httpx.Response) -> float:
+    """``Retry-After`` seconds (1 when absent), times a random 0.5-1 so refused clients spread out."""
+    try:
+        after = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        after = 1.0
+    return min(BUSY_RETRY_MAX_S, max(0.0, after)) * random.uniform(0.5, 1.0)
 
 
 def _decode(response: httpx.Response) -> Any:

@@ -18,6 +18,8 @@ its stubs route calls to actors by id. The host guarantees:
   only after its writes committed.
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
   actor; the next one gets :class:`~storage.errors.ActorOverloadedError` at once.
+  With ``max_queue_s``, a call that cannot start within that many seconds of
+  reaching a ready actor gets :class:`~storage.errors.ActorBusyError` and never runs.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
@@ -25,9 +27,14 @@ its stubs route calls to actors by id. The host guarantees:
   ``max_active`` files are open, waking another actor first evicts the
   least recently idle one (or waits until one is idle).
 * **Alarms** (:mod:`runtime.host.alarms`) run as turns and wake sleeping actors.
+* **Faults** (:mod:`runtime.host.file_guard`): one process per data folder
+  (:mod:`runtime.host.folder_lock`); a full disk is answered
+  :class:`~storage.errors.StorageFullError`; a damaged file is quarantined and
+  every call to it answered :class:`~storage.errors.ActorStorageCorruptError`.
 
 Files: ``<data_dir>/<namespace>/<hex[:2]>/<hex>.sqlite3``; new ones are copied
-from ``<data_dir>/_template/v<schema version>.sqlite3``.
+from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
+``_catalog.sqlite3`` and ``_host.lock`` belong to the host.
 """
 
 from __future__ import annotations
@@ -46,18 +53,24 @@ import trio
 
 from actors.agent import Agent, ConnectionLike
 from runtime.host.alarms import AlarmIndex, AlarmScheduler, HostClock, run_alarm_handler
+from runtime.host.file_guard import FileGuard
+from runtime.host.folder_lock import DataFolderLock
 from runtime.host.ids import ActorId, check_namespace_name
 from runtime.host.limits import default_max_active, raise_open_file_limit
 from runtime.host.namespace import Namespace
 from runtime.host.slots import ActorContext, ActorSlot, CallNotStarted, SlotState, describe
+from storage.catalog import HostCatalog
 from storage.errors import (
+    ActorBusyError,
     ActorOverloadedError,
     HostClosedError,
     InvalidNamespaceError,
     NotOwnerError,
+    StorageFullError,
     TransactionLeftOpenError,
     UnknownNamespaceError,
 )
+from storage.faults import classify, fault_detail
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 
@@ -130,6 +143,7 @@ class ActorHost:
             (``None``: never).
         max_active: most actor files open at once.
         max_pending_calls: most unanswered calls per actor.
+        max_queue_s: seconds a call may wait for its turn (``None``: no bound).
         durability: ``"normal"`` or ``"full"`` (see ``SqlStorage.open``).
         clock: the :class:`~runtime.host.alarms.HostClock` alarms follow.
         cluster: the host's :class:`~runtime.host.cluster.HostCluster` in
@@ -147,9 +161,12 @@ class ActorHost:
         max_pending_calls: int,
         durability: str,
         clock: HostClock,
+        catalog: HostCatalog,
+        max_queue_s: float | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.idle_timeout_s = idle_timeout_s
+        self.max_queue_s = max_queue_s
         self.max_active = max_active
         self.max_pending_calls = max_pending_calls
         self.durability = durability
@@ -167,6 +184,9 @@ class ActorHost:
         self._files: dict[str, int] = {}  # namespace -> actor files on disk, once scanned
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
+        self._guard = FileGuard(data_dir, catalog, self.path_for)
+        self._waiting_for_ready: dict[ActorKey, list[trio.CancelScope]] = {}
+        self._pace: dict[ActorKey, tuple[float, float | None]] = {}  # last turn start, seconds between starts
         self._closed = False
         self.cluster: HostCluster | None = None
         self._counts = dict.fromkeys(
@@ -278,10 +298,12 @@ class ActorHost:
             ActorOverloadedError: the actor's mailbox is full.
             Whatever ``on_start`` or ``invoke`` raised.
         """
+        bounded = not touches_alarm  # an alarm is never refused for load
         for admission in range(_READMISSIONS + 1):
-            slot = self._admit(actor_id)
+            slot = self._admit(actor_id, bounded=bounded)
             reply = _Reply()
-            self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm)
+            self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm,
+                                     trio.current_time() if bounded else None)
             await reply.done.wait()
             if reply.error is not None:
                 error, reply.error = reply.error, None
@@ -293,29 +315,58 @@ class ActorHost:
             return reply.value
         raise AssertionError("unreachable")
 
-    def _admit(self, actor_id: ActorId) -> ActorSlot:
+    def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:
+        """The error a new call to the actor would get at once for want of room, else ``None``.
+
+        Nothing is admitted or counted: the server asks before it does any
+        work for a request (see :mod:`runtime.server.admission`).
+        """
+        slot = self._slots.get((actor_id.namespace, actor_id.hex))
+        return None if slot is None else self._overload(slot, True)
+
+    def _overload(self, slot: ActorSlot, bounded: bool) -> ActorOverloadedError | None:
+        """A full mailbox; or, with ``max_queue_s``, a queue that will not move that far in time.
+
+        The expected wait is the calls queued times the recent pace of the
+        queue (an average of the gaps between turns starting while calls wait).
+        """
+        if slot.pending >= self.max_pending_calls:
+            return ActorOverloadedError(describe(slot.id), self.max_pending_calls)
+        if not bounded or self.max_queue_s is None or slot.state is not SlotState.ACTIVE:
+            return None
+        pace = self._pace.get(slot.key, (None, None))[1]
+        queued = slot.pending - slot.running
+        if pace is not None and queued > 0 and (queued + 1) * pace > self.max_queue_s:
+            return ActorBusyError(describe(slot.id), self.max_queue_s)
+        return None
+
+    def _admit(self, actor_id: ActorId, bounded: bool = True) -> ActorSlot:
         if self._closed:
             raise HostClosedError("the actor host is closed")
+        refusal = self._guard.refusal(actor_id)
+        if refusal is not None:
+            raise refusal
         key = (actor_id.namespace, actor_id.hex)
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = ActorSlot(actor_id)
             self._nursery.start_soon(self._activate, slot)
-        elif slot.pending >= self.max_pending_calls:
+        elif (overloaded := self._overload(slot, bounded)) is not None:
             self._counts["overloads"] += 1
-            raise ActorOverloadedError(describe(actor_id), self.max_pending_calls)
+            raise overloaded
         if slot.pending == 0:
             self._idle.pop(key, None)
         slot.pending += 1
         return slot
 
     async def _turn(
-        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[Any]], reply: _Reply, touches_alarm: bool
+        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[Any]], reply: _Reply, touches_alarm: bool,
+        admitted: float | None,
     ) -> None:
         try:
-            reply.value = await self._run(slot, invoke, touches_alarm)
+            reply.value = await self._run(slot, invoke, touches_alarm, admitted)
         except Exception as exc:
-            reply.error = exc
+            reply.error = self._fault(slot, exc)
         except BaseException:
             reply.error = HostClosedError(f"the actor host closed during a call to {describe(slot.id)}")
             raise
@@ -324,8 +375,10 @@ class ActorHost:
             reply.done.set()
             self._release(slot)
 
-    async def _run(self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool) -> T:
-        await slot.enter()
+    async def _run(
+        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool, admitted: float | None
+    ) -> T:
+        await self._enter(slot, admitted)
         if self.cluster is not None:
             await self.cluster.before_call(slot)  # the lease is live (or the call is admitted again)
         slot.running += 1
@@ -338,6 +391,48 @@ class ActorHost:
             self._end_turn(slot)
             if self.cluster is not None:
                 await self.cluster.before_reply(slot)  # the writes before the reply are durable
+
+    async def _enter(self, slot: ActorSlot, admitted: float | None) -> None:
+        """Wait for the call's turn; past ``max_queue_s`` of waiting for a ready actor, give up
+        (``admitted`` is when the call arrived; ``None``: wait as long as it takes).
+
+        Time spent waiting for the actor to activate does not count: the bound
+        is on queueing behind other calls, not on opening a big file.
+
+        Raises:
+            ActorBusyError: the turn did not come in time (the call never runs).
+        """
+        if self.max_queue_s is None or admitted is None:
+            await slot.enter()
+            return
+        scope = trio.CancelScope(deadline=admitted + self.max_queue_s)
+        if slot.state is SlotState.ACTIVATING:  # the clock starts once the actor is ready (_start_queue_clocks)
+            scope.deadline = float("inf")
+            self._waiting_for_ready.setdefault(slot.key, []).append(scope)
+        with scope:
+            await slot.enter()
+            self._note_start(slot, admitted)
+            return
+        self._counts["overloads"] += 1
+        raise ActorBusyError(describe(slot.id), self.max_queue_s)
+
+    def _note_start(self, slot: ActorSlot, admitted: float) -> None:
+        """Keep the pace of the actor's queue: the gap since the previous start, when this call waited
+        for most of it (then the gap was the previous call's service, not idle time)."""
+        now = trio.current_time()
+        last, pace = self._pace.get(slot.key, (None, None))
+        gap = None if last is None else now - last
+        if gap is not None and gap > 0 and now - admitted >= gap / 2:
+            pace = gap if pace is None else 0.8 * pace + 0.2 * gap
+        self._pace[slot.key] = (now, pace)
+
+    def _start_queue_clocks(self, slot: ActorSlot) -> None:
+        """The actor finished activating: the calls that waited for it now have ``max_queue_s`` to start."""
+        scopes = self._waiting_for_ready.pop(slot.key, ())
+        if scopes:
+            deadline = trio.current_time() + self.max_queue_s
+            for scope in scopes:
+                scope.deadline = deadline
 
     async def _output_gate(self, slot: ActorSlot) -> None:
         """Hold the reply while a transaction is open: it may contain this call's writes.
@@ -373,6 +468,8 @@ class ActorHost:
 
     def _release(self, slot: ActorSlot) -> None:
         slot.pending -= 1
+        if slot.state is SlotState.ACTIVE and slot.running == 0 and self._guard.refused(slot.id):
+            self._retire_damaged(slot)
         if slot.pending == 0 and slot.state is SlotState.ACTIVE:
             self._idle[slot.key] = trio.current_time()
             self._idle_wakeup.set()
@@ -387,6 +484,7 @@ class ActorHost:
                 lease = await self.cluster.acquire(slot.id)  # NotOwnerError before any file is touched
             await self._reserve_file()
             if lease is not None:
+                self._guard.set_aside_if_damaged(slot.id)  # a damaged working copy is rebuilt, not refused
                 log_version = await self._make_current(slot, lease)
             slot.attach(self._open_storage(slot.id))
             storage = slot.storage
@@ -402,7 +500,7 @@ class ActorHost:
             if self.cluster is not None:
                 await self.cluster.before_reply(slot)
         except Exception as exc:
-            self._fail_activation(slot, exc, lease)
+            self._fail_activation(slot, self._fault(slot, exc), lease)
         except BaseException:
             self._fail_activation(slot, HostClosedError("the actor host closed while an actor was starting"), lease)
             raise
@@ -410,6 +508,8 @@ class ActorHost:
             slot.state = SlotState.ACTIVE
             self._counts["activations"] += 1
             slot.gate_changed()
+        finally:
+            self._start_queue_clocks(slot)
 
     async def _make_current(self, slot: ActorSlot, lease: Any) -> int:
         """Cluster mode: rebuild the file from Postgres unless it is current; give back the reservation on failure.
@@ -427,10 +527,15 @@ class ActorHost:
         return version
 
     def _open_storage(self, actor_id: ActorId) -> ActorStorage:
-        """Open the actor's file (copying the template when new); give back the reservation on failure."""
+        """Check and open the actor's file (copying the template when new); give back the reservation on failure.
+
+        Raises:
+            ActorStorageCorruptError: the file is damaged (see :mod:`runtime.host.file_guard`).
+        """
         path = self.path_for(actor_id)
-        existed = path.exists()
         try:
+            entry = self._guard.before_open(actor_id)
+            existed = path.exists()
             storage = ActorStorage.open(path, durability=self.durability, template=self._template)
         except BaseException:
             self._open_files -= 1
@@ -439,11 +544,43 @@ class ActorHost:
             self._files[actor_id.namespace] += 1
         try:
             storage.skip_checkpoint_on_close()  # hibernating must not wait for the disk
+            self._guard.after_open(actor_id, storage, entry)
         except BaseException:
             storage.close()
             self._open_files -= 1
             raise
         return storage
+
+    def _fault(self, slot: ActorSlot, error: Exception) -> Exception:
+        """The error a caller gets for ``error``: a full disk or a damaged file named as such.
+
+        A damaged file quarantines the actor (at once, or when its running calls end).
+        """
+        kind = classify(error)
+        if kind == "full":
+            full = StorageFullError(f"the disk holding the data folder is full ({fault_detail(error)}); "
+                                    f"nothing of this call to {describe(slot.id)} was stored")
+            full.__cause__ = error
+            return full
+        if kind == "corrupt":
+            damaged = self._guard.refuse(slot.id, f"SQLite reported damage: {fault_detail(error)}")
+            damaged.__cause__ = error
+            if slot.state is SlotState.ACTIVE and slot.running == 0:
+                self._retire_damaged(slot)
+            return damaged
+        return error
+
+    def _retire_damaged(self, slot: ActorSlot) -> None:
+        """Close a refused actor's file and quarantine it; calls still waiting get the error."""
+        slot.error = self._guard.refusal(slot.id)
+        self._close_slot(slot, None)
+        self._guard.settle(slot.id)
+        self._files.pop(slot.id.namespace, None)  # recount: its file moved
+
+    def knows(self, actor_id: ActorId) -> bool:
+        """``True`` when the actor is awake, has a file, or the host catalog lists it (even quarantined)."""
+        return self.is_active(actor_id.namespace, actor_id) or self.path_for(actor_id).exists() \
+            or self._guard.known(actor_id)
 
     def _count_files(self, namespace: str) -> int:
         """Actor files of ``namespace`` on disk (scanned once, then counted as they are created)."""
@@ -465,6 +602,9 @@ class ActorHost:
         if lease is not None and slot.cluster is None:
             self.cluster.release_soon(lease)  # taken, but the actor never went live here
         self._close_slot(slot, None, reason="failed")
+        if self._guard.refused(slot.id):  # damaged: quarantine its (now closed) files
+            self._guard.settle(slot.id)
+            self._files.pop(slot.id.namespace, None)  # recount: its file moved
         slot.state = SlotState.FAILED
         slot.gate_changed()
 
@@ -482,6 +622,7 @@ class ActorHost:
         if self._slots.get(slot.key) is slot:
             del self._slots[slot.key]
         self._idle.pop(slot.key, None)
+        self._pace.pop(slot.key, None)
         slot.state = SlotState.CLOSED
         slot.agent = None
         if slot.cluster is not None:
@@ -489,10 +630,13 @@ class ActorHost:
         storage, slot.storage = slot.storage, None
         if storage is not None:
             self._open_files -= 1
+            self._guard.before_close(slot.id, storage)
             try:
                 storage.close()
             except Exception:
                 logger.exception("closing the file of %s failed", describe(slot.id))
+            else:
+                self._guard.after_close(slot.id)
         if counter is not None:
             self._counts[counter] += 1
         self._settled.unpark_all()
@@ -593,6 +737,7 @@ async def open_host(
     max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS,
     clock: HostClock | None = None,
     cluster: ClusterOptions | None = None,
+    max_queue_s: float | None = None,
 ) -> AsyncIterator[ActorHost]:
     """``async with open_host(data_dir) as host:`` -- run an actor host.
 
@@ -613,14 +758,20 @@ async def open_host(
             ownership, the durable log and failover. ``None`` (default): a
             single host whose files are the truth; nothing of the cluster
             is imported or run.
+        max_queue_s: seconds (trio time) a call may wait for its turn once its
+            actor is ready; past that it gets ``ActorBusyError`` (429) and never
+            runs. ``None`` (default): calls wait as long as it takes.
 
     On exit, running calls are cancelled (their callers get
     ``HostClosedError``) and every file is closed; alarms persist. In
     cluster mode the actors' leases are released too.
 
+    The host holds ``data_dir``'s lock (:mod:`runtime.host.folder_lock`) until it closes.
+
     Raises:
         ValueError: a bad argument.
         StorageUnavailableError: cluster mode, and Postgres cannot be reached.
+        DataFolderLockedError: another process (or host) holds ``data_dir``.
     """
     if durability not in ("normal", "full"):
         raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
@@ -634,12 +785,21 @@ async def open_host(
         from runtime.host.cluster import HostCluster
 
         cluster.checked()  # bad options fail before anything starts
+    if max_queue_s is not None and not max_queue_s > 0:
+        raise ValueError(f"max_queue_s must be positive or None, not {max_queue_s!r}")
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     limit = raise_open_file_limit()
-    index = AlarmIndex.open(root, durability=durability)
+    folder_lock = DataFolderLock.acquire(root)
+    try:
+        index = AlarmIndex.open(root, durability=durability)
+    except BaseException:
+        folder_lock.release()
+        raise
+    catalog: HostCatalog | None = None
     host: ActorHost | None = None
     try:
+        catalog = HostCatalog.open(root, durability=durability)
         async with trio.open_nursery() as nursery:
             host = ActorHost(
                 root, nursery, index,
@@ -648,8 +808,11 @@ async def open_host(
                 max_pending_calls=max_pending_calls,
                 durability=durability,
                 clock=clock or HostClock(),
+                catalog=catalog,
+                max_queue_s=max_queue_s,
             )
             if cluster is not None:
+                host._guard.rebuildable = True  # Postgres is the truth: damaged copies are rebuilt
                 host.cluster = HostCluster(host, cluster)
                 await host.cluster.start(nursery)
             if idle_timeout_s is not None:
@@ -661,8 +824,13 @@ async def open_host(
                 host._closed = True
                 nursery.cancel_scope.cancel()
     finally:
-        if host is not None:
-            host._shutdown()
-            if host.cluster is not None:
-                await host.cluster.aclose()
-        index.close()
+        try:
+            if host is not None:
+                host._shutdown()
+                if host.cluster is not None:
+                    await host.cluster.aclose()
+        finally:
+            if catalog is not None:
+                catalog.close()
+            index.close()
+            folder_lock.release()

@@ -1,8 +1,9 @@
 """How many actor files the host may keep open.
 
-Each active actor holds three file descriptors (the database, its WAL and
-the WAL index) and about 0.2 MB of SQLite memory (schema, page cache, the
-mapped WAL index). The host raises the soft open-files limit to the hard
+Each active actor holds two file descriptors (the database and its WAL; its
+files are opened in exclusive locking mode, so the WAL index lives in heap
+memory, not in a third ``-shm`` file) and about 0.2 MB of SQLite memory
+(schema, page cache, the WAL index). The host raises the soft open-files limit to the hard
 limit at start, lets actors use half of it (sockets and the rest keep the
 other half) and caps the result at :data:`MAX_ACTIVE_CAP` so memory stays
 bounded however high the limit is.
@@ -10,7 +11,7 @@ bounded however high the limit is.
 
 from __future__ import annotations
 
-FDS_PER_ACTOR = 3
+FDS_PER_ACTOR = 2
 #: Share of the open-files limit actor files may use.
 ACTOR_FD_SHARE = 0.5
 #: Upper bound of the default ``max_active`` (~0.25 GB of open actors).

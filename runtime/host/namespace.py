@@ -50,16 +50,19 @@ class Namespace:
     # -- ids ---------------------------------------------------------------
 
     def exists(self, actor_id: ActorId) -> bool:
-        """``True`` when the actor has a file or a live instance (it was written, or is awake).
+        """``True`` when the actor has a file or a live instance (it was written, or is awake),
+        or the host catalog lists it (its file may have vanished or been quarantined).
 
         A read of an actor that does not exist needs no activation: callers
-        answer it as for an empty actor, so no file is created for it. In
-        cluster mode this is always ``True`` (another host may have written
-        it); ``await host.cluster.written(actor_id)`` asks Postgres.
+        answer it as for an empty actor, so no file is created for it. An
+        actor the catalog knows is never answered as empty: the call goes to
+        the host, which reports the damage. In cluster mode this is always
+        ``True`` (another host may have written it); ``await
+        host.cluster.written(actor_id)`` asks Postgres.
         """
         if self.host.cluster is not None:
             return True  # it may have been written on another host: ask by activating
-        return self.host.is_active(self, actor_id) or self.host.path_for(actor_id).exists()
+        return self.host.knows(actor_id)
 
     def id_from_name(self, name: str) -> ActorId:
         """The id ``name`` maps to here: 64 hex, always the same for the same name.

@@ -28,10 +28,13 @@ Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
 becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
 Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
-of the error's class (400 bad input, 401 token, 404 unknown, 409 conflict,
-413 too large, 429 overloaded, 503 shutting down or unavailable, with
-``Retry-After``); anything else is a bug: 500 with a reference to the logged
-traceback, never the traceback itself.
+of the error's class (400 bad input, 401 token, 404 unknown, 408 body too
+slow, 409 conflict, 413 too large, 429 overloaded or busy, 503 shutting down,
+unavailable or too many requests, 507 disk full, all with ``Retry-After``
+where a retry can help; 500 for a damaged session, named); anything else is
+a bug: 500 with a reference to the logged traceback, never the traceback
+itself. Admission control (:mod:`runtime.server.admission`) refuses work the
+server cannot start soon, at once.
 
 In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
 given), a session request this host does not own is forwarded to the
@@ -46,10 +49,12 @@ is an RPC call ``{"id", "method", "params"}`` answered with ``{"id",
 "result"}`` or ``{"id", "error"}`` in the same encoding (calls of one
 socket may run concurrently; match replies by ``id``). Any other frame goes
 to the actor's ``on_message``. Broadcasts (``Agent.broadcast``) are pushed
-as they happen. Frames for a peer wait in a queue; a peer that stops
-reading is closed with code 1008 when a broadcast finds 1024 frames queued
-or the queued frames exceed four body limits in size (replies to its own
-calls wait for room in the first case). A frame sent to the server over
+as they happen. Frames for a peer wait in a queue; while 128 are queued the
+server stops reading the peer's frames (backpressure: a client that
+pipelines thousands of calls gets every answer at its own pace); a peer
+that stops reading is closed with code 1008 when a broadcast finds 1024
+frames queued or the queued frames exceed four body limits in size
+(replies to its own calls wait for room in the first case). A frame sent to the server over
 the body limit closes the socket with 1009.
 """
 
@@ -66,7 +71,6 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, g, has_request_context, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -77,13 +81,16 @@ from actors.session_agent import SessionAgent, SessionConfig
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
+from runtime.server.admission import RequestLimit
+from runtime.server.client_io import body_timed_out, quiet_send, read_body
 from runtime.server.config import ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
+from runtime.server.listener import serve_admitting
 from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openapi import add_docs_routes
-from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found
+from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found, retry_headers
 from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 from runtime.server.websocket import WebSocketEndpoint
@@ -104,6 +111,7 @@ from storage.errors import (
     InvalidInputError,
     MethodNotAllowedError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     RouteNotFoundError,
     ServiceUnavailableError,
     UnauthorizedError,
@@ -169,7 +177,7 @@ class SessionsServer:
 
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
-        forwarder: Forwarder | None = None,
+        forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
     ) -> None:
         if token:
             self.check_token(token)
@@ -183,6 +191,8 @@ class SessionsServer:
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
         self.closing = trio.Event()
         self.app = self._build_app()
@@ -193,12 +203,15 @@ class SessionsServer:
         app = QuartTrio(__name__, static_folder=None)
         app.url_map.converters["rest"] = _RestConverter
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
+        app.config["BODY_TIMEOUT"] = self.body_timeout_s
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         app.asgi_app = _ShieldedResponseEnd(app.asgi_app)
         if self.forwarder is not None:
             app.asgi_app = ForwardingShortcut(app.asgi_app, self)
         app.asgi_app = _EncodedPaths(app.asgi_app)
+        if self.max_requests is not None:
+            app.asgi_app = self.request_limit = RequestLimit(app.asgi_app, self.max_requests, self._early_refusal)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
@@ -251,7 +264,8 @@ class SessionsServer:
         return None
 
     async def _after_request(self, response: Response) -> Response:
-        await _drain_body()
+        if not body_timed_out():
+            await _drain_body()
         started = getattr(g, "started", None)
         if started is not None:
             self.metrics.observe(g.route, response.status_code, time.perf_counter() - started)
@@ -260,6 +274,8 @@ class SessionsServer:
     async def _http_exception(self, error: HTTPException) -> Response:
         if isinstance(error, RequestEntityTooLarge):
             return self._error(PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes"))
+        if error.code == 408:
+            return self._error(RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s"))
         if error.code == 404:
             return self._error(RouteNotFoundError(f"no route for {request.path}"))
         if error.code == 405:
@@ -281,14 +297,14 @@ class SessionsServer:
 
     @staticmethod
     def error_headers(error: BaseException, status: int) -> dict[str, str]:
-        """The headers of an error answer: ``WWW-Authenticate`` (401), ``Allow`` (405), ``Retry-After`` (429, 503)."""
-        headers = {}
+        """The headers of an error answer: ``WWW-Authenticate`` (401), ``Allow`` (405), and
+        ``Retry-After`` where a retry can help (429, 503, 507; for a 503 the error's own wait,
+        e.g. what is left of a dead owner's lease, when it says one)."""
+        headers = retry_headers(status)
+        if status == 503 and getattr(error, "retry_after_s", None) is not None:
+            headers["Retry-After"] = retry_after(error)
         if status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        elif status in (429, 503):
-            headers["Retry-After"] = "1"
-        elif status == 503:
-            headers["Retry-After"] = retry_after(error)
         elif status == 405 and getattr(error, "allowed", None):
             headers["Allow"] = ", ".join(error.allowed)
         return headers
@@ -354,11 +370,37 @@ class SessionsServer:
             raise InvalidInputError(str(exc), field=f"sessionIds[{index}]") from None
 
     async def _read_body(self) -> Any:
+        return decode_body(await read_body(), request.headers.get("Content-Type"))
+
+    def _early_refusal(self, scope: dict[str, Any]) -> Exception | None:
+        """For a session request, the error its actor would refuse it with at once (before any other work)."""
+        return self.refusal_for(scope.get("raw_path") or b"", _header(scope, b"authorization"))
+
+    def refusal_for_head(self, head: bytes) -> Exception | None:
+        """:meth:`refusal_for` the first bytes of a request on a new connection (request line, headers)."""
+        line, _, rest = head.partition(b"\r\n")
+        parts = line.split(b" ")
+        if len(parts) != 3:
+            return None
+        authorization = None
+        for header in rest.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+            name, _, value = header.partition(b":")
+            if name.strip().lower() == b"authorization":
+                authorization = value.strip().decode("latin-1")
+        return self.refusal_for(parts[1].split(b"?", 1)[0], authorization)
+
+    def refusal_for(self, raw_path: bytes, authorization: str | None) -> Exception | None:
+        """The error the actor of a session path (still percent-encoded) would refuse a call with at
+        once (``ActorOverloadedError`` or ``ActorBusyError``), or ``None``: any other path, a bad
+        session id or token (the route answers those), or room for the call."""
+        if not raw_path.startswith(_SESSIONS_PREFIX_BYTES) or not self.authorized(authorization):
+            return None
         try:
-            data = await request.get_data()
-        except RequestEntityTooLarge:
-            raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
-        return decode_body(data, request.headers.get("Content-Type"))
+            session_id = raw_path[len(_SESSIONS_PREFIX_BYTES):].split(b"/", 1)[0].decode("latin-1")
+            actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
+        except InvalidInputError:
+            return None
+        return self.host.admission_refusal(actor_id)
 
     def actor_id(self, session_id: Any) -> ActorId:
         """The actor id of a decoded session id.
@@ -482,6 +524,8 @@ class _ShieldedResponseEnd:
             await self.app(scope, receive, send)
             return
 
+        send = quiet_send(send)  # a client that hung up is no error of ours
+
         async def send_shielded(message: dict[str, Any]) -> None:
             if message.get("type") == "http.response.body" and not message.get("more_body", False):
                 with trio.CancelScope(shield=True):
@@ -506,6 +550,16 @@ async def _drain_body() -> None:
             await request.get_data()
         except HTTPException:  # over the limit, or the client stopped sending: the connection closes
             pass
+
+
+_SESSIONS_PREFIX_BYTES = SESSIONS_PREFIX.encode("ascii")
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
 
 
 def _no_route(path: str, allowed: list[str]) -> Exception:
@@ -568,13 +622,15 @@ async def serve(
     settings = settings or ServerSettings()
     require_token_for(settings.bind, token)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
-                            forwarder=forwarder)
+                            forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
+                            max_requests=settings.max_requests)
     config = HypercornConfig()
     if listen_socket is None:
         config.bind = [settings.bind]
     else:  # hypercorn wraps the descriptor in a socket of its own, which it closes: hand it a duplicate
         config.bind = [f"fd://{os.dup(listen_socket.fileno())}"]
         listen_socket.close()
+    config.backlog = settings.backlog
     config.graceful_timeout = settings.graceful_timeout_s
     config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
@@ -587,13 +643,18 @@ async def serve(
         await shutdown_trigger()
         server.closing.set()
 
+    async def run() -> None:
+        await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
+                              max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                              shutdown_trigger=trigger, task_status=task_status)
+
     if forwarder is None:
-        await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+        await run()
         return
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(forwarder.watch)
-            await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+            await run()
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

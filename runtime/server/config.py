@@ -15,6 +15,12 @@ Unknown keys are errors, so a typo never passes silently::
     max_pending_calls = 1000     # per actor, then 429
     graceful_timeout_s = 10      # how long shutdown waits for running requests
     keep_alive_timeout_s = 30    # an idle HTTP connection is closed after this
+    body_timeout_s = 30          # a request body not all arrived by then: 408
+    backlog = 4096               # connections the kernel queues before accept (capped by somaxconn)
+    max_requests = 4096          # HTTP requests at once, then 503 at once
+    max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
+    max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
+    max_queue_s = 0.5            # a call not started within this (per actor): 429
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -104,6 +110,19 @@ class ServerSettings:
         keep_alive_timeout_s: seconds an idle keep-alive connection stays open;
             longer than clients keep idle connections (the Python client: 5 s),
             so a client never sends on a connection the server is closing.
+        body_timeout_s: seconds a request body may take to arrive; then 408
+            ``RequestTimeoutError`` and the connection closes.
+        backlog: the listen backlog: connections the kernel holds before the
+            server accepts them (Linux caps it at ``net.core.somaxconn``).
+        max_requests: HTTP requests running at once; the next is answered 503
+            ``ServerBusyError`` at once (health and metrics are exempt).
+        max_connecting: accepted connections whose first request has not yet
+            reached the app; further connections wait in the listen backlog.
+        max_connect_wait_s: seconds a new connection's request may wait in the
+            listen backlog; then 503 ``ServerBusyError`` (nothing run).
+        max_queue_s: seconds a call may wait for its actor's turn (activation
+            not counted); then 429 ``ActorBusyError``, the call not run. A call
+            the actor's queue would not reach in time is refused at once.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -115,17 +134,25 @@ class ServerSettings:
     max_pending_calls: int = 1000
     graceful_timeout_s: float = 10.0
     keep_alive_timeout_s: float = 30.0
+    body_timeout_s: float = 30.0
+    backlog: int = 4096
+    max_requests: int = 4096
+    max_connecting: int = 64
+    max_connect_wait_s: float = 0.5
+    max_queue_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
-        for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s"):
+        for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
+                     "max_queue_s", "max_connect_wait_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")
-        for name in ("max_body_bytes", "max_pending_calls", "max_active"):
+        for name in ("max_body_bytes", "max_pending_calls", "max_active", "backlog", "max_requests",
+                     "max_connecting"):
             value = getattr(self, name)
             if value is None and name == "max_active":
                 continue

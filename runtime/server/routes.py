@@ -59,7 +59,14 @@ from typing import Any
 from runtime.api import NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
 from runtime.host.namespace import ActorStub
 from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
-from storage.errors import InternalServerError, InvalidInputError, RouteNotFoundError
+from storage.errors import (
+    ActorStorageCorruptError,
+    InternalServerError,
+    InvalidInputError,
+    RouteNotFoundError,
+    StorageFullError,
+)
+from storage.faults import classify, fault_detail
 
 logger = logging.getLogger(__name__)
 
@@ -367,15 +374,36 @@ def not_found(path: str) -> RouteNotFoundError:
     return RouteNotFoundError(f"no route for {path}")
 
 
+#: ``Retry-After`` (seconds) answered with each retryable status.
+RETRY_AFTER_S = {429: 1, 503: 1, 507: 30}
+
+
+def retry_headers(status: int) -> dict[str, str]:
+    """``{"Retry-After": ...}`` for a status a retry can cure (429, 503, 507), else ``{}``."""
+    return {"Retry-After": str(RETRY_AFTER_S[status])} if status in RETRY_AFTER_S else {}
+
+
+#: Statuses of 500 and above that are answered with the error's own type and message.
+_NAMED_STATUSES = frozenset({503, 507})
+
+
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 503) are answered as they
-    are; anything else is a bug: logged with its traceback under a short
-    reference, and answered ``500 InternalServerError`` naming only that reference.
+    Errors of :mod:`storage.errors` below 500 (and 503, 507, and a damaged
+    actor's :class:`~storage.errors.ActorStorageCorruptError`, which names the
+    session) are answered as they are; a full disk met outside an actor turn
+    is answered as :class:`~storage.errors.StorageFullError`. Anything else
+    is a bug: logged with its traceback under a short reference, and
+    answered ``500 InternalServerError`` naming only that reference.
     """
+    if classify(error) == "full" and not isinstance(error, StorageFullError):
+        error = StorageFullError(f"the disk holding the data folder is full ({fault_detail(error)}); "
+                                 "nothing of the request was stored")
     status = status_of(error)
-    if status < 500 or status == 503:
+    if status < 500 or status in _NAMED_STATUSES or isinstance(error, ActorStorageCorruptError):
+        if status >= 500:
+            logger.warning("answered %d: %s", status, error)
         return status, payload_for(error)
     reference = uuid.uuid4().hex[:12]
     logger.error("internal error %s", reference, exc_info=error)

@@ -34,12 +34,12 @@ from typing import Any
 
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import RequestEntityTooLarge
 
-from runtime.server.routes import describe_error
+from runtime.server.client_io import read_body
+from runtime.server.routes import describe_error, retry_headers
 from runtime.server.transcripts import HostTranscriptStore
 from runtime.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX, decode_body, encode_body
-from storage.errors import InvalidInputError, PayloadTooLargeError
+from storage.errors import InvalidInputError
 
 __all__ = ["TRANSCRIPTS_PREFIX", "TranscriptRoutes", "add_transcript_routes"]
 
@@ -127,7 +127,7 @@ def _answering(view: View) -> Callable[[], Awaitable[Response]]:
         if isinstance(body, _RawJson):
             return Response(body.data, status=status, content_type=JSON)
         kind = _response_type()
-        return Response(encode_body(body, kind), status=status, content_type=kind)
+        return Response(encode_body(body, kind), status=status, content_type=kind, headers=retry_headers(status))
 
     answer.__name__ = view.__name__
     return answer
@@ -138,11 +138,7 @@ def _response_type() -> str:
 
 
 async def _read_object() -> dict[str, Any]:
-    try:
-        data = await request.get_data()
-    except RequestEntityTooLarge:
-        raise PayloadTooLargeError("the body is larger than the server's limit") from None
-    body = decode_body(data, request.headers.get("Content-Type"))
+    body = decode_body(await read_body(), request.headers.get("Content-Type"))
     if not isinstance(body, dict):
         raise InvalidInputError("the body must be an object with key and entries", field="body")
     return body

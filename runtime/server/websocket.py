@@ -9,11 +9,16 @@ encoding (calls of one socket may run concurrently; match replies by
 ``id``). Any other frame goes to the actor's ``on_message``. Broadcasts
 (``Agent.broadcast``) are pushed as they happen.
 
-Frames for a peer wait in a queue; a peer that stops reading is closed with
-code 1008 when a broadcast finds :data:`PEER_QUEUE_FRAMES` frames queued or
-the queued frames exceed :data:`PEER_QUEUE_BODIES` body limits in size
-(replies to its own calls wait for room in the first case). A frame over the
-body limit is answered with a ``PayloadTooLargeError`` frame.
+Frames for a peer wait in a queue. **Backpressure**: while the queue holds
+:data:`PEER_READ_PAUSE_FRAMES` frames or more (or a body limit of bytes),
+the server stops reading the peer's frames, so a client that pipelines
+thousands of calls gets every answer at the pace it reads them, and the
+work in flight per socket stays bounded (:data:`PEER_MAX_INFLIGHT` calls).
+A peer that stops reading altogether is closed with code 1008 when a
+broadcast finds :data:`PEER_QUEUE_FRAMES` frames queued or the queued frames
+exceed :data:`PEER_QUEUE_BODIES` body limits in size (replies to its own
+calls wait for room in the first case). A frame over the body limit is
+answered with a ``PayloadTooLargeError`` frame.
 
 In a cluster, a socket for a session another host owns is relayed to that
 owner (:mod:`runtime.server.relay`); a peer the host drops because the
@@ -64,7 +69,11 @@ logger = logging.getLogger(__name__)
 #: Frames queued for one WebSocket peer before it counts as too slow.
 PEER_QUEUE_FRAMES = 1024
 #: RPC calls one WebSocket may have running or waiting to queue their reply (more frames wait to be read).
-PEER_MAX_INFLIGHT = 256
+PEER_MAX_INFLIGHT = 64
+#: Frames queued for a peer at which the server stops reading its frames until it has read some:
+#: with :data:`PEER_MAX_INFLIGHT` calls each adding a reply and a few broadcasts, the queue stays well
+#: below :data:`PEER_QUEUE_FRAMES` for a peer that reads, however many calls it pipelines.
+PEER_READ_PAUSE_FRAMES = 128
 #: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
 #: before it counts as too slow.
 PEER_QUEUE_BODIES = 4
@@ -88,6 +97,7 @@ class _Peer:
         self.overflowed = trio.Event()
         self.max_queued = max_queued
         self.queued = 0  # length of the frames in the queue
+        self._drained: trio.Event | None = None
         self.close_requested = trio.Event()
         self.close_code: tuple[int, str] = (CLOSE_RECONNECT, "")
 
@@ -132,6 +142,19 @@ class _Peer:
     def sent(self, message: str | bytes) -> None:
         """``message`` left the queue."""
         self.queued -= len(message)
+        if self._drained is not None and not self._crowded():
+            self._drained.set()
+
+    def _crowded(self) -> bool:
+        frames = self.outbox.statistics().current_buffer_used
+        return frames >= PEER_READ_PAUSE_FRAMES or self.queued > self.max_queued // PEER_QUEUE_BODIES
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once the queue is below the read pause (at once when it is)."""
+        while self._crowded():
+            self._drained = trio.Event()
+            await self._drained.wait()
+        self._drained = None
 
     def _account(self, message: str | bytes) -> None:
         if self.queued and self.queued + len(message) > self.max_queued:
@@ -235,6 +258,7 @@ class WebSocketEndpoint:
     async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
         limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
         while True:
+            await peer.wait_for_room()  # a peer that reads slowly is read slowly
             frame = await websocket.receive()
             if frame is None:  # an empty binary frame (quart hands it over as None)
                 frame = b""

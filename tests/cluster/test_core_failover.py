@@ -185,3 +185,22 @@ async def test_a_file_migrated_on_open_ships_a_snapshot_before_serving(hosts, pg
         assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1"]
         await b.hibernate(nb, stub.id)
     assert file_digest(b.path_for(stub.id)) == file_digest(a.path_for(stub.id))
+
+
+async def test_a_damaged_working_copy_is_set_aside_and_rebuilt_from_postgres(hosts, rich_config, pg):
+    """Cluster mode: Postgres holds the truth, so a damaged local file costs a rebuild, not the session."""
+    async with hosts(1) as (a,):
+        na = a.bind("sessions", SessionAgent, env=rich_config)
+        stub = na.get_by_name("trip")
+        await write_everything(stub)
+        before = await observe(stub)
+        await a.hibernate(na, stub.id)
+        restores = a.cluster.statistics().restores
+        path = a.path_for(stub.id)
+        with open(path, "r+b") as file:  # overwrite the database header: the file no longer opens
+            file.write(b"this is not an SQLite file, it is damage")
+        assert await observe(stub) == before
+        assert a.cluster.statistics().restores == restores + 1
+        aside = list((a.data_dir / "_quarantine" / "sessions").glob(f"{stub.id.hex}-*"))
+        assert len(aside) == 1 and (aside[0] / path.name).read_bytes().startswith(b"this is not an SQLite")
+        assert await stub.get_path_length() == 31  # m0..m29 and the alternative reply m31: served, not refused

@@ -27,7 +27,7 @@ from storage.errors import OwnershipLostError, SchemaTooNewError, StorageError, 
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 from tests.support.agents import RecordingAgent
-from tests.support.cluster import file_digest, storage_side
+from tests.support.cluster import connection_digest, file_digest, storage_side
 
 ACTOR = "sessions/" + "ab" * 32
 
@@ -202,7 +202,7 @@ async def test_restore_rebuilds_the_file_row_for_row_with_sound_fts(tmp_path, te
     capture = ChangeCapture(primary)
     changesets = await write_session(primary, capture, 60)
     image = primary.connection.serialize("main")  # a snapshot half-way is tested below
-    expected = file_digest(tmp_path / "primary.sqlite3")
+    expected = connection_digest(primary.connection)  # the primary holds its file exclusively
     replica = tmp_path / "replica.sqlite3"
     (tmp_path / "replica.sqlite3-wal").write_bytes(b"stale WAL of an older copy")
     restore_file(replica, template=template, image=None, tail=changesets, marker=Marker("c1", 61, clean=False))
@@ -211,7 +211,7 @@ async def test_restore_rebuilds_the_file_row_for_row_with_sound_fts(tmp_path, te
     assert file_marker(replica) == Marker("c1", 61, clean=False)
     more = await write_session(primary, capture, 5)
     restore_file(replica, template=template, image=image, tail=more, marker=Marker("c1", 70, clean=False))
-    assert file_digest(replica) == file_digest(tmp_path / "primary.sqlite3")
+    assert file_digest(replica) == connection_digest(primary.connection)
     reopened = ActorStorage.open(replica)
     assert read_marker(reopened) == Marker("c1", 70, clean=False)
     assert [hit["id"] for hit in await Session.create(RecordingAgent(reopened)).search("Lisbon", limit=3)]

@@ -46,11 +46,17 @@ def cli_env(token: str | None) -> dict[str, str]:
 
 
 @contextmanager
-def server_process(data_dir: Path, *, token: str | None = None, extra: Sequence[str] = ()) -> Iterator[ServerProcess]:
-    """Run ``durable-sessions serve`` on ``127.0.0.1:0`` over ``data_dir`` until the block ends."""
-    ready = data_dir.with_name(data_dir.name + "-ready.json")
+def server_process(data_dir: Path, *, token: str | None = None, extra: Sequence[str] = (),
+                   files_dir: Path | None = None) -> Iterator[ServerProcess]:
+    """Run ``durable-sessions serve`` on ``127.0.0.1:0`` over ``data_dir`` until the block ends.
+
+    Its ready file and log go beside ``data_dir``, or into ``files_dir`` (a
+    data folder on a disk the test fills up).
+    """
+    beside = data_dir if files_dir is None else files_dir / data_dir.name
+    ready = beside.with_name(beside.name + "-ready.json")
     ready.unlink(missing_ok=True)
-    log = data_dir.with_name(data_dir.name + "-server.log").open("w")
+    log = beside.with_name(beside.name + "-server.log").open("w")
     process = subprocess.Popen(
         [*cli_command(), "--log-level", "WARNING", "serve", "--bind", "127.0.0.1:0", "--data", str(data_dir),
          "--ready-file", str(ready), *extra],

@@ -99,7 +99,8 @@ def read_calls(lines):
 
 
 def stored_counts(data_dir, session_id):
-    """The same counts, read straight from the session's actor file (the server is left running)."""
+    """The same counts, read straight from the session's actor file (the server is left running,
+    the session hibernated)."""
     actor = id_from_name(DEFAULT_NAMESPACE, session_id)
     path = data_dir / DEFAULT_NAMESPACE / actor.shard / f"{actor.hex}.sqlite3"
     con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
@@ -160,6 +161,7 @@ async def test_every_file_imports_as_a_session_matching_the_jsonl(source, server
             if not lines:
                 assert await handle.get_history() == []
                 continue
+            await client.hibernate(session_id)  # a running host holds an awake actor's file exclusively
             assert stored_counts(server.data_dir, session_id) == reference_counts(lines), file.path
             for message_id, name in sorted(set(read_calls(lines))):
                 hits = await handle.search(name, limit=500)

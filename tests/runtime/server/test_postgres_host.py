@@ -79,6 +79,7 @@ async def test_the_session_lives_in_postgres_and_survives_hibernation(host, clie
     assert (await call(client, "POST", f"{S}/rpc", {"method": "get_metadata"}))[1]["result"] == {"title": "trip"}
     from storage import SqlStorage
 
+    await host.hibernate_all()  # the host holds its files exclusively while awake
     host_file = SqlStorage.open(file)
     try:
         assert host_file.scalar("SELECT count(*) FROM assistant_messages") == 0

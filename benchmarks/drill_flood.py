@@ -1,0 +1,282 @@
+"""Flood drill: 2,000 simultaneous requests to one session, and one WebSocket carrying 2,000 pipelined calls.
+
+Starts a real ``durable-sessions serve`` (``--repo`` picks whose code runs it,
+so two versions can be compared), then:
+
+* **HTTP flood**: opens ``--requests`` connections at once, each sending one
+  ``POST /v1/sessions/flood/messages`` (``Connection: close``), while a
+  prober sends ``GET /v1/health`` and another appends to a different
+  session every 50 ms on their own keep-alive connections. Reports the
+  answers by status, connections reset or never answered, the slowest
+  refusal (429/503) and the slowest success, and the probers' p50/p99.
+* **WebSocket flood** (``--ws``): one socket sends ``--requests``
+  ``append_message`` RPC frames without waiting while it reads the
+  replies; reports replies received and how the socket ended.
+
+Targets (issue 16): every request answered, none reset, every refusal
+within 1 s, no success waiting more than 5 s, the probers' p99 low; every
+WebSocket call answered, the socket still open.
+
+Run: ``.venv/bin/python benchmarks/drill_flood.py [--requests 2000] [--ws] [--repo PATH] [--config FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runtime.client.websocket import ConnectionClosed, WebSocketConnection  # noqa: E402
+
+ANSWER_TIMEOUT_S = 120.0
+
+
+def message(message_id: str) -> dict:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": f"flood message {message_id}"}]}
+
+
+def start_server(repo: Path, data: Path, config: Path | None, profile: str | None = None
+                 ) -> tuple[subprocess.Popen, str]:
+    ready = data.with_name("ready.json")
+    python = [sys.executable, "-m", "cProfile", "-o", profile] if profile else [sys.executable]
+    args = [*python, "-m", "runtime.cli", "--log-level", "WARNING", "serve", "--bind", "127.0.0.1:0",
+            "--data", str(data), "--ready-file", str(ready)]
+    if config is not None:
+        args += ["--config", str(config)]
+    log = data.with_name("server.log").open("w")
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("DURABLE_SESSIONS_TOKEN", None)
+    process = subprocess.Popen(args, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"server did not start: {data.with_name('server.log').read_text()}")
+        time.sleep(0.05)
+    return process, json.loads(ready.read_text())["url"]
+
+
+def request_bytes(host: str, method: str, path: str, body: bytes = b"", close: bool = True) -> bytes:
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n")
+    return head.encode() + body
+
+
+async def read_response(stream: trio.abc.Stream) -> tuple[int, dict[str, str], bytes]:
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise EOFError("closed before the answer")
+        buffer += chunk
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return status, headers, rest[:length]
+
+
+async def connect(host: str, port: int) -> trio.SocketStream:
+    """A TCP connection without name resolution (``open_tcp_stream`` resolves in a thread: too slow for a flood)."""
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
+async def one_request(host: str, port: int, index: int, results: list, start: trio.Event, path: str) -> None:
+    body = json.dumps({"message": message(f"f{index}")}).encode() if path.endswith("/messages") else b""
+    await start.wait()
+    began = time.monotonic()
+    outcome = "?"
+    try:
+        with trio.fail_after(ANSWER_TIMEOUT_S):
+            stream = await connect(host, port)
+            async with stream:
+                await stream.send_all(request_bytes(host, "POST" if body else "GET", path, body))
+                status, headers, _ = await read_response(stream)
+                outcome = status
+                results.append((status, time.monotonic() - began, headers.get("retry-after")))
+                return
+    except trio.TooSlowError:
+        outcome = "no answer"
+    except (ConnectionResetError, trio.BrokenResourceError) as exc:
+        outcome = "reset" if "reset" in repr(exc).lower() or isinstance(exc, ConnectionResetError) else "broken"
+    except (EOFError, OSError) as exc:
+        outcome = f"error: {type(exc).__name__}"
+    results.append((outcome, time.monotonic() - began, None))
+
+
+async def prober(host: str, port: int, method: str, path: str, body_of, latencies: list, stop: trio.Event) -> None:
+    """One request every 50 ms on a keep-alive connection (reconnecting when the server closes it)."""
+    i = 0
+    stream = None
+    while not stop.is_set():
+        began = time.monotonic()
+        try:
+            if stream is None:
+                stream = await connect(host, port)
+            await stream.send_all(request_bytes(host, method, path, body_of(i), close=False))
+            status, headers, _ = await read_response(stream)
+            if headers.get("connection", "").lower() == "close":
+                await stream.aclose()
+                stream = None
+        except (EOFError, OSError, trio.BrokenResourceError):
+            status = "closed"
+            stream = None
+        latencies.append((status, time.monotonic() - began))
+        i += 1
+        await trio.sleep(0.05)
+    if stream is not None:
+        await stream.aclose()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def http_flood(url: str, count: int, path: str, server_pid: int) -> None:
+    host, port = url[len("http://"):].rsplit(":", 1)
+    port = int(port)
+    results: list = []
+    health: list = []
+    other: list = []
+    start, stop = trio.Event(), trio.Event()
+    async with trio.open_nursery() as probes:
+        probes.start_soon(prober, host, port, "GET", "/v1/health", lambda i: b"", health, stop)
+        probes.start_soon(prober, host, port, "POST", "/v1/sessions/other/messages",
+                          lambda i: json.dumps({"message": message(f"o{i}")}).encode(), other, stop)
+        await trio.sleep(0.5)
+        quiet = len(health)
+        async with trio.open_nursery() as flood:
+            for i in range(count):
+                flood.start_soon(one_request, host, port, i, results, start, path)
+            await trio.sleep(0.2)
+            began = time.monotonic()
+            cpu = cpu_seconds(server_pid), cpu_seconds(os.getpid())
+            start.set()
+        took = time.monotonic() - began
+        cpu = cpu_seconds(server_pid) - cpu[0], cpu_seconds(os.getpid()) - cpu[1]
+        await trio.sleep(0.3)
+        stop.set()
+    by_outcome: dict = {}
+    for outcome, _, _ in results:
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+    successes = [t for o, t, _ in results if o in (200, 201)]
+    refusals = [t for o, t, _ in results if o in (429, 503)]
+    without_retry_after = sum(1 for o, _, r in results if o in (429, 503) and r is None)
+    answered = sum(n for o, n in by_outcome.items() if isinstance(o, int))
+    print(f"HTTP flood: {count} requests to {path} in {took:.1f} s "
+          f"(CPU: server {cpu[0]:.1f} s, this client {cpu[1]:.1f} s; load average {os.getloadavg()[0]:.1f})")
+    print(f"  answers by status: {dict(sorted((str(k), v) for k, v in by_outcome.items()))}")
+    print(f"  answered {answered}/{count}; reset {by_outcome.get('reset', 0)}; "
+          f"never answered {by_outcome.get('no answer', 0)}")
+    print(f"  slowest refusal {max(refusals, default=0):.2f} s (p50 {pct(refusals, .5):.2f}); "
+          f"refusals without Retry-After {without_retry_after}")
+    print(f"  slowest success {max(successes, default=0):.2f} s (p50 {pct(successes, .5):.2f})")
+    during_h = [t for _, t in health[quiet:]]
+    during_o = [t for _, t in other]
+    print(f"  health during the flood: {len(during_h)} probes, p50 {pct(during_h, .5) * 1000:.0f} ms, "
+          f"p99 {pct(during_h, .99) * 1000:.0f} ms, max {max(during_h, default=0) * 1000:.0f} ms")
+    print(f"  another session's appends: {len(during_o)}, statuses {sorted({str(s) for s, _ in other})}, "
+          f"p50 {pct(during_o, .5) * 1000:.0f} ms, p99 {pct(during_o, .99) * 1000:.0f} ms")
+
+
+async def ws_flood(url: str, count: int) -> None:
+    ws = await WebSocketConnection.connect("ws" + url[4:] + "/v1/sessions/ws-flood/ws")
+    replies, ended = 0, "still open"
+    began = time.monotonic()
+
+    async def send_all() -> None:
+        for i in range(count):
+            await ws.send(json.dumps({"id": i, "method": "append_message", "params": {"message": message(f"w{i}")}}))
+
+    async def read_all() -> None:
+        nonlocal replies, ended
+        try:
+            with trio.fail_after(ANSWER_TIMEOUT_S):
+                while replies < count:
+                    frame = json.loads(await ws.receive())
+                    if frame.get("id") is not None:
+                        replies += 1
+        except ConnectionClosed as exc:
+            ended = f"closed {exc.code} {exc.reason!r}"
+        except trio.TooSlowError:
+            ended = "stalled"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_all)
+        try:
+            await send_all()
+        except ConnectionClosed:
+            pass
+    print(f"WebSocket flood: {count} pipelined calls on one socket: {replies} answered in "
+          f"{time.monotonic() - began:.1f} s; socket {ended}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with tempfile.TemporaryDirectory(prefix="drill_flood_") as folder:
+        process, url = start_server(Path(args.repo).resolve(), Path(folder) / "data",
+                                    Path(args.config).resolve() if args.config else None, args.profile)
+        try:
+            print(f"server: {args.repo} ({url})")
+            if not args.ws_only:
+                await http_flood(url, args.requests, args.path, process.pid)
+            if args.ws or args.ws_only:
+                await ws_flood(url, args.requests)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log = (Path(folder) / "server.log").read_text().splitlines()
+            errors = [i for i, line in enumerate(log) if " ERROR " in line or line.startswith("Traceback")]
+            print(f"server log: {len(errors)} error lines")
+            if errors and args.show_errors:
+                print("\n".join(log[errors[0]:errors[0] + 40]))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--ws", action="store_true", help="also flood one WebSocket")
+    parser.add_argument("--path", default="/v1/sessions/flood/messages",
+                        help="what the flood asks for (default: appends to one session; GET for other paths)")
+    parser.add_argument("--ws-only", action="store_true", dest="ws_only", help="only the WebSocket flood")
+    parser.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent),
+                        help="the code to run the server from (default: this checkout)")
+    parser.add_argument("--config", help="a sessions.toml for the server")
+    parser.add_argument("--profile", help=argparse.SUPPRESS)  # cProfile the server into this file
+    parser.add_argument("--show-errors", action="store_true", dest="show_errors", help="print the first error logged")
+    trio.run(main, parser.parse_args())

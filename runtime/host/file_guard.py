@@ -1,0 +1,316 @@
+"""Damage is never silent: the host's checks around opening and closing an actor file, and quarantine.
+
+The host calls a :class:`FileGuard` at four points (see :mod:`storage.integrity`
+for the checks themselves):
+
+* **before opening** a file: an actor already quarantined is refused; the
+  file headers are checked; a file the host catalog lists that is gone
+  *vanished*. Nothing is created for a refused actor.
+* **before opening**, too, a small file gets ``PRAGMA quick_check`` on a
+  short-lived connection of its own.
+* **after opening** it: the file's generation must not be below the
+  catalog's (else it *went back in time*: its WAL was deleted or cut
+  short). A file this host closed
+  without having written it for a while, and nobody touched since (same
+  inode, size and modification time), skips the header scan and the quick
+  check: it was checked when it was opened.
+* **when a call fails** with SQLite reporting damage (:func:`storage.faults.classify`).
+* **when the actor hibernates or closes** after writing: its generation is
+  raised and the catalog row updated (never per call: an append pays no
+  second fsync for the catalog).
+
+In cluster mode (``rebuildable``) Postgres holds the truth and the file is
+a working copy: a damaged copy is moved aside (logged, never silent) and
+rebuilt from Postgres instead of refusing the actor, and generations are
+not kept (a copy rebuilt from the log starts again at 0, and nothing may be
+written to the file outside a captured turn).
+
+A damaged actor is **quarantined**: its files move to
+``<data_dir>/_quarantine/<namespace>/<hex>-<UTC time>/``, the catalog
+marks it (so it stays refused after a restart) and every call to it gets
+:class:`~storage.errors.ActorStorageCorruptError` naming the session.
+Other actors are not affected. ``durable-sessions doctor`` lists
+quarantined actors and releases them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from runtime.host.ids import ActorId
+from storage.catalog import CatalogEntry, HostCatalog
+from storage.errors import ActorStorageCorruptError
+from storage.integrity import (
+    QUICK_CHECK_MAX_BYTES,
+    ActorFacts,
+    actor_facts,
+    bump_generation,
+    check_files,
+    companion_files,
+    quick_check_file,
+    read_generation,
+)
+from storage.kv import ActorStorage
+
+__all__ = ["QUARANTINE_DIR", "FileGuard"]
+
+logger = logging.getLogger(__name__)
+
+#: Folder (inside the data folder) damaged actors' files are moved to.
+QUARANTINE_DIR = "_quarantine"
+#: How long ago a closed file must have been last modified for its stats to vouch for it (ns).
+TRUSTED_AGE_NS = 100_000_000
+_HOOK_ID = "runtime.catalog"
+
+ActorKey = tuple[str, str]
+
+
+class FileGuard:
+    """Checks, catalog updates and quarantine for the actor files of one host (internal to the host).
+
+    Args:
+        data_dir: the host's data folder.
+        catalog: its :class:`~storage.catalog.HostCatalog`.
+        path_for: the actor file of an id.
+        quick_check_max_bytes: files up to this size (database plus WAL) get a
+            quick check at every wake; 0 turns it off.
+        rebuildable: cluster mode: a damaged file is set aside and rebuilt from
+            Postgres (:meth:`set_aside_if_damaged`), never refused; no generations.
+    """
+
+    def __init__(self, data_dir: Path, catalog: HostCatalog, path_for: Callable[[ActorId], Path], *,
+                 quick_check_max_bytes: int = QUICK_CHECK_MAX_BYTES, rebuildable: bool = False) -> None:
+        self.rebuildable = rebuildable
+        self.data_dir = data_dir
+        self.catalog = catalog
+        self._path_for = path_for
+        self._quick_check_max_bytes = quick_check_max_bytes
+        self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
+        self._settled: set[ActorKey] = set()
+        self._wrote: set[ActorKey] = set()
+        self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
+
+    # -- refusals ----------------------------------------------------------------------------
+
+    def refusal(self, actor_id: ActorId) -> ActorStorageCorruptError | None:
+        """A fresh error for an actor quarantined while this host runs, else ``None`` (no I/O;
+        always ``None`` when :attr:`rebuildable`: a damaged copy is rebuilt, not refused)."""
+        if self.rebuildable:
+            return None
+        error = self._refused.get((actor_id.namespace, actor_id.hex))
+        return None if error is None else ActorStorageCorruptError(error.session, error.problem)
+
+    def known(self, actor_id: ActorId) -> bool:
+        """``True`` when the catalog lists the actor (whether or not its file is there)."""
+        return (actor_id.namespace, actor_id.hex) in self._refused or \
+            self.catalog.get(actor_id.namespace, actor_id.hex) is not None
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def before_open(self, actor_id: ActorId) -> CatalogEntry | None:
+        """Check an actor about to be opened (headers; a small file gets a quick check on a connection
+        of its own); its catalog entry (``None``: unknown).
+
+        Raises:
+            ActorStorageCorruptError: quarantined earlier, a damaged header, a
+                failed quick check, or a file the catalog lists that is gone
+                (it is quarantined now).
+        """
+        entry = self.catalog.get(actor_id.namespace, actor_id.hex)
+        if self.rebuildable:
+            return entry  # checked by set_aside_if_damaged before the copy was made current
+        if entry is not None and entry.quarantined:
+            self._settled.add((actor_id.namespace, actor_id.hex))
+            raise self.refuse(actor_id, entry.problem or "quarantined earlier", name=entry.name)
+        path = self._path_for(actor_id)
+        if not path.exists():
+            if entry is not None:
+                raise self.quarantine(actor_id, f"its file vanished (the catalog saw generation "
+                                                f"{entry.generation}, {entry.messages} messages)", entry=entry)
+            return None
+        if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
+            return entry  # untouched since this host closed it: checked when it was opened
+        problem = check_files(path)
+        if problem is None and self._small(path):
+            problem = quick_check_file(path)
+            problem = None if problem is None else f"the integrity check failed: {problem}"
+        if problem is not None:
+            raise self.quarantine(actor_id, problem, entry=entry)
+        return entry
+
+    def after_open(self, actor_id: ActorId, storage: ActorStorage, entry: CatalogEntry | None) -> None:
+        """Check the opened file against the catalog; then watch its commits.
+
+        Raises:
+            ActorStorageCorruptError: it went back in time; ``storage`` was
+                closed and the actor quarantined.
+            apsw.Error: SQLite could not read it (the caller classifies it).
+        """
+        problem = None
+        if entry is not None and not self.rebuildable:
+            generation = read_generation(storage)
+            if generation < entry.generation:
+                problem = (f"its file went back in time (generation {generation}, the catalog saw "
+                           f"{entry.generation} with {entry.messages} messages): its WAL was lost or cut short")
+        if problem is not None:
+            storage.close()
+            raise self.quarantine(actor_id, problem, entry=entry)
+        key = (actor_id.namespace, actor_id.hex)
+        storage.on_commit(lambda: self._wrote.add(key), key=_HOOK_ID)
+
+    def set_aside_if_damaged(self, actor_id: ActorId) -> str | None:
+        """Cluster mode, before the working copy is made current: check its headers (and a small
+        file's integrity); a damaged copy is moved aside, logged, and left to be rebuilt from
+        Postgres. Returns the problem found (``None``: intact or absent)."""
+        path = self._path_for(actor_id)
+        if not path.exists():
+            return None
+        problem = check_files(path)
+        if problem is None and self._small(path):
+            problem = quick_check_file(path)
+            problem = None if problem is None else f"the integrity check failed: {problem}"
+        if problem is not None:
+            moved = self._move_aside(actor_id)
+            logger.error("actor %s/%s: its working copy is damaged (%s); moved to %s, rebuilding it from "
+                         "Postgres", actor_id.namespace, actor_id.hex, problem, moved)
+        return problem
+
+    def _small(self, path: str | Path) -> bool:
+        total = 0
+        for file in companion_files(path)[:2]:
+            try:
+                total += os.stat(file).st_size
+            except FileNotFoundError:
+                pass
+        return total <= self._quick_check_max_bytes
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def before_close(self, actor_id: ActorId, storage: ActorStorage) -> None:
+        """An actor that wrote since it opened: raise its file's generation and update its catalog row.
+
+        Failures (a full disk) are logged and skipped: the catalog may lag
+        behind a file, never run ahead of it.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        if key not in self._wrote or key in self._refused:
+            self._wrote.discard(key)
+            return
+        try:
+            storage.on_commit(None, key=_HOOK_ID)
+            if not self.rebuildable:  # a cluster copy is written only inside captured turns
+                bump_generation(storage)
+            facts = actor_facts(storage)
+            self.catalog.record(actor_id.namespace, actor_id.hex, _named(facts, actor_id))
+        except Exception:  # noqa: BLE001 - closing must go on; the catalog only lags
+            logger.warning("could not record %s/%s in the host catalog", actor_id.namespace, actor_id.hex,
+                           exc_info=True)
+        finally:
+            self._wrote.discard(key)
+
+    def after_close(self, actor_id: ActorId) -> None:
+        """Remember the closed files' identity, size and time: unchanged at the next wake, they need no
+        new header scan or quick check (a file changed behind the host's back is checked again).
+
+        Only files last modified :data:`TRUSTED_AGE_NS` or more ago are remembered: a file system
+        keeps coarse modification times, so a change within the same tick as our last write would
+        not show.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        stats = _stats(self._path_for(actor_id))
+        newest = max((stat[2] for stat in stats if stat is not None), default=None)
+        if key not in self._refused and newest is not None and time.time_ns() - newest >= TRUSTED_AGE_NS:
+            self._closed_as[key] = stats
+
+    # -- quarantine ----------------------------------------------------------------------------
+
+    def quarantine(self, actor_id: ActorId, problem: str, *, entry: CatalogEntry | None = None,
+                   name: str | None = None) -> ActorStorageCorruptError:
+        """Refuse the actor from now on, move its (closed) files aside and mark it in the catalog.
+
+        Returns the error to raise (it names the session).
+        """
+        error = self.refuse(actor_id, problem, name=name or (entry.name if entry is not None else None))
+        self.settle(actor_id)
+        return error
+
+    def refuse(self, actor_id: ActorId, problem: str, *, name: str | None = None) -> ActorStorageCorruptError:
+        """Refuse every call to the actor from now on (in memory; :meth:`settle` once its file is closed)."""
+        key = (actor_id.namespace, actor_id.hex)
+        known = self._refused.get(key)
+        if known is not None:
+            return ActorStorageCorruptError(known.session, known.problem)
+        session = name or actor_id.name or f"{actor_id.namespace}/{actor_id.hex}"
+        self._refused[key] = ActorStorageCorruptError(session, problem)
+        self._wrote.discard(key)
+        return ActorStorageCorruptError(session, problem)
+
+    def refused(self, actor_id: ActorId) -> bool:
+        """``True`` once :meth:`refuse` (or :meth:`quarantine`) ran for the actor."""
+        return (actor_id.namespace, actor_id.hex) in self._refused
+
+    def settle(self, actor_id: ActorId) -> None:
+        """For a refused actor whose file is closed: move the files aside and mark the catalog (once).
+
+        A failure (e.g. no room for the quarantine folder on a full disk) is
+        logged; the actor stays refused while this host runs.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        if self.rebuildable:  # cluster mode: set the copy aside; the next activation rebuilds it
+            error = self._refused.pop(key, None)
+            moved = self._move_aside(actor_id)
+            logger.error("actor %s/%s: its working copy is damaged (%s); moved to %s, to be rebuilt from "
+                         "Postgres", actor_id.namespace, actor_id.hex, error.problem if error else "?", moved)
+            return
+        if key in self._settled:
+            return
+        self._settled.add(key)
+        error = self._refused[key]
+        name = None if error.session == f"{actor_id.namespace}/{actor_id.hex}" else error.session
+        moved = None
+        try:
+            moved = self._move_aside(actor_id)
+            self.catalog.quarantine(actor_id.namespace, actor_id.hex, name=name, problem=error.problem,
+                                    moved_to=moved)
+        except Exception:  # noqa: BLE001 - still refused while this host runs
+            logger.exception("could not quarantine %s/%s on disk", actor_id.namespace, actor_id.hex)
+        logger.error("actor %s/%s (%s) quarantined: %s; files moved to %s", actor_id.namespace, actor_id.hex,
+                     name or "no name", error.problem, moved or "(none)")
+
+    def _move_aside(self, actor_id: ActorId) -> str | None:
+        files = [path for path in companion_files(self._path_for(actor_id)) if path.exists()]
+        if not files:
+            return None
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.data_dir / QUARANTINE_DIR / actor_id.namespace / f"{actor_id.hex}-{stamp}"
+        target.mkdir(parents=True, exist_ok=True)
+        for path in files:
+            os.replace(path, target / path.name)
+        return str(target.relative_to(self.data_dir))
+
+
+
+def _stats(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """``(inode, size, mtime_ns)`` of the database and its WAL (``None`` for a missing one)."""
+    found = []
+    for file in companion_files(path)[:2]:
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            found.append(None)
+        else:
+            found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
+def _named(facts: ActorFacts, actor_id: ActorId) -> ActorFacts:
+    """Facts with the name the host knows when the file has none (actors other than sessions)."""
+    if facts.name is not None or actor_id.name is None:
+        return facts
+    return replace(facts, name=actor_id.name)

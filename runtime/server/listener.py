@@ -1,0 +1,412 @@
+"""Admission at the socket: how many connections wait for their first request, and how long they waited.
+
+hypercorn runs every accepted connection as its own task, all at once: let
+2,000 connections in together and they advance in lockstep, each answered
+only when nearly all are (the last after seconds), while health checks wait
+behind them. :class:`AdmittingListener` keeps that bounded:
+
+* at most ``max_waiting`` accepted connections may be **waiting for their
+  first request to reach the app** (the app wrapper of :func:`serve_admitting`
+  frees the place when it does; so does the connection closing, or
+  ``max_wait_s`` passing without a request: a client that connects and
+  sends nothing cannot hold the door shut). Connections beyond that wait in
+  the kernel's listen queue, in arrival order, and are taken from it in
+  batches (:data:`ACCEPT_BATCH`). Idle keep-alive connections and
+  WebSockets hold no place once their first request was dispatched.
+* a connection whose request is for a session the host would refuse at
+  once (its actor's mailbox is full, or its queue would not reach the call
+  within the queue bound: ``early_refusal``) is answered ``429`` from the
+  first bytes of its request, before hypercorn parses anything;
+* a connection that **waited in the kernel queue** longer than
+  ``max_wait_s`` (its request arrived that long ago: Linux ``TCP_INFO``
+  ``tcpi_last_data_recv``; one whose request has not arrived has not
+  waited) is answered ``503`` ``ServerBusyError`` with ``Retry-After``.
+
+Refusals are written straight to the socket (no task, no parsing); the
+request is read and dropped first so the close is clean (no reset). Health
+and metrics probes are never refused (the request line is peeked at).
+
+:func:`serve_admitting` runs hypercorn's worker over such listeners; it is
+hypercorn's own ``worker_serve`` (0.17+) with the listener swapped.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket as stdlib_socket
+import struct
+from collections.abc import Awaitable, Callable
+from functools import partial
+from http import HTTPStatus
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+
+from runtime.server.client_io import client_gone
+from runtime.server.routes import retry_headers
+from runtime.wire import JSON, encode_body, payload_for, status_of
+from storage.errors import ServerBusyError
+
+__all__ = ["AdmittingListener", "serve_admitting"]
+
+logger = logging.getLogger(__name__)
+
+#: Request lines never refused at the socket (probes must see a busy server as alive).
+EXEMPT_REQUESTS = (b"GET /v1/health ", b"GET /v1/health?", b"GET /metrics ", b"GET /metrics?")
+#: Most connections taken from the kernel queue per turn of the accept loop (one per turn would let a
+#: burst of other work starve accepting; all at once would let a flood crowd out running requests).
+ACCEPT_BATCH = 16
+#: Bytes of a new connection's request looked at (request line and headers) before admitting it.
+PEEK_BYTES = 4096
+#: Seconds a refused connection is given to finish sending its request before it is closed.
+REFUSAL_DRAIN_S = 1.0
+_TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in Linux's struct tcp_info
+#: accept() errors that mean "out of descriptors or memory for now" (as trio.serve_listeners treats them).
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_ACCEPT_RETRY_S = 0.1
+
+
+class AdmittingListener(trio.abc.Listener[trio.SocketStream]):
+    """A listening socket that admits connections as described in the module docstring.
+
+    Attributes:
+        refused: connections answered 503 at the socket since the start.
+    """
+
+    def __init__(self, sock: stdlib_socket.socket, *, max_waiting: int, max_wait_s: float,
+                 early_refusal: Callable[[bytes], Exception | None] | None = None) -> None:
+        sock.setblocking(False)
+        self.socket = sock
+        self.max_wait_s = max_wait_s
+        self.early_refusal = early_refusal
+        self._room = trio.Semaphore(max_waiting)
+        self.closer = _Closer()
+        self._waiting: dict[tuple[str, int], _Admitted] = {}
+        self.refused = 0
+
+    async def accept(self) -> trio.SocketStream:
+        """The next admitted connection (one at a time; :meth:`accept_batch` is what the server uses)."""
+        while True:
+            batch = await self.accept_batch(limit=1)
+            if batch:
+                return batch[0]
+
+    async def accept_batch(self, limit: int | None = None) -> list[_ReleasingStream]:
+        """The connections waiting in the kernel queue there is room for, up to ``limit`` admitted, at
+        once (those that waited too long are refused on the way and do not count; the list may be empty).
+
+        Taking them all in one go keeps the accept loop from being starved by other work: a burst
+        leaves the kernel queue as soon as there is room, not one connection per scheduling round.
+        """
+        await self._wait_for_room()
+        admitted: list[_ReleasingStream] = []
+        try:
+            conn, address = await self._accept()
+            while True:
+                stream = self._admit(conn, address)  # a refused one gives its place back at once
+                if stream is not None:
+                    admitted.append(stream)
+                if (limit is not None and len(admitted) >= limit) or not self._room.value:
+                    return admitted
+                try:
+                    conn, address = self.socket.accept()
+                except (BlockingIOError, InterruptedError):
+                    return admitted
+                conn.setblocking(False)
+                self._room.acquire_nowait()
+        except BaseException:
+            self._room.release()
+            raise
+
+    def _admit(self, conn: stdlib_socket.socket, address: Any) -> _ReleasingStream | None:
+        """A stream for the connection (its place taken), or ``None`` when it was refused."""
+        refusal = self._refusal(conn)
+        if refusal is not None:
+            self._room.release()
+            self.refused += 1
+            _refuse(conn, refusal, self.closer)
+            return None
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+        self._waiting[_client(address)] = _Admitted(self._room, trio.current_time())
+        return _ReleasingStream(stream, partial(self._closed, _client(address)))
+
+    def _refusal(self, conn: stdlib_socket.socket) -> bytes | None:
+        """The answer refusing the connection, or ``None`` to admit it (see the module docstring)."""
+        head = _peek(conn)
+        if not head or head.startswith(EXEMPT_REQUESTS):
+            return None
+        error = self.early_refusal(head) if self.early_refusal is not None else None
+        if error is None and _waited_s(conn) > self.max_wait_s:
+            error = ServerBusyError("the server is too busy to take this connection now; retry shortly")
+        return None if error is None else _answer(error)
+
+    async def _accept(self) -> tuple[stdlib_socket.socket, Any]:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                conn, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                await trio.lowlevel.wait_readable(self.socket)
+                continue
+            conn.setblocking(False)
+            return conn, address
+
+    async def _wait_for_room(self) -> None:
+        """A free place; places held ``max_wait_s`` without a first request are taken back meanwhile."""
+        while True:
+            with trio.move_on_after(self.max_wait_s):
+                await self._room.acquire()
+                return
+            stale = trio.current_time() - self.max_wait_s
+            for admitted in list(self._waiting.values()):
+                if admitted.since <= stale:
+                    admitted.release()
+
+    def dispatched(self, client: Any) -> None:
+        """The first request of the connection from ``client`` (``scope["client"]``) reached the app."""
+        if isinstance(client, (list, tuple)) and len(client) == 2:
+            admitted = self._waiting.pop((str(client[0]), int(client[1])), None)
+            if admitted is not None:
+                admitted.release()
+
+    def _closed(self, client: tuple[str, int]) -> None:
+        admitted = self._waiting.pop(client, None)
+        if admitted is not None:
+            admitted.release()
+
+    async def aclose(self) -> None:
+        trio.lowlevel.notify_closing(self.socket)
+        self.socket.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _Admitted:
+    __slots__ = ("_room", "since")
+
+    def __init__(self, room: trio.Semaphore, since: float) -> None:
+        self._room: trio.Semaphore | None = room
+        self.since = since
+
+    def release(self) -> None:
+        room, self._room = self._room, None
+        if room is not None:
+            room.release()
+
+
+class _ReleasingStream:
+    """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest)."""
+
+    def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_close: Callable[[], None] | None = on_close
+        self.socket = stream.socket
+
+    async def aclose(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+        await self._stream.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # send_all, receive_some, send_eof, ...; no do_handshake
+        return getattr(self._stream, name)
+
+
+def _client(address: Any) -> tuple[str, int]:
+    return (str(address[0]), int(address[1]))
+
+
+def _waited_s(sock: stdlib_socket.socket) -> float:
+    """Seconds since the connection's last data (its request, when some is queued) arrived; 0 where
+    the OS does not say."""
+    try:
+        info = sock.getsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_INFO, 104)
+        return struct.unpack_from("<I", info, _TCP_INFO_LAST_DATA_RECV)[0] / 1000
+    except (OSError, AttributeError, struct.error):
+        return 0.0
+
+
+def _peek(sock: stdlib_socket.socket) -> bytes:
+    """The first bytes the client sent (up to :data:`PEEK_BYTES`), left in place; ``b""`` when none arrived yet."""
+    try:
+        return sock.recv(PEEK_BYTES, stdlib_socket.MSG_PEEK | stdlib_socket.MSG_DONTWAIT)
+    except OSError:
+        return b""
+
+
+def _answer(error: Exception) -> bytes:
+    """A complete HTTP/1.1 answer for a refusal (the error's status, JSON body, ``Retry-After``, close)."""
+    status = status_of(error)
+    body = encode_body(payload_for(error), JSON)
+    headers = {"Content-Type": JSON, "Content-Length": str(len(body)), "Connection": "close",
+               **retry_headers(status)}
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    return head.encode("latin-1") + body
+
+
+def _refuse(conn: stdlib_socket.socket, answer: bytes, closer: _Closer) -> None:
+    """Answer at once (no task, no parsing): read what the client sent, answer, stop sending.
+
+    The socket is closed by ``closer`` once the client closed its side (or after
+    :data:`REFUSAL_DRAIN_S`): closing with the client's bytes unread would reset the connection.
+    """
+    try:
+        _drain(conn)
+        conn.send(answer)  # a few hundred bytes into an empty send buffer
+        conn.shutdown(stdlib_socket.SHUT_WR)
+    except OSError:
+        conn.close()
+        return
+    closer.add(conn)
+
+
+def _drain(conn: stdlib_socket.socket) -> bool:
+    """Read and drop what has arrived; ``True`` once the client closed (or the connection broke)."""
+    try:
+        while True:
+            if not conn.recv(65536, stdlib_socket.MSG_DONTWAIT):
+                return True
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+class _Closer:
+    """One task closing refused connections once their clients hung up (or after a grace period)."""
+
+    def __init__(self) -> None:
+        self._sockets: list[tuple[stdlib_socket.socket, float]] = []
+        self._added = trio.Event()
+
+    def add(self, conn: stdlib_socket.socket) -> None:
+        self._sockets.append((conn, trio.current_time() + REFUSAL_DRAIN_S))
+        self._added.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if not self._sockets:
+                    self._added = trio.Event()
+                    await self._added.wait()
+                await trio.sleep(0.05)
+                now, keep = trio.current_time(), []
+                for conn, deadline in self._sockets:
+                    if _drain(conn) or now >= deadline:
+                        conn.close()
+                    else:
+                        keep.append((conn, deadline))
+                self._sockets = keep
+        finally:
+            for conn, _ in self._sockets:
+                conn.close()
+
+
+async def _serve_connections(listener: AdmittingListener, handler: Callable[[Any], Awaitable[None]],
+                             nursery: trio.Nursery) -> None:
+    """``trio.serve_listeners`` taking connections in batches (see :meth:`AdmittingListener.accept_batch`)."""
+    while True:
+        try:
+            batch = await listener.accept_batch(limit=ACCEPT_BATCH)
+        except OSError as exc:
+            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                raise
+            logger.error("accept failed for want of resources (%s); retrying in %.1f s", exc, _ACCEPT_RETRY_S)
+            await trio.sleep(_ACCEPT_RETRY_S)
+            continue
+        for stream in batch:
+            nursery.start_soon(_run_handler, handler, stream)
+
+
+async def _run_handler(handler: Callable[[Any], Awaitable[None]], stream: _ReleasingStream) -> None:
+    """Serve one connection; its failure never reaches the server (a client that hung up is no error)."""
+    try:
+        await handler(stream)
+    except Exception as exc:  # noqa: BLE001 - one connection must not take the server down
+        if client_gone(exc):
+            logger.debug("client gone: %r", exc)
+        else:
+            logger.exception("a connection failed")
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+class _Dispatched:
+    """ASGI wrapper: tell the listeners a connection's request reached the app (its place is free)."""
+
+    def __init__(self, app: Any, listeners: list[AdmittingListener]) -> None:
+        self.app = app
+        self.listeners = listeners
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") in ("http", "websocket"):
+            for listener in self.listeners:
+                listener.dispatched(scope.get("client"))
+        await self.app(scope, receive, send)
+
+
+async def serve_admitting(
+    app: Any,
+    config: Config,
+    *,
+    max_waiting: int,
+    max_wait_s: float,
+    early_refusal: Callable[[bytes], Exception | None] | None = None,
+    shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """hypercorn's ``serve`` for plain HTTP binds, over :class:`AdmittingListener` s.
+
+    Args:
+        max_waiting, max_wait_s, early_refusal: see :class:`AdmittingListener`.
+
+    Raises:
+        ValueError: TLS or QUIC binds (not supported here).
+    """
+    listeners: list[AdmittingListener] = []
+    app = wrap_app(_Dispatched(app, listeners), config.wsgi_max_body_size, "asgi")
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(app, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            if sockets.secure_sockets or sockets.quic_sockets:
+                raise ValueError("serve_admitting serves plain HTTP binds only")
+            binds = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(AdmittingListener(sock, max_waiting=max_waiting, max_wait_s=max_wait_s,
+                                                   early_refusal=early_refusal))
+                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery() as nursery:
+                    if shutdown_trigger is not None:
+                        nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    handler = partial(TCPServer, app, config, context, ConnectionState(lifespan_state.copy()))
+                    for listener in listeners:
+                        nursery.start_soon(listener.closer.run)
+                        nursery.start_soon(_serve_connections, listener, handler, server_nursery)
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors from None
+            finally:
+                for listener in listeners:
+                    await listener.aclose()  # new connections are refused by the kernel from now on
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

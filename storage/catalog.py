@@ -1,0 +1,206 @@
+"""The host catalog: one small SQLite file describing every actor file of a data folder.
+
+``<data_dir>/_catalog.sqlite3`` (:data:`CATALOG_FILE`) holds one row per
+actor: its name (the session id, when known), generation, message and
+compaction counts, when it was created and last written, and whether it is
+quarantined. Two uses:
+
+* **Damage detection.** The row's ``generation`` is the value the actor's
+  file held when the host last closed it (:mod:`storage.integrity`). A
+  file whose generation is lower went back in time; a file the catalog
+  lists that is gone vanished. A quarantined actor keeps its row (state
+  ``quarantined``, the problem, where its files went), so it stays refused
+  after a restart.
+* **Listing sessions** without opening their files.
+
+The catalog is written lazily -- when an actor hibernates or closes after
+writing, never per call -- so an append pays no second fsync. It may lag
+behind the files (never ahead of them): a file without a row, or with an
+older row, is normal after a crash; :meth:`HostCatalog.unlisted` finds the
+files without a row so a rescan can add them.
+
+The file climbs its own ``user_version`` ladder (:data:`CATALOG_MIGRATIONS`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .integrity import ActorFacts
+from .sqlite import Durability, SqlStorage
+
+__all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog"]
+
+#: File name of the catalog inside the host's data folder.
+CATALOG_FILE = "_catalog.sqlite3"
+
+_CATALOG_V1 = """
+CREATE TABLE actors (
+    namespace         TEXT NOT NULL,
+    actor_id          TEXT NOT NULL,
+    name              TEXT,
+    generation        INTEGER NOT NULL DEFAULT 0,
+    messages          INTEGER NOT NULL DEFAULT 0,
+    compactions       INTEGER NOT NULL DEFAULT 0,
+    compacted_through TEXT,
+    created_ms        INTEGER NOT NULL,
+    updated_ms        INTEGER NOT NULL,
+    state             TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined')),
+    problem           TEXT,
+    quarantined_to    TEXT,
+    PRIMARY KEY (namespace, actor_id)
+) WITHOUT ROWID;
+CREATE INDEX actors_by_update ON actors (namespace, updated_ms);
+"""
+
+#: The catalog's schema ladder: ``CATALOG_MIGRATIONS[i]`` takes version ``i`` to ``i + 1``.
+CATALOG_MIGRATIONS = (_CATALOG_V1,)
+
+_COLUMNS = ("namespace, actor_id, name, generation, messages, compactions, compacted_through, created_ms, "
+            "updated_ms, state, problem, quarantined_to")
+_GET = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? AND actor_id = ?"
+_LIST = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? ORDER BY updated_ms DESC, actor_id"
+_ALL = f"SELECT {_COLUMNS} FROM actors ORDER BY namespace, actor_id"
+_RECORD = """
+INSERT INTO actors (namespace, actor_id, name, generation, messages, compactions, compacted_through,
+                    created_ms, updated_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (namespace, actor_id) DO UPDATE SET
+    name = coalesce(excluded.name, actors.name),
+    generation = max(excluded.generation, actors.generation),
+    messages = excluded.messages,
+    compactions = excluded.compactions,
+    compacted_through = excluded.compacted_through,
+    updated_ms = max(excluded.updated_ms, actors.updated_ms)
+WHERE actors.state = 'ok'
+"""
+_QUARANTINE = """
+INSERT INTO actors (namespace, actor_id, name, created_ms, updated_ms, state, problem, quarantined_to)
+VALUES (?, ?, ?, ?, ?, 'quarantined', ?, ?)
+ON CONFLICT (namespace, actor_id) DO UPDATE SET
+    name = coalesce(excluded.name, actors.name), updated_ms = excluded.updated_ms, state = 'quarantined',
+    problem = excluded.problem, quarantined_to = excluded.quarantined_to
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One actor as the catalog last saw it (times in epoch milliseconds).
+
+    ``state`` is ``"ok"`` or ``"quarantined"``; a quarantined entry says
+    the ``problem`` found and ``quarantined_to`` (the folder its files were
+    moved to, relative to the data folder; ``None`` when nothing was left to move).
+    """
+
+    namespace: str
+    actor_id: str
+    name: str | None
+    generation: int
+    messages: int
+    compactions: int
+    compacted_through: str | None
+    created_ms: int
+    updated_ms: int
+    state: str
+    problem: str | None
+    quarantined_to: str | None
+
+    @property
+    def quarantined(self) -> bool:
+        return self.state == "quarantined"
+
+
+class HostCatalog:
+    """The data folder's ``_catalog.sqlite3``. Open with :meth:`open`; each write commits at once."""
+
+    def __init__(self, storage: SqlStorage, data_dir: Path) -> None:
+        self._storage = storage
+        self.data_dir = data_dir
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike[str], *, durability: Durability = "normal") -> HostCatalog:
+        """Open (creating if needed) the catalog of ``data_dir``.
+
+        Raises:
+            SchemaTooNewError: written by a newer release.
+            apsw.Error: the file cannot be opened (held by another process, damaged).
+        """
+        path = Path(data_dir) / CATALOG_FILE
+        return cls(SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS), Path(data_dir))
+
+    def close(self) -> None:
+        """Close the file. Idempotent."""
+        self._storage.close()
+
+    def get(self, namespace: str, actor_id: str) -> CatalogEntry | None:
+        """The actor's entry, or ``None`` when the catalog has never seen it."""
+        for row in self._storage.exec(_GET, namespace, actor_id):
+            return CatalogEntry(*row)
+        return None
+
+    def entries(self, namespace: str | None = None) -> list[CatalogEntry]:
+        """Every entry (of one namespace: most recently updated first; else by namespace and id)."""
+        rows = self._storage.exec(_LIST, namespace) if namespace is not None else self._storage.exec(_ALL)
+        return [CatalogEntry(*row) for row in rows]
+
+    def record(self, namespace: str, actor_id: str, facts: ActorFacts, *, now_ms: int | None = None,
+               wrote: bool = True) -> None:
+        """Store what an actor file holds now (after it hibernated or closed, or a rescan read it).
+
+        The generation only ever rises; ``updated_ms`` becomes ``now_ms`` when
+        the actor ``wrote``, else its newest message's time. A quarantined
+        entry is left as it is.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        created = facts.first_message_ms if facts.first_message_ms is not None else now
+        updated = now if wrote else (facts.last_message_ms or created)
+        self._storage.exec(
+            _RECORD, namespace, actor_id, facts.name, facts.generation, facts.messages, facts.compactions,
+            facts.compacted_through, min(created, updated), updated,
+        )
+
+    def record_many(self, rows: Iterable[tuple[str, str, ActorFacts]], *, now_ms: int | None = None) -> None:
+        """:meth:`record` each ``(namespace, actor_id, facts)`` in one transaction (a host closing)."""
+        with self._storage.transaction():
+            for namespace, actor_id, facts in rows:
+                self.record(namespace, actor_id, facts, now_ms=now_ms)
+
+    def quarantine(self, namespace: str, actor_id: str, *, name: str | None, problem: str,
+                   moved_to: str | None, now_ms: int | None = None) -> None:
+        """Mark the actor quarantined (creating its entry if needed)."""
+        now = _now_ms() if now_ms is None else now_ms
+        self._storage.exec(_QUARANTINE, namespace, actor_id, name, now, now, problem, moved_to)
+
+    def forget(self, namespace: str, actor_id: str) -> bool:
+        """Drop the actor's entry (an operator released it); ``True`` if it existed."""
+        self._storage.exec("DELETE FROM actors WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
+        return self._storage.connection.changes() > 0
+
+    def unlisted(self, namespace: str) -> Iterator[str]:
+        """Hex ids of the actor files of ``namespace`` on disk that have no entry (one folder scan)."""
+        known = {row[0] for row in self._storage.exec(
+            "SELECT actor_id FROM actors WHERE namespace = ?", namespace)}
+        for hex_id in actor_files(self.data_dir, namespace):
+            if hex_id not in known:
+                yield hex_id
+
+
+def actor_files(data_dir: Path, namespace: str) -> Iterator[str]:
+    """Hex ids of the actor files of ``namespace`` (``<data>/<namespace>/<hex[:2]>/<hex>.sqlite3``), sorted."""
+    folder = Path(data_dir) / namespace
+    if not folder.is_dir():
+        return
+    for shard in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if not shard.is_dir():
+            continue
+        for entry in sorted(os.scandir(shard.path), key=lambda entry: entry.name):
+            if entry.name.endswith(".sqlite3"):
+                yield entry.name[: -len(".sqlite3")]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,152 @@
+"""The host's file guard in process: catalog rows at hibernation, generation, quarantine during a call."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from actors import Agent
+from actors.session_agent import SessionAgent, SessionConfig
+from runtime import open_host
+from runtime.host.file_guard import QUARANTINE_DIR
+from runtime.testing import actor_data_dir, run_in_actor  # noqa: F401 (fixtures)
+from storage.catalog import HostCatalog
+from storage.errors import ActorStorageCorruptError
+from storage.integrity import read_generation
+
+
+class Box(Agent):
+    def put(self, key, value):
+        self.storage.put(key, value)
+
+    def get(self, key):
+        return self.storage.get(key)
+
+    def keys(self):
+        return list(self.storage.list())
+
+    async def slow_keys(self):
+        await trio.sleep(1)
+        return list(self.storage.list())
+
+
+def msg(message_id):
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": f"text of {message_id}"}]}
+
+
+def catalog_entry(host, stub):
+    return host._guard.catalog.get(stub.namespace.name, stub.id.hex)
+
+
+async def test_hibernating_after_writes_raises_the_generation_and_records_the_catalog(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        stub = host.bind("box", Box).get_by_name("one")
+        await stub.put("a", 1)
+        assert catalog_entry(host, stub) is None  # nothing per call
+        await host.hibernate("box", stub.id)
+        entry = catalog_entry(host, stub)
+        assert (entry.generation, entry.name, entry.state) == (1, "one", "ok")
+        assert await stub.get("a") == 1  # a wake that only reads
+        await host.hibernate("box", stub.id)
+        assert catalog_entry(host, stub).generation == 1
+        await stub.put("b", 2)
+    async with open_host(actor_data_dir) as host:  # closing the host records too
+        stub = host.bind("box", Box).get_by_name("one")
+        assert catalog_entry(host, stub).generation == 2
+        assert await run_in_actor(stub, lambda agent: read_generation(agent.storage)) == 2
+
+
+async def test_a_session_row_has_its_name_message_count_and_compaction_state(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        sessions = host.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = sessions.get_by_name("chat-42")
+        await stub.append_messages([msg(f"m{i}") for i in range(5)])
+        await stub.add_compaction("the first three", "m0", "m2")
+    catalog = HostCatalog.open(actor_data_dir)
+    try:
+        [entry] = catalog.entries("sessions")
+    finally:
+        catalog.close()
+    assert (entry.name, entry.messages, entry.compactions, entry.compacted_through) == ("chat-42", 5, 1, "m2")
+    assert 0 < entry.created_ms <= entry.updated_ms
+
+
+async def test_damage_met_during_a_call_quarantines_the_actor_and_refuses_every_waiting_call(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        boxes = host.bind("box", Box)
+        victim, other = boxes.get_by_name("victim"), boxes.get_by_name("other")
+        for i in range(800):  # ~1 MB: above the size quick-checked at every wake
+            await victim.put(f"k{i}", "v" * 1000)
+        await other.put("x", 1)
+        path = host.path_for(victim.id)
+        page = await run_in_actor(victim, lambda agent: (
+            agent.storage.connection.wal_checkpoint(mode=3),
+            agent.storage.scalar("SELECT max(pageno) FROM dbstat WHERE name = '_cf_KV' AND pagetype = 'leaf'"),
+        )[1])
+        await host.hibernate("box", victim.id)
+        with path.open("r+b") as file:
+            file.seek((page - 1) * 4096)
+            file.write(b"\x00")  # a page type that does not exist
+        results = []
+
+        async def call(method):
+            try:
+                results.append(await victim.call(method))
+            except ActorStorageCorruptError as exc:
+                results.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for method in ("slow_keys", "keys", "keys"):
+                nursery.start_soon(call, method)
+                await trio.sleep(0.01)
+        assert [type(r) for r in results] == [ActorStorageCorruptError] * 3
+        assert all(r.session == "victim" for r in results)
+        assert {r.problem for r in results} == {"SQLite reported damage: database disk image is malformed"}
+        with pytest.raises(ActorStorageCorruptError, match="^session 'victim' is damaged and quarantined"):
+            await victim.put("new", 1)
+        assert not path.exists()
+        [moved] = (actor_data_dir / QUARANTINE_DIR / "box").iterdir()
+        assert (moved / path.name).exists()
+        assert await other.get("x") == 1 and not host.is_active("box", victim.id)
+        assert catalog_entry(host, victim).state == "quarantined"
+
+
+async def test_a_small_damaged_file_is_found_by_the_quick_check_at_wake(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        victim = host.bind("box", Box).get_by_name("victim")
+        for i in range(20):
+            await victim.put(f"k{i}", "v" * 1000)
+        page = await run_in_actor(victim, lambda agent: (
+            agent.storage.connection.wal_checkpoint(mode=3),
+            agent.storage.scalar("SELECT max(pageno) FROM dbstat WHERE name = '_cf_KV' AND pagetype = 'leaf'"),
+        )[1])
+        await host.hibernate("box", victim.id)
+        with host.path_for(victim.id).open("r+b") as file:
+            file.seek((page - 1) * 4096)
+            file.write(b"\x00")
+        problem = r"the integrity check failed: Tree \d+ page \d+: btreeInitPage\(\) returns error code 11"
+        with pytest.raises(ActorStorageCorruptError, match=problem):
+            await victim.call("put", "new", 1)  # a write that touches no damaged page is refused all the same
+        assert not host.path_for(victim.id).exists()
+        assert catalog_entry(host, victim).state == "quarantined"
+        assert host.statistics().failed_activations == 1
+
+
+async def test_a_file_changed_after_a_read_only_wake_is_checked_again(actor_data_dir):
+    async with open_host(actor_data_dir) as host:
+        victim = host.bind("box", Box).get_by_name("victim")
+        for i in range(20):
+            await victim.put(f"k{i}", "v" * 1000)
+        page = await run_in_actor(victim, lambda agent: (
+            agent.storage.connection.wal_checkpoint(mode=3),
+            agent.storage.scalar("SELECT max(pageno) FROM dbstat WHERE name = '_cf_KV' AND pagetype = 'leaf'"),
+        )[1])
+        await host.hibernate("box", victim.id)
+        await trio.sleep(0.2)
+        assert await victim.get("k1") == "v" * 1000  # a wake that only reads: its stats vouch for it
+        await host.hibernate("box", victim.id)
+        with host.path_for(victim.id).open("r+b") as file:  # same size, but a new modification time
+            file.seek((page - 1) * 4096)
+            file.write(b"\x00")
+        with pytest.raises(ActorStorageCorruptError, match="the integrity check failed"):
+            await victim.get("k1")

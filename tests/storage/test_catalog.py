@@ -1,0 +1,77 @@
+"""The host catalog (_catalog.sqlite3): rows per actor, generation only rising, quarantine, rescans."""
+
+from storage.catalog import CATALOG_FILE, HostCatalog
+from storage.integrity import ActorFacts
+
+
+def facts(generation=1, messages=5, name="chat", first=1_000, last=2_000):
+    return ActorFacts(name=name, generation=generation, messages=messages, compactions=1, compacted_through="m3",
+                      first_message_ms=first, last_message_ms=last)
+
+
+def test_record_and_read_back(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    try:
+        catalog.record("sessions", "ab" * 32, facts(), now_ms=5_000)
+        entry = catalog.get("sessions", "ab" * 32)
+        assert (entry.name, entry.generation, entry.messages, entry.compactions, entry.compacted_through) == \
+            ("chat", 1, 5, 1, "m3")
+        assert (entry.created_ms, entry.updated_ms, entry.state, entry.quarantined) == (1_000, 5_000, "ok", False)
+        assert catalog.get("sessions", "cd" * 32) is None
+    finally:
+        catalog.close()
+    assert (tmp_path / CATALOG_FILE).exists()
+
+
+def test_the_generation_never_goes_down_and_created_stays(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    catalog.record("s", "a" * 64, facts(generation=4, first=1_000), now_ms=5_000)
+    catalog.record("s", "a" * 64, facts(generation=2, messages=9, name=None, first=3_000), now_ms=6_000)
+    entry = catalog.get("s", "a" * 64)
+    assert (entry.generation, entry.messages, entry.name, entry.created_ms, entry.updated_ms) == \
+        (4, 9, "chat", 1_000, 6_000)
+    catalog.close()
+
+
+def test_a_rescan_without_writes_keeps_the_last_message_time(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    catalog.record("s", "a" * 64, facts(first=1_000, last=2_000), now_ms=9_000, wrote=False)
+    assert catalog.get("s", "a" * 64).updated_ms == 2_000
+    catalog.close()
+
+
+def test_quarantine_sticks_until_forgotten(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    catalog.record("s", "a" * 64, facts())
+    catalog.quarantine("s", "a" * 64, name=None, problem="the file is empty (0 bytes)", moved_to="_quarantine/s/x")
+    catalog.record("s", "a" * 64, facts(generation=9))  # a quarantined row is not overwritten
+    entry = catalog.get("s", "a" * 64)
+    assert (entry.state, entry.problem, entry.quarantined_to, entry.name, entry.generation) == \
+        ("quarantined", "the file is empty (0 bytes)", "_quarantine/s/x", "chat", 1)
+    assert catalog.forget("s", "a" * 64) and not catalog.forget("s", "a" * 64)
+    assert catalog.get("s", "a" * 64) is None
+    catalog.close()
+
+
+def test_entries_list_a_namespace_newest_first(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    for i, hex_id in enumerate(("a" * 64, "b" * 64, "c" * 64)):
+        catalog.record("s", hex_id, facts(name=f"n{i}"), now_ms=10_000 + i)
+    catalog.record("t", "d" * 64, facts())
+    assert [e.name for e in catalog.entries("s")] == ["n2", "n1", "n0"]
+    assert [(e.namespace, e.actor_id[0]) for e in catalog.entries()] == [("s", "a"), ("s", "b"), ("s", "c"),
+                                                                          ("t", "d")]
+    catalog.close()
+
+
+def test_unlisted_finds_files_without_a_row(tmp_path):
+    for hex_id in ("a" * 64, "b" * 64):
+        folder = tmp_path / "s" / hex_id[:2]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{hex_id}.sqlite3").write_bytes(b"")
+        (folder / f"{hex_id}.sqlite3-wal").write_bytes(b"")
+    catalog = HostCatalog.open(tmp_path)
+    catalog.record("s", "a" * 64, facts())
+    assert list(catalog.unlisted("s")) == ["b" * 64]
+    assert list(catalog.unlisted("nothing")) == []
+    catalog.close()
