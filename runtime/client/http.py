@@ -411,9 +411,18 @@ class SessionHandle(TableHandle):
         """Append a chain of messages in one request; one ``inserted`` flag each."""
         return await self._invoke("append_messages", messages, parent_id)
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
-        """The path root -> leaf (default: the latest leaf), overlays applied."""
-        return await self._invoke("get_history", leaf_id)
+    async def get_history(
+        self, leaf_id: str | None = None, *, limit: int | None = None, before: str | None = None,
+        overlays: bool = True,
+    ) -> list[Message]:
+        """The path root -> leaf (default: the latest leaf), overlays applied.
+
+        ``limit``: only the newest ``limit`` entries; ``before``: only entries older than
+        the one with this id (an overlay's included): pass a page's first id to read the
+        page before it; a page shorter than ``limit`` reached the root. ``overlays=False``:
+        the stored messages, without compaction overlays.
+        """
+        return await self._invoke("get_history", leaf_id, limit=limit, before=before, overlays=overlays)
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None``."""
