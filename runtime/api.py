@@ -55,7 +55,8 @@ from storage.errors import (
 from storage.shapes import LATEST_LEAF
 
 __all__ = [
-    "DEFAULT", "EMPTY_READS", "METHODS", "NO_EMPTY", "OMIT", "REQUIRED", "SESSION_API", "SESSION_EXCLUDED",
+    "DEFAULT", "EMPTY_READS", "LIST_DEFAULT_LIMIT", "LIST_LIMIT", "METHODS", "NO_EMPTY", "OMIT", "REQUIRED",
+    "SESSION_API", "SESSION_EXCLUDED", "SESSION_PAGE", "SESSION_SUMMARY",
     "ApiMethod", "Field", "HttpRequest", "HttpRoute", "NotFound", "Param", "body", "body_schema",
     "describe_routes", "path", "query", "request_for", "response_schema", "whole_body",
 ]
@@ -140,6 +141,22 @@ TOOL_FORMAT = {"enum": ["raw", "openai", "anthropic"]}
 QUERY_LIMIT = {"type": "integer", "minimum": 0, "maximum": 10_000}
 #: The page size a query string may ask for (over RPC any integer >= 1).
 PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10_000}
+
+# -- finding sessions: GET /v1/sessions and GET /v1/sessions/{id} (runtime.server.listing) -------------------
+
+#: Epoch-millisecond times as ISO-8601 UTC text with milliseconds (``2026-01-05T10:00:00.000Z``).
+TIMESTAMP = {"type": "string", "format": "date-time"}
+#: One session as the host knows it (``GET /v1/sessions``, ``GET /v1/sessions/{id}``).
+SESSION_SUMMARY = _object("SessionSummary", {
+    "id": STRING, "messages": INTEGER, "compactions": INTEGER, "compactedThrough": {"type": ["string", "null"]},
+    "createdAt": TIMESTAMP, "updatedAt": TIMESTAMP, "state": {"enum": ["ok", "quarantined"]},
+    "problem": {"type": ["string", "null"]}, "active": BOOLEAN,
+})
+#: A page of the session listing; ``cursor`` reads the next page (``null``: this was the last).
+SESSION_PAGE = _object("SessionPage", {"sessions": _array(SESSION_SUMMARY), "cursor": {"type": ["string", "null"]}})
+#: ``limit`` of the session listing (default :data:`LIST_DEFAULT_LIMIT`).
+LIST_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+LIST_DEFAULT_LIMIT = 50
 
 # -- the shapes of the table -------------------------------------------------------------------------
 
