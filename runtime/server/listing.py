@@ -54,8 +54,8 @@ from runtime.api import LIST_DEFAULT_LIMIT, LIST_LIMIT
 from runtime.host.ids import ActorId
 from runtime.wire import SESSIONS_PREFIX
 from storage.catalog import CatalogEntry, last_write_ms, read_facts
-from storage.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
 from storage.context import read_config
+from storage.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
 from storage.integrity import ACTOR_NAME_KEY, ActorFacts, actor_facts, companion_files
 from storage.kv import ActorStorage
 
@@ -198,7 +198,7 @@ class SessionListing:
             for index, hex_id in enumerate(unlisted):
                 self._record(ActorId(namespace, hex_id))
                 if index % RESCAN_BATCH == RESCAN_BATCH - 1:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
             if unlisted:
                 logger.info("listing: recorded %d actor files of %r the catalog had no row for",
                             len(unlisted), namespace)
