@@ -94,6 +94,13 @@ class ConfigError(ValueError):
     """The configuration file is unreadable or holds a bad value; the message names the key."""
 
 
+#: The access log's logger name (``[server] access_log``, ``serve --access-log``).
+ACCESS_LOGGER = "durable_sessions.access"
+#: hypercorn's access line: client, request line (query included), status, response bytes, user agent,
+#: microseconds taken. Request headers are never logged (the token travels in one).
+ACCESS_FORMAT = '%(h)s "%(R)s" %(s)s %(b)s "%(a)s" %(D)sus'
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Process-level settings (``[server]``; command-line flags override them).
@@ -129,6 +136,9 @@ class ServerSettings:
             default): only pages the server itself serves.
         access_log: log one line per HTTP request and WebSocket (logger
             ``durable_sessions.access``, level INFO; ``serve --access-log``).
+        drain_s: seconds between the start of a shutdown (SIGTERM) and the
+            listener closing: ``GET /v1/ready`` answers 503 while every other
+            route is still served, so a load balancer stops sending first.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -148,13 +158,18 @@ class ServerSettings:
     max_queue_s: float = 0.5
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
+    drain_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
+            raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
             raise ConfigError(f"server.access_log must be true or false, not {self.access_log!r}")
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
+        if int(self.bind.rpartition(":")[2]) > 65535:
+            raise ConfigError(f"server.bind: port {self.bind.rpartition(':')[2]} is not a port (0-65535)")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
