@@ -138,7 +138,7 @@ def test_ctrl_c_during_an_import_exits_130_without_a_traceback(tmp_path, test_da
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert err.splitlines()[-1] == "durable-sessions import: interrupted"
     assert "Traceback" not in err and "ExceptionGroup" not in err
