@@ -81,6 +81,7 @@ from actors.session_agent import SessionAgent, SessionConfig
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
+from runtime.server import inspector
 from runtime.server.admission import RequestLimit
 from runtime.server.client_io import body_timed_out, quiet_send, read_body
 from runtime.server.config import ServerSettings
@@ -624,6 +625,7 @@ async def serve(
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
                             max_requests=settings.max_requests)
+    inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
         config.bind = [settings.bind]

@@ -21,6 +21,7 @@ Unknown keys are errors, so a typo never passes silently::
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
     max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
+    inspector = true             # the /inspect page (same token as the API); false: no such route
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -123,6 +124,8 @@ class ServerSettings:
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
+        inspector: serve the inspector page at ``/inspect``
+            (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -140,12 +143,15 @@ class ServerSettings:
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
     max_queue_s: float = 0.5
+    inspector: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
+        if not isinstance(self.inspector, bool):
+            raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
                      "max_queue_s", "max_connect_wait_s"):
             value = getattr(self, name)

@@ -85,7 +85,7 @@ def test_compaction_can_be_switched_off(tmp_path):
 
 @pytest.mark.parametrize(("text", "message"), [
     ("[server]\nbnd = 'x'\n", "unknown key server.bnd (allowed: backlog, bind, body_timeout_s, data, durability, "
-                              "graceful_timeout_s, idle_timeout_s, keep_alive_timeout_s, max_active, max_body_bytes, "
+                              "graceful_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, max_active, max_body_bytes, "
                               "max_connect_wait_s, max_connecting, max_pending_calls, max_queue_s, max_requests)"),
     ("[serve]\n", "unknown key serve (allowed: cluster, server, session, storage)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
