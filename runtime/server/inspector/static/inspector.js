@@ -292,6 +292,7 @@
   function renderHeader(view) {
     const name = view.metadata && typeof view.metadata.name === "string" ? view.metadata.name : "";
     $("session-name").textContent = name;
+    $("session-name").title = name;
     const facts = clear($("session-facts"));
     append(facts, [
       fact("messages on the active path", view.count, "path-length"),
@@ -306,7 +307,7 @@
 
   function fact(label, value, id) {
     return h("span", {class: "fact", id: id ? `fact-${id}` : null},
-      h("span", {class: "fact-label", text: label}), h("span", {class: "fact-value", text: value}));
+      h("span", {class: "fact-label", text: label}), h("span", {class: "fact-value", text: value, title: value}));
   }
 
   /** The token meter: the newest broadcast's estimate against its threshold (else the estimate alone). */
@@ -322,7 +323,7 @@
       + ` before auto-compaction` : `${estimate.toLocaleString("en")} tokens (estimate; no threshold reported yet)`;
     append(meter, [h("span", {class: "meter-label", text: label}), threshold ? bar(estimate, threshold, "token-bar") : null]);
     if (status) {
-      append(meter, h("span", {id: "phase", class: "pill", data: {phase: status.phase}, text: status.phase}));
+      meter.appendChild(h("span", {id: "phase", class: "pill", data: {phase: status.phase}, text: status.phase}));
     }
   }
 
@@ -344,6 +345,7 @@
     const render = {messages: renderMessages, context: renderContext, tools: renderTools, live: renderLive,
       search: renderSearch}[view.route.tab] || renderMessages;
     await render(view, body, generation);
+    if (generation === state.generation) body.dataset.shown = view.route.tab;  // done (tests wait for it)
   }
 
   function showError(el, error) {
@@ -526,7 +528,8 @@
     const head = h("div", {class: "message-head"},
       h("span", {class: "role", text: message.role}),
       h("code", {class: "message-id", text: message.id}),
-      message.createdAt ? h("span", {class: "created", text: when(message.createdAt)}) : null);
+      message.createdAt ? h("span", {class: "created", text: when(message.createdAt)}) : null,
+      classes.includes("off-active") ? h("span", {class: "tag tag-off", text: "off the active path"}) : null);
     const card = h("li", {class: classes.join(" "), data: {id: message.id}}, head);
     if (isOverlay(message)) card.appendChild(overlayNote(view, overlay));
     card.appendChild(partsOf(message));
@@ -614,7 +617,7 @@
       const found = (await api("GET", sessionPath(view.id, `messages/${seg(id)}`))).message;
       const active = await activeIds(view);
       const leaf = active.has(found.id) ? null : await descend(view, found.id);
-      go({tab: "messages", leaf, focus: id, view: "stored"});
+      go({tab: "messages", leaf, focus: id, view: view.compactions.length ? "stored" : null});  // maybe compacted
     } catch (error) {
       notice(error.message, "error");
     }
@@ -805,6 +808,7 @@
       await loadOverview(view, generation);
       if (generation !== state.generation) return;
       renderHeader(view);
+      if (view.pathKey !== pathKey(view.route)) view.entries = null;  // another path: read afresh below
       if (view.route.tab === "messages" && view.entries) {
         const first = await loadPage(view, view.route.leaf, null, view.route.stored);
         if (generation !== state.generation) return;
@@ -815,7 +819,10 @@
         view.pathKey = pathKey(view.route);
         view.newIds = new Set(first.messages.map((m) => m.id).filter((id) => before.size && !before.has(id)));
       }
-      if (view.route.tab === "live" || view.route.tab === "search") return;
+      // The live log and search results stay as they are, once shown (this read may have cut short their first
+      // render: a tab opened just before the broadcast came is rendered here).
+      const shown = $("tab-body") && $("tab-body").dataset.shown === view.route.tab;
+      if (shown && (view.route.tab === "live" || view.route.tab === "search")) return;
       await renderTab(view, generation);
       if (generation === state.generation) window.scrollTo(0, atBottom ? document.documentElement.scrollHeight : y);
     } catch (error) {
@@ -884,8 +891,19 @@
             event.preventDefault();
             goToMessage(view, hit.id);
           }}}, h("span", {class: "role", text: hit.role}), h("code", {text: hit.id})),
-        h("div", {class: "snippet"}, marked(hit.content || "(found in a tool call)", words))));
+        h("div", {class: "snippet"}, hit.content ? marked(around(hit.content, words), words)
+          : h("span", {class: "muted", text: "(found in a tool call's input or output)"}))));
     }
+  }
+
+  /** About 300 characters of text around the first word of the query found in it. */
+  function around(text, words) {
+    const lower = text.toLowerCase();
+    const first = Math.min(...words.map((w) => lower.indexOf(w)).filter((i) => i >= 0), text.length);
+    if (text.length <= 300) return text;
+    const start = first === text.length ? 0 : Math.max(0, text.lastIndexOf(" ", Math.max(0, first - 80)) + 1);
+    const end = Math.min(text.length, start + 300);
+    return `${start > 0 ? "…" : ""}${text.slice(start, end)}${end < text.length ? "…" : ""}`;
   }
 
   /** Text nodes with the query's words wrapped in <mark> (built as nodes: the text stays text). */
