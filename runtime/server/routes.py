@@ -401,13 +401,13 @@ def retry_headers(status: int) -> dict[str, str]:
 
 
 #: Statuses of 500 and above that are answered with the error's own type and message.
-_NAMED_STATUSES = frozenset({503, 507})
+_NAMED_STATUSES = frozenset({501, 503, 507})
 
 
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 503, 507, and a damaged
+    Errors of :mod:`storage.errors` below 500 (and 501, 503, 507, and a damaged
     actor's :class:`~storage.errors.ActorStorageCorruptError`, which names the
     session) are answered as they are; a full disk met outside an actor turn
     is answered as :class:`~storage.errors.StorageFullError`. Anything else
