@@ -15,7 +15,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   │   ├── InvalidMessageError          a message lacks id/role/parts         [400]
     │   │   └── ContextBlockError            a block write was refused             [400]
     │   ├── NotFoundError (LookupError)      unknown thing; ``.kind``, ``.key``     [404]
-    │   │   └── MessageNotFoundError         unknown message id                    [404]
+    │   │   ├── MessageNotFoundError         unknown message id                    [404]
+    │   │   └── SessionNotFoundError         no session with that id on this host  [404]
     │   ├── ConflictError                    the state forbids it                  [409]
     │   └── CompactionError                  compaction cannot run                 [409]
     ├── StorageError                      a fault of a file or of the code        [500]
@@ -50,7 +51,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── ServiceUnavailableError          the server is shutting down (retryable) [503]
         ├── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
         ├── ServerBusyError                  too many requests in flight (retryable) [503]
-        └── RequestTimeoutError              the body did not arrive in time (retryable) [408]
+        ├── RequestTimeoutError              the body did not arrive in time (retryable) [408]
+        ├── NotSupportedError                not in this server's mode (listing in a cluster) [501]
+        └── OriginNotAllowedError            a browser page of another origin       [403]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -484,3 +487,27 @@ class RequestTimeoutError(HttpError):
 
     status = 408
     retryable = True
+
+
+# -- listing sessions, browsers (appended) -----------------------------------------------------
+
+
+class SessionNotFoundError(NotFoundError):
+    """No session with that id was ever written on this host (``GET /v1/sessions/{id}``)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} on this host", kind="session", key=session_id)
+
+
+class NotSupportedError(HttpError):
+    """The server cannot do this in the mode it runs in (listing sessions in cluster mode, or
+    with the sessions in Postgres); the message says why and what works instead."""
+
+    status = 501
+
+
+class OriginNotAllowedError(HttpError):
+    """A browser request (a WebSocket upgrade) came from a page of an origin the server does not allow
+    (``[server] cors_origins``); nothing was run."""
+
+    status = 403

@@ -9,7 +9,8 @@
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
-    durable-sessions history SESSION_ID [--leaf ID] [--json]
+    durable-sessions history SESSION_ID [--leaf ID] [--limit N] [--before ID] [--raw] [--json]
+    durable-sessions list    [--prefix P] [--limit N] [--json]
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
@@ -33,7 +34,10 @@ unreachable it exits with status 1 and one line saying so.
 :mod:`runtime.cli.doctor`).
 
 Exit status: 0 success, 1 a failure at run time (server error, failed
-import, damage found by ``doctor``), 2 bad usage or configuration.
+import, damage found by ``doctor``, an unknown session), 2 bad usage or
+configuration, 130 interrupted (Ctrl-C). When the reader of stdout goes
+away (``history ... | head``) the command stops quietly with 0: nothing
+more is written, no traceback.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from runtime.server.app import bind_sessions, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
+from storage.errors import NotSupportedError
 from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")
@@ -118,8 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="print a session's history")
     history.add_argument("session_id")
     history.add_argument("--leaf", help="print the path to this message instead of the latest leaf")
+    history.add_argument("--limit", type=_positive, help="only the newest N entries (a page)")
+    history.add_argument("--before", metavar="ID", help="only entries older than this one (page back with the "
+                                                        "first id of the page before)")
+    history.add_argument("--raw", action="store_true", help="the stored messages, without compaction overlays")
     history.add_argument("--json", action="store_true", help="print the messages as JSON")
     _client_options(history)
+
+    listing = commands.add_parser("list", help="list the sessions the server holds, most recently updated first")
+    listing.add_argument("--prefix", help="only session ids starting with this")
+    listing.add_argument("--limit", type=_positive, help="at most N sessions (default: all)")
+    listing.add_argument("--json", action="store_true", help="print the sessions as JSON")
+    _client_options(listing)
 
     find = commands.add_parser("search", help="full-text search in a session")
     find.add_argument("session_id")
@@ -145,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="server URL (default $DURABLE_SESSIONS_URL or http://127.0.0.1:8787)")
     parser.add_argument("--token", help="bearer token (default $DURABLE_SESSIONS_TOKEN)")
@@ -156,10 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
-    command = {"serve": _serve, "import": _import, "history": _history, "search": _search,
+    command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
                "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
     try:
-        return trio.run(command, args)
+        status = trio.run(command, args)
+        sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
+        return status
+    except BrokenPipeError:
+        return _stdout_gone()
     except (UsageError, ConfigError) as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -172,6 +201,22 @@ def main(argv: list[str] | None = None) -> int:
         logger.debug("failure", exc_info=True)
         print(f"durable-sessions {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+#: Exit status when the reader of stdout went away (``history ... | head``): a reader that has
+#: enough is no failure (as ripgrep does; ``set -o pipefail`` scripts keep working).
+EXIT_PIPE_CLOSED = 0
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout closed the pipe: stop quietly (no traceback, nothing more written)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 # -- serve -----------------------------------------------------------------------------------
@@ -331,13 +376,46 @@ def _client(args: argparse.Namespace) -> SessionsClient:
 
 async def _history(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        messages = await client.session(args.session_id).get_history(args.leaf)
+        messages = await client.session(args.session_id).get_history(
+            args.leaf, limit=args.limit, before=args.before, overlays=not args.raw)
+        if not messages and args.leaf is None and args.before is None:
+            await _known(client, args.session_id)
     if args.json:
         print(json.dumps(messages, ensure_ascii=False, indent=2))
     else:
         for message in messages:
             print(format_message(message))
     return 0
+
+
+async def _known(client: SessionsClient, session_id: str) -> None:
+    """Raise ``SessionNotFoundError`` when the server has no session ``session_id`` (an empty history
+    alone cannot tell); a server that cannot list (a cluster) is taken at its word."""
+    try:
+        await client.describe_session(session_id)
+    except NotSupportedError:
+        pass
+
+
+async def _list(args: argparse.Namespace) -> int:
+    found = []
+    async with _client(args) as client:
+        async for entry in client.iter_sessions(prefix=args.prefix, page_size=min(args.limit or 500, 500)):
+            found.append(entry)
+            if not args.json:
+                print(format_session(entry), flush=False)
+            if args.limit is not None and len(found) >= args.limit:
+                break
+    if args.json:
+        print(json.dumps(found, ensure_ascii=False, indent=2))
+    return 0
+
+
+def format_session(entry: dict[str, Any]) -> str:
+    """One listed session as ``<updatedAt>  <messages> msgs  <compactions> compactions  [flags]  <id>``."""
+    flags = [flag for flag, on in (("active", entry["active"]), (entry["state"], entry["state"] != "ok")) if on]
+    return (f"{entry['updatedAt']}  {entry['messages']:>7} msgs  {entry['compactions']:>3} compactions  "
+            f"{(' '.join(flags) or '-'):<11}  {entry['id']}")
 
 
 async def _search(args: argparse.Namespace) -> int:

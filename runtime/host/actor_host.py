@@ -259,6 +259,25 @@ class ActorHost:
         slot = self._slots.get(self._key(namespace, actor_id))
         return slot is not None and slot.state is SlotState.ACTIVE
 
+    @property
+    def catalog(self) -> HostCatalog:
+        """The data folder's host catalog (:mod:`storage.catalog`): read it; the host writes it."""
+        return self._guard.catalog
+
+    def awake(self, namespace: str) -> list[tuple[ActorId, ActorStorage | None]]:
+        """The actors of ``namespace`` with a live instance, each with its open file while no
+        transaction is open on it (else ``None``).
+
+        For reads that must not wait for a turn (the session listing): use the
+        file at once, synchronously (never across an ``await``), and only to read.
+        """
+        found = []
+        for slot in self._slots.values():
+            if slot.id.namespace == namespace and slot.state is SlotState.ACTIVE:
+                storage = slot.storage
+                found.append((slot.id, None if storage is None or storage.in_transaction else storage))
+        return found
+
     async def hibernate(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
         """Hibernate one actor now, after its pending calls are answered.
 

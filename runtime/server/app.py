@@ -10,6 +10,8 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 
 * ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
+* ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
+  this host holds, from its catalog (:mod:`runtime.server.listing`);
 * ``GET /v1/actors`` -- ``host.statistics()`` as an object (in a cluster, with
   ``"cluster"``: host id, advertised URL, requests forwarded, lease counters);
 * ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
@@ -87,6 +89,7 @@ from runtime.server.client_io import body_timed_out, quiet_send, read_body
 from runtime.server.config import ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
 from runtime.server.listener import serve_admitting
+from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
@@ -228,6 +231,7 @@ class SessionsServer:
         if MANAGERS_NAMESPACE in self.host.namespaces:
             add_manager_routes(app, self)
         add_docs_routes(app, self)
+        self.listing = add_listing_routes(app, self)
         return app
 
     @staticmethod
@@ -418,6 +422,8 @@ class SessionsServer:
     async def _sessions(self, rest: str) -> Response:
         try:
             session_id, *segments = rest.split("/")
+            if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
+                return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
             route, values = match(request.method, segments)
             if route is None:

@@ -7,7 +7,7 @@ bound every route of :data:`runtime.manager_api.MANAGER_API` under
 ``/v1/managers/{manager_id}/`` plus the Session API again under
 ``/v1/managers/{manager_id}/sessions/{session_id}/``; the ``/rpc`` routes;
 the routes of the host (``/v1/health``, ``/metrics``, ``/v1/actors``,
-``/v1/actors:hibernate``), of the transcript store when it is bound, the
+``/v1/actors:hibernate``), the session listing (``/v1/sessions``, ``/v1/sessions/{session_id}``), of the transcript store when it is bound, the
 WebSocket route (a ``GET`` answered ``101``, marked ``x-websocket``) and
 these two. Request and response bodies are the tables' JSON schemas (named
 shapes lifted into ``components/schemas`` by their ``title``); every error
@@ -36,7 +36,18 @@ from typing import TYPE_CHECKING, Any
 from quart import Response
 from quart_trio import QuartTrio
 
-from runtime.api import ANY, REQUIRED, SESSION_API, ApiMethod, HttpRoute, body_schema, response_schema
+from runtime.api import (
+    ANY,
+    LIST_LIMIT,
+    REQUIRED,
+    SESSION_API,
+    SESSION_PAGE,
+    SESSION_SUMMARY,
+    ApiMethod,
+    HttpRoute,
+    body_schema,
+    response_schema,
+)
 from runtime.host.actor_host import HostStatistics
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
 from runtime.server.managers import MANAGERS_NAMESPACE
@@ -111,6 +122,7 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
             for status in ("200", "201"):
                 builder.link(append, status, message, lambda path, messages=messages: path.startswith(messages))
     builder.add_host_routes()
+    builder.add_listing_routes()
     if transcripts:
         builder.add_transcript_routes()
     builder.add_docs_routes()
@@ -311,6 +323,31 @@ class _Builder:
                 {"type": "object", "required": ["hibernated"], "properties": {"hibernated": {"type": "integer"}},
                  "additionalProperties": False})}},
         }, errors_of=[*_BODY_ERRORS, *_CALL_ERRORS])
+
+    def add_listing_routes(self) -> None:
+        """``GET /v1/sessions`` and ``GET /v1/sessions/{session_id}`` (:mod:`runtime.server.listing`)."""
+        unsupported = [errors.NotSupportedError, errors.StorageUnavailableError]
+        self.operation(SESSIONS_PREFIX.rstrip("/"), "GET", {
+            "operationId": "sessions.list", "tags": ["sessions"],
+            "summary": "The sessions this host holds, most recently updated first, a page at a time.",
+            "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
+                            "fresher numbers). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
+                            "501 in cluster mode and with the sessions in Postgres."),
+            "parameters": [
+                {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},
+                {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
+                {"name": "prefix", "in": "query", "required": False, "schema": {"type": "string"}},
+            ],
+            "responses": {"200": {"description": "a page", "content": _content(self.lift(SESSION_PAGE))}},
+        }, errors_of=[errors.InvalidInputError, *unsupported])
+        reply = {"type": "object", "required": ["session"], "properties": {"session": SESSION_SUMMARY},
+                 "additionalProperties": False}
+        self.operation(SESSIONS_PREFIX + "{session_id}", "GET", {
+            "operationId": "sessions.describe", "tags": ["sessions"],
+            "summary": "One session as the listing shows it; 404 when the host has none with this id.",
+            "parameters": self._base_parameters(SESSIONS_PREFIX + "{session_id}"),
+            "responses": {"200": {"description": "the session", "content": _content(self.lift(reply))}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *unsupported])
 
     def add_transcript_routes(self) -> None:
         text = {"type": "string", "minLength": 1}
