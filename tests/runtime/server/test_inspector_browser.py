@@ -253,6 +253,37 @@ def text_message(message_id: str, role: str, text: str) -> dict[str, Any]:
     return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
+# -- the session list ------------------------------------------------------------------------------------------------------
+
+
+def listed(http: httpx.Client, **query: Any) -> list[dict[str, Any]]:
+    answer = http.get("/v1/sessions", params={"limit": 50, **query})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["sessions"]
+
+
+def test_the_imported_sessions_are_listed_with_their_counts_and_a_prefix_narrows_them(page, http, shots):
+    sessions = listed(http)
+    assert {"task-0-trial-None", "task-11-trial-None", CLAUDE_BRANCHED} <= {s["id"] for s in sessions}
+    page.open()
+    page.wait(lambda: len(page.all("#session-list > li")) == len(sessions), what="the list")
+    rows = page.js("return [...document.querySelectorAll('#session-list > li')].map(li => "
+                   "[li.dataset.session, li.querySelector('.count').textContent])")
+    assert rows == [[s["id"], f"{s['messages']} message{'' if s['messages'] == 1 else 's'}"] for s in sessions]
+    assert page.text("#sessions-note") == f"{len(sessions)} sessions"
+
+    page.one("#prefix").send_keys("task-1")
+    narrowed = [s["id"] for s in listed(http, prefix="task-1")]
+    assert sorted(narrowed) == ["task-1-trial-None", "task-10-trial-None", "task-11-trial-None"]
+    page.wait(lambda: page.js("return [...document.querySelectorAll('#session-list > li')].map(li => "
+                              "li.dataset.session)") == narrowed, what="the narrowed list")
+    page.click(page.one("#session-list li[data-session='task-11-trial-None'] a"))
+    page.messages_ready()
+    assert page.text("#session-id") == "task-11-trial-None"
+    assert "current" in page.one("#session-list li[data-session='task-11-trial-None']").get_attribute("class")
+    page.shot(shots, "session-list")
+
+
 # -- the tree ------------------------------------------------------------------------------------------------------------
 
 
@@ -350,6 +381,46 @@ def test_a_compaction_added_through_the_api_appears_as_an_overlay_where_it_cuts(
     assert page.text("#fact-compaction-count .fact-value") == "1"
     page.js("arguments[0].scrollIntoView({block: 'center'})", overlay)
     page.shot(shots, "compaction-overlay")
+
+    page.click(overlay.find_element("css selector", "a.show-stored"))  # the stored messages behind it
+    page.wait(lambda: page.attr("#messages", "data-view") == "stored", what="the stored view")
+    cards = page.messages_ready()
+    assert [c.get_attribute("data-id") for c in cards] == [m["id"] for m in stored]
+    compacted = page.js("return [...document.querySelectorAll('#messages > li.message.compacted')].map(e => e.dataset.id)")
+    assert compacted == [m["id"] for m in stored[2:7]]
+    assert page.text("#messages > li.cut-start .summary") == summary
+    assert page.js("const s = document.querySelector('#messages > li.cut-start');"
+                   "return s.nextElementSibling.dataset.id") == stored[2]["id"]
+    assert page.js("const e = document.querySelector('#messages > li.cut-end');"
+                   "return e.previousElementSibling.dataset.id") == stored[6]["id"]
+    page.js("document.querySelector('#messages > li.cut-start').scrollIntoView({block: 'start'});"
+            "window.scrollBy(0, -120)")
+    page.shot(shots, "compaction-stored")
+
+
+def test_a_long_history_is_read_in_pages_newest_first(page, http):
+    session = "long-history"
+    messages = [text_message(f"m{i:03d}", "user" if i % 2 == 0 else "assistant", f"message number {i}")
+                for i in range(250)]
+    assert http.post(session_url(session, "messages:batch"), json={"messages": messages}).status_code == 201
+    ids = [m["id"] for m in messages]
+    page.open(s=session)
+
+    def shown() -> list[str]:
+        return page.js("return [...document.querySelectorAll('#messages > li.message')].map(e => e.dataset.id)")
+
+    page.messages_ready()
+    assert shown() == ids[-100:]
+    page.click(page.one("#older"))
+    page.wait(lambda: shown() == ids[-200:], what="the second page")
+    page.click(page.one("#older"))
+    page.wait(lambda: shown() == ids, what="the last page")
+    assert page.all("#older") == []
+    page.open(s=session, focus="m020")  # a message on an older page: pages are read until it is found
+    page.wait(lambda: page.all("#messages > li.message.focus[data-id='m020']"), what="the focused message")
+    assert shown() == ids
+
+
 
 
 # -- context, prompt, skills, tools -------------------------------------------------------------------------------------------
@@ -557,10 +628,17 @@ def test_markup_stored_in_every_field_is_shown_as_text_and_never_runs(page, http
     page.messages_ready()
     assert f"after the cut {PROBE}" in page.text("#messages")
     assert page.js("return [...document.querySelectorAll('#messages .role')].map(e => e.textContent)")[-1] == PROBE
-    page.go(s=session, leaf=f"{PROBE} 1")  # a path the compaction does not cover
-    page.wait(lambda: page.attr("#messages", "data-count") == "1", what="the first message alone")
+    page.go(s=session, view="stored")  # the compacted messages too
+    page.wait(lambda: page.attr("#messages", "data-view") == "stored", what="the stored view")
+    page.messages_ready()
     page.js("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert page.js("return [...document.querySelectorAll('#messages > li.message')].map(e => e.dataset.id)") == [
+        f"{PROBE} {n}" for n in ("1", "2", "3", "4b")]
     assert f"probe words {PROBE}" in page.text("#messages") and PROBE in page.text("#messages .created")
+    assert page.text("#messages > li.cut-start .summary") == PROBE
+    listed_row = page.js("const li = [...document.querySelectorAll('#session-list > li')]"
+                         ".find(e => e.dataset.session === arguments[0]); return li && li.textContent", session)
+    assert listed_row.startswith(session)
     assert_inert(page)
 
     for tab in ("context", "tools", "live", "search"):

@@ -107,6 +107,7 @@
     session: null,       // the open session's view (see openSession)
     socket: null,
     sessionsCursor: null,
+    sessionsAsked: 0,
   };
 
   async function api(method, path, body) {
@@ -192,21 +193,24 @@
     const query = new URLSearchParams({limit: String(SESSIONS_PAGE)});
     if (prefix) query.set("prefix", prefix);
     if (more && state.sessionsCursor) query.set("cursor", state.sessionsCursor);
+    const asked = ++state.sessionsAsked;  // answers to an older prefix are dropped
     let page;
     try {
       page = await api("GET", `v1/sessions?${query}`);
     } catch (error) {
+      if (asked !== state.sessionsAsked) return;
       clear(list);
       $("sessions-more").hidden = true;
-      $("sessions-note").textContent = error.status === 404 || error.status === 405
-        ? "This server does not list sessions; open one by id below."
+      $("sessions-note").textContent = [404, 405, 501].includes(error.status)
+        ? `This server does not list sessions (${error.message}); open one by id below.`
         : `Cannot list sessions: ${error.message}`;
       return;
     }
+    if (asked !== state.sessionsAsked) return;
     if (!more) clear(list);
     const rows = page.sessions || [];
     for (const row of rows) list.appendChild(sessionRow(row));
-    state.sessionsCursor = page.cursor || page.nextCursor || null;
+    state.sessionsCursor = page.cursor;
     $("sessions-more").hidden = !state.sessionsCursor;
     const shown = list.children.length;
     $("sessions-note").textContent = shown ? `${shown} session${shown === 1 ? "" : "s"}${state.sessionsCursor ? "+" : ""}`
@@ -214,16 +218,18 @@
     markCurrentSession();
   }
 
+  /** One row of GET /v1/sessions: {id, messages (every branch), compactions, updatedAt, state, problem, active}. */
   function sessionRow(row) {
-    const id = row.id ?? row.name ?? row.sessionId;
-    const count = row.messages ?? row.messageCount;
-    const updated = row.updatedAt ?? row.updated_at ?? row.updatedMs;
+    const id = row.id;
     const link = h("a", {href: `#${new URLSearchParams({s: id})}`, class: "session-link", data: {session: id}},
       h("span", {class: "session-id", text: id}),
       h("span", {class: "session-facts"},
-        count === undefined ? null : h("span", {class: "count", text: `${count} msg`}),
+        h("span", {class: "count", title: "stored messages, every branch",
+          text: `${row.messages} message${row.messages === 1 ? "" : "s"}`}),
         row.compactions ? h("span", {class: "count", text: `${row.compactions} compacted`}) : null,
-        updated ? h("span", {class: "updated", title: String(updated), text: ago(updated)}) : null));
+        h("span", {class: "updated", title: `updated ${row.updatedAt}`, text: ago(row.updatedAt)}),
+        row.active ? h("span", {class: "awake", title: "awake now (not hibernated)", text: "awake"}) : null),
+      row.state === "quarantined" ? h("span", {class: "error", title: row.problem || "", text: "quarantined"}) : null);
     return h("li", {data: {session: id}}, link);
   }
 
@@ -808,6 +814,7 @@
       await loadOverview(view, generation);
       if (generation !== state.generation) return;
       renderHeader(view);
+      loadSessions();  // its order and counts changed
       if (view.pathKey !== pathKey(view.route)) view.entries = null;  // another path: read afresh below
       if (view.route.tab === "messages" && view.entries) {
         const first = await loadPage(view, view.route.leaf, null, view.route.stored);
