@@ -8,7 +8,7 @@ addresses through ``task_status`` (bind port 0 and ask).
 Routes: the session routes of :mod:`runtime.server.routes` under
 ``/v1/sessions/{session_id}/``, plus
 
-* ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
+* ``GET /v1/health`` -- ``{"status": "ok"}``, with ``/docs`` and ``/inspect`` the only routes without a token;
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
 * ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
   this host holds, from its catalog (:mod:`runtime.server.listing`);
@@ -85,6 +85,7 @@ from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.server import inspector
 from runtime.server.admission import RequestLimit
+from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_timed_out, quiet_send, read_body
 from runtime.server.config import ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
@@ -131,6 +132,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "sessions"
 #: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+#: Routes that need no token: the health check, and the /docs and /inspect pages with their static files
+#: (each page asks for the token itself; /openapi.json and every call still need it).
+_PUBLIC_PATHS = frozenset(("/v1/health", "/docs", "/inspect"))
+_PUBLIC_PREFIX = ("/docs/static/", "/inspect/static/")
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
 #: Largest frame a WebSocket relay accepts from the owner (answers are not bounded by the body limit).
@@ -182,6 +187,7 @@ class SessionsServer:
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
+        cors_origins: tuple[str, ...] = (),
     ) -> None:
         if token:
             self.check_token(token)
@@ -198,6 +204,7 @@ class SessionsServer:
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
+        self.origins = OriginPolicy(cors_origins)
         self.closing = trio.Event()
         self.app = self._build_app()
 
@@ -214,6 +221,7 @@ class SessionsServer:
         if self.forwarder is not None:
             app.asgi_app = ForwardingShortcut(app.asgi_app, self)
         app.asgi_app = _EncodedPaths(app.asgi_app)
+        app.asgi_app = BrowserGate(app.asgi_app, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
             app.asgi_app = self.request_limit = RequestLimit(app.asgi_app, self.max_requests, self._early_refusal)
         app.before_request(self._before_request)
@@ -260,7 +268,7 @@ class SessionsServer:
         template = f"{SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else rule
         method = request.method if request.method in _KNOWN_METHODS else "OTHER"  # a client picks the method
         g.route = f"{method} {template}"
-        if request.path == "/v1/health":
+        if request.path in _PUBLIC_PATHS or request.path.startswith(_PUBLIC_PREFIX):
             return None
         if not self.authorized(request.headers.get("Authorization")):
             return self._error(UnauthorizedError("missing or wrong bearer token"))
@@ -630,7 +638,7 @@ async def serve(
     require_token_for(settings.bind, token)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins)
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:

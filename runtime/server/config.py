@@ -124,6 +124,12 @@ class ServerSettings:
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
+        cors_origins: web page origins (``https://app.example``, ``http://localhost:5173``)
+            whose scripts may call the server and open its WebSockets
+            (:mod:`runtime.server.browsers`); ``"*"`` allows any. Empty (the
+            default): only pages the server itself serves.
+        access_log: log one line per HTTP request and WebSocket (logger
+            ``durable_sessions.access``, level INFO; ``serve --access-log``).
         inspector: serve the inspector page at ``/inspect``
             (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
     """
@@ -143,9 +149,14 @@ class ServerSettings:
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
     max_queue_s: float = 0.5
+    cors_origins: tuple[str, ...] = ()
+    access_log: bool = False
     inspector: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        if not isinstance(self.access_log, bool):
+            raise ConfigError(f"server.access_log must be true or false, not {self.access_log!r}")
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
         if self.durability not in DURABILITIES:
@@ -227,6 +238,30 @@ class ClusterSettings:
             raise ConfigError(f"listening on {bound} (every address): set cluster.advertise (--advertise) to the "
                               "URL the other hosts reach this one at")
         return f"http://{bound}"
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``server.cors_origins`` as normalised origins (``scheme://host[:port]``, lower case), ``"*"`` or ``"null"``.
+
+    Raises:
+        ConfigError: not a list of strings, or an entry that is no origin (a path, no scheme).
+    """
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"server.cors_origins must be a list of origins such as [\"https://app.example\"], "
+                          f"not {value!r}")
+    found = []
+    for entry in value:
+        if entry in ("*", "null"):
+            found.append(entry)
+            continue
+        parts = urlsplit(entry) if isinstance(entry, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or \
+                parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+            raise ConfigError(f"server.cors_origins: {entry!r} is not an origin (scheme://host[:port], no path)")
+        port = f":{parts.port}" if parts.port is not None else ""
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        found.append(f"{parts.scheme}://{host.lower()}{port}")
+    return tuple(found)
 
 
 _HOST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

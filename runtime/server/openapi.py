@@ -17,9 +17,11 @@ raise (the class names in each response's description).
 
 ``GET /docs`` is Swagger UI, served from the files of the ``swagger-ui-py``
 package (``/docs/static/...``): no CDN, no request leaves the server (the
-online validator badge is off). Both need the bearer token when the server
-has one, like every route but ``/v1/health``; the document then says so
-(``bearerAuth``), and Swagger UI's *Authorize* sends it with *Try it out*.
+online validator badge is off). The page and its files need no token: on a
+server with one, the page asks for it (kept in the tab's sessionStorage),
+fetches ``/openapi.json`` with it and hands it to Swagger UI's *Authorize*
+(``bearerAuth``), so *Try it out* sends it -- to this server only. The
+document needs the token, like every other route but ``/v1/health``.
 """
 
 from __future__ import annotations
@@ -401,9 +403,11 @@ class _Builder:
             "responses": {"200": {"description": "OpenAPI 3.1", "content": {JSON: {"schema": {"type": "object"}}}}},
         })
         self.operation("/docs", "GET", {
-            "operationId": "docs.page", "tags": ["docs"], "summary": "Swagger UI showing this document.",
+            "operationId": "docs.page", "tags": ["docs"],
+            "summary": "Swagger UI showing this document; needs no token (the page asks for it when the server "
+                       "has one).",
             "responses": {"200": {"description": "the page", "content": {"text/html": {"schema": {"type": "string"}}}}},
-        })
+        }, public=True)
 
     # -- named schemas -----------------------------------------------------------------------------------------
 
@@ -475,12 +479,59 @@ _PAGE = """<!doctype html>
   <title>durable-sessions API</title>
   <link rel="stylesheet" href="docs/static/swagger-ui.css">
   <link rel="icon" type="image/png" href="docs/static/favicon-32x32.png">
+  <style>
+    #token-form { font-family: sans-serif; margin: 2em auto; max-width: 40em; }
+    #token-form input { width: 28em; font-family: monospace; }
+    #token-problem { color: #b00; }
+  </style>
 </head>
 <body>
+  <form id="token-form" hidden>
+    <p>This server needs its bearer token. It stays in this tab (sessionStorage) and is sent as
+       <code>Authorization: Bearer ...</code> to this server only.</p>
+    <label>Token <input id="token" type="password" autocomplete="off" required></label>
+    <button type="submit">Open the API</button>
+    <p id="token-problem"></p>
+  </form>
   <div id="swagger-ui"></div>
   <script src="docs/static/swagger-ui-bundle.js"></script>
   <script>
-    window.ui = SwaggerUIBundle({url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null});
+    const NEEDS_TOKEN = __NEEDS_TOKEN__;
+    const KEY = "durable-sessions-token";
+    const form = document.getElementById("token-form");
+    function ask(problem) {
+      sessionStorage.removeItem(KEY);
+      document.getElementById("swagger-ui").replaceChildren();
+      document.getElementById("token-problem").textContent = problem || "";
+      form.hidden = false;
+    }
+    function start(token) {
+      form.hidden = true;
+      const sameOrigin = (url) => new URL(url, location.href).origin === location.origin;
+      window.ui = SwaggerUIBundle({
+        url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null,
+        requestInterceptor: (req) => {
+          if (token && sameOrigin(req.url)) req.headers["Authorization"] = "Bearer " + token;
+          return req;
+        },
+        responseInterceptor: (res) => {
+          if (res.status === 401 && new URL(res.url, location.href).pathname.endsWith("/openapi.json")) {
+            ask("The server refused that token.");
+          }
+          return res;
+        },
+        onComplete: () => { if (token) window.ui.preauthorizeApiKey("bearerAuth", token); },
+      });
+    }
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = document.getElementById("token").value.trim();
+      sessionStorage.setItem(KEY, token);
+      start(token);
+    });
+    if (!NEEDS_TOKEN) start(null);
+    else if (sessionStorage.getItem(KEY)) start(sessionStorage.getItem(KEY));
+    else ask();
   </script>
 </body>
 </html>
@@ -515,7 +566,9 @@ def add_docs_routes(app: QuartTrio, server: SessionsServer) -> None:
         return Response(document(), status=200, content_type=JSON)
 
     async def docs() -> Response:
-        return Response(_PAGE, status=200, content_type="text/html; charset=utf-8")
+        page = _PAGE.replace("__NEEDS_TOKEN__", "false" if server.authorized(None) else "true")
+        return Response(page, status=200, content_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
     async def asset(name: str) -> Response:
         kind = DOCS_ASSETS.get(name)

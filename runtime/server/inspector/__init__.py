@@ -5,26 +5,31 @@ one session, the message tree (the active path marked, any branch
 selectable, compaction overlays where they cut, tool calls folded), the
 context blocks with their token usage, the frozen system prompt exactly as
 the model gets it, the loaded skills, the tools, the ``cf_agent_session``
-status broadcasts as they arrive, and full-text search. It is a page of
-three static files (``static/``: HTML, one script, one style sheet; no build
-step, no library, nothing loaded from another host) that reads everything
-through the public HTTP API and ``WS /v1/sessions/{id}/ws``, so it sees
-what any client sees and needs the same token.
+status broadcasts as they arrive, and full-text search. It is a few
+static files (``static/``: HTML, one script, one style sheet, an icon; no
+build step, no library, nothing loaded from another host) that read
+everything through the public HTTP API and ``WS /v1/sessions/{id}/ws``,
+so the page sees what any client sees, with the same token.
 
 Routes (registered by :func:`install` when ``[server] inspector`` is true,
 the default):
 
 * ``GET /inspect`` -- the page;
-* ``GET /inspect/static/<name>`` -- its script and style sheet (:data:`ASSETS`).
+* ``GET /inspect/static/<name>`` -- its script, style sheet and icon (:data:`ASSETS`).
 
-Both go through the server's token check like every route but
-``/v1/health``. Every answer carries :data:`CONTENT_SECURITY_POLICY`: only
-this server's own script runs (no inline script, no ``eval``), Trusted
-Types are required, so an accidental ``innerHTML`` with a string throws
-instead of parsing markup, and the page may not be framed. The script
-renders every message text, id, tool input and output, block content and
-session name through ``textContent`` and DOM calls: stored data is never
-markup.
+Like ``/docs``, the page and its files need no token: they hold no data.
+On a server with a token the page asks for it (kept in the tab's
+sessionStorage, shared with ``/docs``; ``/inspect#token=...`` hands it over
+in the fragment, which never reaches the server and is removed from the
+address at once) and sends it with every call, as ``Authorization:
+Bearer`` and, for the WebSocket, as the ``bearer.<base64url>`` subprotocol
+(:mod:`runtime.server.browsers`). Every answer carries
+:data:`CONTENT_SECURITY_POLICY`: only this server's own script runs (no
+inline script, no ``eval``), Trusted Types are required, so an accidental
+``innerHTML`` with a string throws instead of parsing markup, and the page
+may not be framed. The script renders every message text, id, tool input
+and output, block content and session name through ``textContent`` and DOM
+calls: stored data is never markup.
 
 The page is read-only until its "Allow changes" switch is on; its writes
 (unload a skill, compact now, replace a writable block, refresh the prompt)

@@ -525,6 +525,45 @@ def test_a_broadcast_arriving_while_another_tab_opens_does_not_leave_it_loading(
         page.shown(tab, timeout=5)
 
 
+# -- a server with a token ----------------------------------------------------------------------------------------------------
+
+
+def test_on_a_server_with_a_token_the_page_asks_for_it_and_sends_it_with_every_call(driver, tmp_path, shots):
+    token = "inspector-browser-token"
+    with server_process(tmp_path / "data", token=token) as secured, \
+            httpx.Client(base_url=secured.url, headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        http.post(session_url("secret-chat", "messages"), json={"message": text_message("s1", "user", "Top secret.")})
+        page = Page(driver, secured.url)
+        page.open(s="secret-chat")
+        page.wait(lambda: page.js("return !document.getElementById('token-form').hidden"), what="the token form")
+        assert "Top secret." not in page.js("return document.body.textContent")
+        assert page.text("#notice") == "This server needs its bearer token."
+
+        page.one("#token-input").send_keys("wrong\n")
+        page.wait(lambda: page.text("#notice") == "The server refused that token.", what="the refusal")
+        assert page.js("return sessionStorage.getItem('durable-sessions-token')") is None
+
+        page.one("#token-input").send_keys(token + "\n")
+        page.messages_ready()
+        assert page.js("return document.getElementById('token-form').hidden") is True
+        assert page.js("return [...document.querySelectorAll('#session-list > li')].map(e => e.dataset.session)") == [
+            "secret-chat"]
+        page.go(s="secret-chat", tab="live")
+        page.wait(lambda: page.attr("#live-pill", "data-state") == "open", what="the WebSocket, with the token")
+        started = time.monotonic()
+        http.post(session_url("secret-chat", "messages"), json={"message": text_message("s2", "assistant", "Noted.")})
+        page.wait(lambda: page.all("#live-log > li"), timeout=1.0, what="the broadcast")
+        assert time.monotonic() - started < 1.0
+
+        page.js("sessionStorage.clear()")  # a link that hands the token over in the fragment
+        page.open(s="secret-chat", token=token)
+        page.messages_ready()
+        assert "token" not in page.js("return location.hash")
+        urls = page.js("return performance.getEntriesByType('resource').map(e => e.name)")
+        assert urls and not any(token in url for url in urls)
+        assert page.script_errors() == []
+
+
 # -- search -----------------------------------------------------------------------------------------------------------------
 
 

@@ -74,14 +74,18 @@ async def test_every_answer_carries_the_policy_that_forbids_inline_script_and_ma
     assert policy["require-trusted-types-for"] == "'script'" and policy["frame-ancestors"] == "'none'"
 
 
-@pytest.mark.parametrize("path", ["/inspect", "/inspect/static/inspector.js", "/inspect/static/nothing.js"])
-async def test_the_page_and_its_files_need_the_token_like_the_api(url, path):
+async def test_like_docs_the_page_and_its_files_need_no_token_but_everything_it_reads_does(url):
     async with httpx.AsyncClient(base_url=url) as http:
-        refused = await http.get(path)
-        wrong = await http.get(path, headers={"Authorization": "Bearer wrong"})
-    for answer in (refused, wrong):
+        page = await http.get("/inspect")
+        files = [await http.get(f"/inspect/static/{name}") for name in inspector.ASSETS]
+        unknown = await http.get("/inspect/static/nothing.js")
+        reads = [await http.get(path) for path in ("/v1/sessions", "/v1/sessions/s/messages", "/v1/sessions/s/context")]
+        refused = await http.get("/v1/sessions", headers={"Authorization": "Bearer wrong"})
+    assert [a.status_code for a in (page, *files)] == [200] * (1 + len(inspector.ASSETS))
+    assert TOKEN not in page.text and all(TOKEN.encode() not in f.content for f in files)
+    assert (unknown.status_code, unknown.json()["error"]["type"]) == (404, "RouteNotFoundError")
+    for answer in (*reads, refused):
         assert (answer.status_code, answer.json()["error"]["type"]) == (401, "UnauthorizedError")
-        assert answer.headers["WWW-Authenticate"] == "Bearer"
 
 
 @pytest.mark.parametrize("name", ["nothing.js", "..%2F__init__.py", "index.html", "%2E%2E"])

@@ -14,7 +14,7 @@
   const DESCEND_LIMIT = 2000;     // steps when walking from a message down to a leaf
   const LIVE_LOG_LIMIT = 200;     // broadcasts kept in the live log
   const SESSIONS_PAGE = 50;       // rows per page of the session list
-  const TOKEN_KEY = "durable-sessions-token";
+  const TOKEN_KEY = "durable-sessions-token";  // the tab's token, shared with /docs
   const WRITES_KEY = "durable-sessions-writes";
   const BASE = location.pathname.replace(/inspect\/?$/, "");
 
@@ -112,7 +112,8 @@
 
   async function api(method, path, body) {
     const headers = {Accept: "application/json"};
-    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    const token = state.token;
+    if (token) headers.Authorization = `Bearer ${token}`;
     const init = {method, headers, cache: "no-store", credentials: "same-origin"};
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -128,7 +129,7 @@
     }
     if (!response.ok) {
       const error = data && data.error ? data.error : {type: `HTTP ${response.status}`, message: text.slice(0, 200)};
-      if (response.status === 401) askForToken();
+      if (response.status === 401) askForToken(token);
       throw new ApiError(response.status, error);
     }
     return data;
@@ -152,9 +153,22 @@
     return results;
   }
 
-  function askForToken() {
+  /** A call sent with `sent` (a token or null) was refused 401: forget that token and ask for one. */
+  function askForToken(sent) {
+    if (state.token !== sent) return;  // a newer token is on its way
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
     $("token-form").hidden = false;
-    notice("This server needs its bearer token.", "error");
+    $("token-input").focus();
+    notice(sent ? "The server refused that token." : "This server needs its bearer token.", "error");
+  }
+
+  /** The WebSocket subprotocol carrying the token: "bearer." + base64url(UTF-8 token), no padding. */
+  function bearerProtocol(token) {
+    const bytes = new TextEncoder().encode(token);
+    let binary = "";
+    for (const byte of bytes) binary += String.fromCharCode(byte);
+    return `bearer.${btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")}`;
   }
 
   // -- the address: #s=<session>&leaf=<message>&tab=<tab>&focus=<message> -------------------------------------------
@@ -251,10 +265,11 @@
     view.route = route;
     state.session = view;
     markCurrentSession();
-    if (!same) connectLive(view);
+    if (!same) closeLive();
     renderFrame(view);
     try {
       await loadOverview(view, generation);
+      if (state.session === view && !state.socket) connectLive(view);  // once a call went through (the token)
       if (generation !== state.generation) return;
       renderHeader(view);
       await renderTab(view, generation);
@@ -740,15 +755,19 @@
 
   // -- live: the session's WebSocket ------------------------------------------------------------------------------------
 
-  function connectLive(view) {
+  function closeLive() {
     if (state.socket) {
       state.socket.onclose = null;
       state.socket.close(1000);
       state.socket = null;
     }
+  }
+
+  function connectLive(view) {
+    closeLive();
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const url = `${scheme}//${location.host}${BASE}${sessionPath(view.id, "ws")}`;
-    const socket = new WebSocket(url, state.token ? ["durable-sessions", `bearer.${state.token}`] : undefined);
+    const socket = new WebSocket(url, state.token ? ["durable-sessions", bearerProtocol(state.token)] : undefined);
     state.socket = socket;
     const pill = (text, live) => {
       const el = $("live-pill");
@@ -940,11 +959,7 @@
     if (!current.session) {
       state.generation++;
       state.session = null;
-      if (state.socket) {
-        state.socket.onclose = null;
-        state.socket.close(1000);
-        state.socket = null;
-      }
+      closeLive();
       clear($("session")).appendChild(h("p", {id: "empty", class: "muted",
         text: "Pick a session on the left, or open one by id."}));
       markCurrentSession();
@@ -972,10 +987,7 @@
       $("token-form").hidden = true;
       notice("");
       loadSessions();
-      if (state.session) {
-        connectLive(state.session);
-        openSession(readHash());
-      }
+      if (state.session) openSession(readHash());
     });
     let typing = null;
     $("prefix").addEventListener("input", () => {
