@@ -382,6 +382,16 @@ def test_a_compaction_added_through_the_api_appears_as_an_overlay_where_it_cuts(
     page.js("arguments[0].scrollIntoView({block: 'center'})", overlay)
     page.shot(shots, "compaction-overlay")
 
+    question = text_message("after-cut", "user", "Can I have a window seat on the new flight?")
+    http.post(session_url(session, "messages"), json={"message": question})  # from another client, seen live
+    page.one("#messages > li.message.new[data-id='after-cut']")
+    page.wait(lambda: page.text("#token-meter .meter-label").endswith("/ 100,000 tokens before auto-compaction"),
+              what="the estimate against the threshold")
+    page.js("window.scrollTo(0, 0)")
+    page.shot(shots, "overview")
+    stored.append(question)
+
+    overlay = page.one("#messages > li.message.overlay")
     page.click(overlay.find_element("css selector", "a.show-stored"))  # the stored messages behind it
     page.wait(lambda: page.attr("#messages", "data-view") == "stored", what="the stored view")
     cards = page.messages_ready()

@@ -137,3 +137,15 @@ def test_a_wheel_ships_the_page_and_every_file_it_serves(tmp_path):
     [wheel] = tmp_path.glob("durable_sessions-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"runtime/server/inspector/static/{name}" for name in (inspector.PAGE, *inspector.ASSETS)} <= names
+
+
+def test_the_readme_shows_the_page_opens_it_and_its_setting_switches_it_off(tmp_path):
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Looking at sessions: the inspector"):]
+    section = section[:section.index("\n## ")]
+    images = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", section)
+    assert images and all((REPO_ROOT / image).read_bytes().startswith(b"\x89PNG") for image in images)
+    assert "xdg-open http://127.0.0.1:8787/inspect " in section
+    [toml] = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+    (tmp_path / "sessions.toml").write_text(toml, encoding="utf-8")
+    assert load_config(tmp_path / "sessions.toml").server.inspector is False
