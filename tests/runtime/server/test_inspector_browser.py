@@ -284,6 +284,15 @@ def test_the_imported_sessions_are_listed_with_their_counts_and_a_prefix_narrows
     page.shot(shots, "session-list")
 
 
+def test_opening_a_mistyped_session_id_says_so_and_creates_nothing(page, http):
+    page.open(s="task-0-trial-Nnoe")
+    page.wait(lambda: page.all("#tab-body > p.error"), what="the refusal")
+    assert page.text("#tab-body > p.error") == 'SessionNotFoundError: There is no session "task-0-trial-Nnoe" on this server.'
+    assert page.attr("#live-pill", "data-state") == "closed"
+    assert listed(http, prefix="task-0-trial-Nn") == []
+    assert http.get(session_url("task-0-trial-Nnoe", "")[:-1]).status_code == 404
+
+
 # -- the tree ------------------------------------------------------------------------------------------------------------
 
 

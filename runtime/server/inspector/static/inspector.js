@@ -274,12 +274,31 @@
       renderHeader(view);
       await renderTab(view, generation);
     } catch (error) {
-      if (generation === state.generation) showError($("tab-body"), error);
+      if (generation !== state.generation) return;
+      showError($("tab-body"), error);
+      if (!state.socket) setPill(view, "not live", "closed");
     }
+  }
+
+  /** Whether the session exists, asked before anything else: the page's other reads (the RPC ones, the
+   *  frozen prompt) would wake an actor for a mistyped id and leave an empty session behind. A server that
+   *  cannot tell (no such route, 501 in cluster mode or with Postgres) is taken at its word on each read. */
+  async function checkExists(view) {
+    if (view.exists) return;
+    try {
+      view.summary = (await api("GET", `v1/sessions/${seg(view.id)}`)).session;
+    } catch (error) {
+      if (error.type === "SessionNotFoundError") {
+        throw new ApiError(404, {type: error.type, message: `There is no session "${view.id}" on this server.`});
+      }
+      if (error.type !== "RouteNotFoundError" && error.type !== "NotSupportedError") throw error;
+    }
+    view.exists = true;
   }
 
   async function loadOverview(view, generation) {
     const id = view.id;
+    await checkExists(view);
     const [metadata, latest, count, compactions, estimate] = await Promise.all([
       rpc(id, "get_metadata", []).catch(() => ({})),
       api("GET", sessionPath(id, "messages:leaf")).then((r) => r.message),
@@ -755,6 +774,16 @@
 
   // -- live: the session's WebSocket ------------------------------------------------------------------------------------
 
+  function setPill(view, text, live) {
+    const el = $("live-pill");
+    view.liveText = text;
+    view.liveState = live;
+    if (el && state.session === view) {
+      el.textContent = text;
+      el.dataset.state = live;
+    }
+  }
+
   function closeLive() {
     if (state.socket) {
       state.socket.onclose = null;
@@ -769,15 +798,7 @@
     const url = `${scheme}//${location.host}${BASE}${sessionPath(view.id, "ws")}`;
     const socket = new WebSocket(url, state.token ? ["durable-sessions", bearerProtocol(state.token)] : undefined);
     state.socket = socket;
-    const pill = (text, live) => {
-      const el = $("live-pill");
-      view.liveText = text;
-      view.liveState = live;
-      if (el && state.session === view) {
-        el.textContent = text;
-        el.dataset.state = live;
-      }
-    };
+    const pill = (text, live) => setPill(view, text, live);
     socket.onopen = () => {
       view.retry = 0;
       pill("live", "open");
