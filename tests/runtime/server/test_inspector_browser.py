@@ -496,6 +496,22 @@ def test_changes_need_the_switch_and_go_through_the_api(page, http):
         page.click(page.one("li.skill[data-key='skills:pirate'] button.unload"))
         page.wait(lambda: http.get(session_url(session, "skills")).json()["loaded"] == [], what="the unload")
         page.wait(lambda: page.all("#skills li.skill") == [], what="the skill list to refresh")
+
+        assert "Seat 12A" not in page.text("#system-prompt")  # frozen before the write
+        page.click(page.one("#refresh-prompt"))
+        page.wait(lambda: "Seat 12A, always." in page.text("#system-prompt"), what="the refreshed prompt")
+        assert page.text("#system-prompt") == http.get(session_url(session, "system-prompt")).json()["prompt"]
+
+        page.go(s=session, tab="live")
+        page.shown("live")
+        page.wait(lambda: page.attr("#live-pill", "data-state") == "open", what="the WebSocket")
+        page.click(page.one("#compact-now"))
+        page.wait(lambda: len(http.get(session_url(session, "compactions")).json()["compactions"]) == 1,
+                  what="the compaction")
+        page.wait(lambda: [e.get_attribute("data-phase") for e in page.all("#live-log > li")] == ["idle", "compacting"],
+                  what="compacting, then idle")
+        assert page.text("#live-log > li[data-phase='idle'] .compacted").startswith("compacted from ")
+        page.wait(lambda: page.text("#fact-compaction-count .fact-value") == "1", what="the header's count")
     finally:
         page.click(page.one("#writes"))
 

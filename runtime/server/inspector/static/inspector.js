@@ -489,6 +489,7 @@
         await renderMessages(view, $("tab-body"), state.generation);
       }}}, `Show ${PAGE_SIZE} earlier messages`)));
     }
+    if (!entries.length) list.appendChild(h("li", {class: "muted", text: "No messages on this path."}));
     const cuts = route.stored ? compactedRanges(view, entries) : new Map();
     const cards = [];
     entries.forEach((message, i) => {
