@@ -8,7 +8,10 @@ addresses through ``task_status`` (bind port 0 and ask).
 Routes: the session routes of :mod:`runtime.server.routes` under
 ``/v1/sessions/{session_id}/``, plus
 
-* ``GET /v1/health`` -- ``{"status": "ok"}``, with ``/docs`` and ``/inspect`` the only routes without a token;
+* ``GET /v1/health`` -- liveness, ``{"status": "ok"}`` whenever the process answers;
+* ``GET /v1/ready`` -- readiness, ``{"status": "ready"}`` while the host takes calls, 503
+  ``ServiceUnavailableError`` once shutdown began (with health, ``/docs`` and ``/inspect``, no
+  token needed);
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
 * ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
   this host holds, from its catalog (:mod:`runtime.server.listing`);
@@ -87,7 +90,7 @@ from runtime.server import inspector
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_timed_out, quiet_send, read_body
-from runtime.server.config import ServerSettings
+from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
 from runtime.server.listener import serve_admitting
 from runtime.server.listing import add_listing_routes, respond_one
@@ -132,9 +135,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "sessions"
 #: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
-#: Routes that need no token: the health check, and the /docs and /inspect pages with their static files
-#: (each page asks for the token itself; /openapi.json and every call still need it).
-_PUBLIC_PATHS = frozenset(("/v1/health", "/docs", "/inspect"))
+#: Routes that need no token: the health and readiness checks, and the /docs and /inspect pages with their
+#: static files (each page asks for the token itself; /openapi.json and every call still need it).
+_PUBLIC_PATHS = frozenset(("/v1/health", "/v1/ready", "/docs", "/inspect"))
 _PUBLIC_PREFIX = ("/docs/static/", "/inspect/static/")
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
@@ -180,7 +183,8 @@ class SessionsServer:
     Attributes:
         app: the quart-trio app.
         metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
-        closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
+        draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
+        closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
@@ -205,6 +209,7 @@ class SessionsServer:
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
         self.origins = OriginPolicy(cors_origins)
+        self.draining = trio.Event()
         self.closing = trio.Event()
         self.app = self._build_app()
 
@@ -228,6 +233,7 @@ class SessionsServer:
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
         app.add_url_rule("/v1/health", "health", self._health, methods=["GET"])
+        app.add_url_rule("/v1/ready", "ready", self._ready, methods=["GET"])
         app.add_url_rule("/metrics", "metrics", self._metrics, methods=["GET"])
         app.add_url_rule("/v1/actors", "actors", self._actors, methods=["GET"])
         app.add_url_rule("/v1/actors:hibernate", "hibernate", self._hibernate, methods=["POST"])
@@ -337,6 +343,12 @@ class SessionsServer:
 
     async def _health(self) -> Response:
         return self._respond(200, {"status": "ok"})
+
+    async def _ready(self) -> Response:
+        """Readiness (not liveness): 200 while the host takes calls, 503 once shutdown began."""
+        if self.draining.is_set() or self.closing.is_set():
+            return self._error(ServiceUnavailableError("the server is shutting down"))
+        return self._respond(200, {"status": "ready"})
 
     async def _metrics(self) -> Response:
         return Response(self.metrics.render(), status=200, content_type=METRICS_CONTENT_TYPE)
@@ -650,13 +662,18 @@ async def serve(
     config.graceful_timeout = settings.graceful_timeout_s
     config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
-    config.accesslog = None
+    config.accesslog = logging.getLogger(ACCESS_LOGGER) if settings.access_log else None
+    config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
 
     async def trigger() -> None:
         if shutdown_trigger is None:
             await trio.sleep_forever()
         await shutdown_trigger()
+        server.draining.set()  # not ready from now on; still serving for settings.drain_s
+        if settings.drain_s:
+            logger.info("shutting down: draining for %g s (GET /v1/ready answers 503)", settings.drain_s)
+            await trio.sleep(settings.drain_s)
         server.closing.set()
 
     async def run() -> None:

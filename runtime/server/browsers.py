@@ -43,7 +43,7 @@ from typing import Any
 
 from runtime.wire import HOP_HEADER, JSON, OWNER_HEADER, encode_body, error_payload
 
-__all__ = ["BEARER_PROTOCOL_PREFIX", "BrowserGate", "OriginPolicy", "WS_PROTOCOL", "bearer_protocol",
+__all__ = ["BEARER_PROTOCOL_PREFIX", "WS_PROTOCOL", "BrowserGate", "OriginPolicy", "bearer_protocol",
            "token_from_protocols"]
 
 #: The subprotocol a browser offers with its token (and the server selects).
@@ -53,7 +53,7 @@ BEARER_PROTOCOL_PREFIX = "bearer."
 #: Methods and request headers a preflight may ask for; response headers a script may read.
 ALLOW_METHODS = "GET, POST, PUT, DELETE"
 ALLOW_HEADERS = frozenset({"authorization", "content-type", "accept"})
-EXPOSE_HEADERS = ", ".join(("Retry-After", "Allow", "WWW-Authenticate", OWNER_HEADER))
+EXPOSE_HEADERS = f"Retry-After, Allow, WWW-Authenticate, {OWNER_HEADER}"
 #: Seconds a browser may cache a preflight's answer.
 PREFLIGHT_MAX_AGE_S = 600
 
@@ -126,8 +126,8 @@ class BrowserGate:
         self.policy = policy
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
+        if scope.get("type") != "http" or not any(key == b"origin" for key, _ in scope.get("headers", ())):
+            await self.app(scope, receive, send)  # no browser page asked: nothing to do
             return
         origin, host, forwarded, preflight = _headers(scope)
         if origin is None or forwarded:

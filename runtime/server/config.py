@@ -21,7 +21,7 @@ Unknown keys are errors, so a typo never passes silently::
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
     max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
-    inspector = true             # the /inspect page (same token as the API); false: no such route
+    inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -95,6 +95,13 @@ class ConfigError(ValueError):
     """The configuration file is unreadable or holds a bad value; the message names the key."""
 
 
+#: The access log's logger name (``[server] access_log``, ``serve --access-log``).
+ACCESS_LOGGER = "durable_sessions.access"
+#: hypercorn's access line: client, request line (query included), status, response bytes, user agent,
+#: microseconds taken. Request headers are never logged (the token travels in one).
+ACCESS_FORMAT = '%(h)s "%(R)s" %(s)s %(b)s "%(a)s" %(D)sus'
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Process-level settings (``[server]``; command-line flags override them).
@@ -130,6 +137,9 @@ class ServerSettings:
             default): only pages the server itself serves.
         access_log: log one line per HTTP request and WebSocket (logger
             ``durable_sessions.access``, level INFO; ``serve --access-log``).
+        drain_s: seconds between the start of a shutdown (SIGTERM) and the
+            listener closing: ``GET /v1/ready`` answers 503 while every other
+            route is still served, so a load balancer stops sending first.
         inspector: serve the inspector page at ``/inspect``
             (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
     """
@@ -151,14 +161,19 @@ class ServerSettings:
     max_queue_s: float = 0.5
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
+    drain_s: float = 0.0
     inspector: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
+            raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
             raise ConfigError(f"server.access_log must be true or false, not {self.access_log!r}")
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
+        if int(self.bind.rpartition(":")[2]) > 65535:
+            raise ConfigError(f"server.bind: port {self.bind.rpartition(':')[2]} is not a port (0-65535)")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
         if not isinstance(self.inspector, bool):

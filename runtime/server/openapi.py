@@ -306,6 +306,13 @@ class _Builder:
                 {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}},
                  "additionalProperties": False})}},
         }, public=True)
+        self.operation("/v1/ready", "GET", {
+            "operationId": "host.ready", "tags": ["host"],
+            "summary": "Readiness; needs no token: 200 while the host takes calls, 503 once shutdown began.",
+            "responses": {"200": {"description": "ready", "content": _content(
+                {"type": "object", "required": ["status"], "properties": {"status": {"const": "ready"}},
+                 "additionalProperties": False})}},
+        }, public=True, errors_of=[errors.ServiceUnavailableError])
         self.operation("/metrics", "GET", {
             "operationId": "host.metrics", "tags": ["host"], "summary": "Prometheus metrics of the host and routes.",
             "responses": {"200": {"description": "Prometheus text format",

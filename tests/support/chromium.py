@@ -129,7 +129,7 @@ async def open_chromium(tmp_path: Path) -> AsyncIterator[Browser]:
     command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
                f"--user-data-dir={profile}", "--remote-debugging-port=0",
                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost", "about:blank"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     browser = None
     try:
         port_file = profile / "DevToolsActivePort"
@@ -143,9 +143,10 @@ async def open_chromium(tmp_path: Path) -> AsyncIterator[Browser]:
     finally:
         if browser is not None:
             await browser.aclose()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        with trio.CancelScope(shield=True):
+            process.terminate()
+            with trio.move_on_after(10) as waited:
+                await process.wait()
+            if waited.cancelled_caught:
+                process.kill()
+                await process.wait()

@@ -3,7 +3,6 @@ from a listed origin (preflight included), WebSockets with the token as a subpro
 of another origin."""
 
 import pytest
-import trio
 
 from runtime import open_host
 from runtime.server.app import bind_sessions, bind_socket, serve
@@ -98,4 +97,3 @@ async def test_a_page_of_another_origin_can_neither_call_nor_open_a_websocket(se
                 ws.onerror = () => resolve("refused");
             }})""")
         assert opened == "refused"
-    await trio.sleep(0)
