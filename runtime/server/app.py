@@ -10,7 +10,8 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 
 * ``GET /v1/health`` -- liveness, ``{"status": "ok"}`` whenever the process answers;
 * ``GET /v1/ready`` -- readiness, ``{"status": "ready"}`` while the host takes calls, 503
-  ``ServiceUnavailableError`` once shutdown began (with health and ``/docs``, no token needed);
+  ``ServiceUnavailableError`` once shutdown began (with health, ``/docs`` and ``/inspect``, no
+  token needed);
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
 * ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
   this host holds, from its catalog (:mod:`runtime.server.listing`);
@@ -85,6 +86,7 @@ from actors.session_agent import SessionAgent, SessionConfig
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
+from runtime.server import inspector
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_timed_out, quiet_send, read_body
@@ -133,10 +135,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "sessions"
 #: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
-#: Routes that need no token: the health and readiness checks, and the /docs page with its static files (the page
-#: asks for the token itself; /openapi.json and every call still need it).
-_PUBLIC_PATHS = frozenset(("/v1/health", "/v1/ready", "/docs"))
-_PUBLIC_PREFIX = "/docs/static/"
+#: Routes that need no token: the health and readiness checks, and the /docs and /inspect pages with their
+#: static files (each page asks for the token itself; /openapi.json and every call still need it).
+_PUBLIC_PATHS = frozenset(("/v1/health", "/v1/ready", "/docs", "/inspect"))
+_PUBLIC_PREFIX = ("/docs/static/", "/inspect/static/")
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
 #: Largest frame a WebSocket relay accepts from the owner (answers are not bounded by the body limit).
@@ -649,6 +651,7 @@ async def serve(
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
                             max_requests=settings.max_requests, cors_origins=settings.cors_origins)
+    inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
         config.bind = [settings.bind]

@@ -21,6 +21,7 @@ Unknown keys are errors, so a typo never passes silently::
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
     max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
+    inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -139,6 +140,8 @@ class ServerSettings:
         drain_s: seconds between the start of a shutdown (SIGTERM) and the
             listener closing: ``GET /v1/ready`` answers 503 while every other
             route is still served, so a load balancer stops sending first.
+        inspector: serve the inspector page at ``/inspect``
+            (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -159,6 +162,7 @@ class ServerSettings:
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
     drain_s: float = 0.0
+    inspector: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
@@ -172,6 +176,8 @@ class ServerSettings:
             raise ConfigError(f"server.bind: port {self.bind.rpartition(':')[2]} is not a port (0-65535)")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
+        if not isinstance(self.inspector, bool):
+            raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
                      "max_queue_s", "max_connect_wait_s"):
             value = getattr(self, name)
