@@ -37,7 +37,7 @@ import apsw
 
 from storage.errors import StorageError
 from storage.schema import MIGRATIONS
-from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, _write_template
+from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
 from . import statements as sql
 from .capture import MARKER_TABLE, Marker, ensure_marker, write_marker
@@ -117,10 +117,7 @@ def restore_file(
     _remove(partial, f"{partial}-wal", f"{partial}-shm")
     try:
         if image is None:
-            template = os.fspath(template)
-            if not os.path.exists(template):
-                _write_template(template, MIGRATIONS)
-            shutil.copyfile(template, partial)
+            shutil.copyfile(ensure_template(template, MIGRATIONS), partial)
         else:
             with open(partial, "wb") as out:
                 out.write(image)
