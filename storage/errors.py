@@ -173,7 +173,9 @@ class DatabaseError(StorageError):
 class StorageUnavailableError(StorageError):
     """The database cannot be reached: the connection was lost mid-call, the
     server is down or restarting, no connection was free within the timeout,
-    or the transaction lost a serialization race.
+    or the transaction lost a serialization race. In cluster mode also: the
+    actor's local working copy failed (it could not be rebuilt or its changes
+    captured); the log in Postgres rebuilds it on the next call.
 
     Nothing of the call was committed; a retry (once the database is back)
     can succeed. Servers answer 503 with ``Retry-After``.

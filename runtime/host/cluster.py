@@ -57,7 +57,6 @@ from runtime.host.ids import ActorId
 from runtime.host.slots import ActorSlot, CallNotStarted, SlotState, describe
 from storage.cluster import (
     ActorLog,
-    ChangeCapture,
     GroupCommitAppender,
     Lease,
     Marker,
@@ -67,6 +66,7 @@ from storage.cluster import (
     create_cluster_schema,
     file_state,
     restore_actor,
+    start_capture,
     write_marker,
 )
 from storage.errors import (
@@ -354,8 +354,7 @@ class HostCluster:
         ``log_version`` is the file's schema version before it was opened; when
         opening migrated it, the first entry is a snapshot of the migrated file.
         """
-        write_marker(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
-        capture = ChangeCapture(storage)
+        capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
         row = storage.read_alarm_row()
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
                        alarm_ms=None if row is None else row.scheduled_ms)

@@ -7,9 +7,12 @@ cannot turn into a changeset) costs the caller a retry, not the actor.
 
 from __future__ import annotations
 
+import pytest
 import trio
 
-from actors import SessionAgent, SessionConfig
+from actors import Agent, SessionAgent, SessionConfig
+from storage.errors import StorageUnavailableError
+from tests.support.cluster import file_digest
 
 
 def text(i: int) -> dict:
@@ -47,3 +50,64 @@ async def test_many_first_activations_at_once_each_restoring_from_postgres_all_s
                 nursery.start_soon(first_call, i)
         assert answers == {i: [f"m{i}"] for i in range(sessions)}
         assert b.cluster.statistics().restores == sessions
+
+
+async def test_a_folder_in_the_way_of_a_restore_is_answered_retryable_503(hosts, pg):
+    async with hosts(2) as (a, b):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("blocked")
+        await stub.append_message(text(1))
+        await a.hibernate(na, stub.id)
+        await released(pg, 1)
+        in_the_way = b.path_for(stub.id).with_name(b.path_for(stub.id).name + ".restore.tmp")
+        (in_the_way / "stray").mkdir(parents=True)  # the restore's temporary file cannot be written
+        with pytest.raises(StorageUnavailableError, match="could not be rebuilt from the cluster log") as caught:
+            await nb.get(stub.id).get_history()
+        assert caught.value.status == 503 and caught.value.retryable
+        assert isinstance(caught.value.__cause__, OSError)
+        await released(pg, 1)  # the lease goes back at once (in the background)
+        (in_the_way / "stray").rmdir()
+        in_the_way.rmdir()
+        assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1"]  # the retry succeeds
+
+
+class Scratch(Agent):
+    """Uses a table for the length of one call: created, written, dropped (or renamed) before the reply."""
+
+    async def on_start(self) -> None:
+        self.sql("CREATE TABLE IF NOT EXISTS kept (body TEXT PRIMARY KEY)")
+
+    async def work(self, body: str, drop: str) -> int:
+        self.sql("INSERT INTO kept (body) VALUES (?)", body)
+        self.sql("CREATE TABLE scratch (n INTEGER PRIMARY KEY, body TEXT)")
+        self.sql("INSERT INTO scratch (body) VALUES (?)", body)
+        if drop == "drop":
+            self.sql("DROP TABLE scratch")
+        else:
+            self.sql("ALTER TABLE scratch RENAME TO scratch_done")
+            self.sql("DROP TABLE scratch_done")
+        return len(self.sql("SELECT body FROM kept"))
+
+    async def kept(self) -> list[str]:
+        return [row["body"] for row in self.sql("SELECT body FROM kept ORDER BY body")]
+
+
+async def test_a_table_dropped_after_its_rows_were_captured_ships_the_file_and_moves_intact(hosts, pg):
+    """SQLite cannot make a changeset of a table dropped (or renamed) after changes to it were recorded;
+    the schema changed anyway, so the entry is a snapshot of the whole file."""
+    async with hosts(2) as (a, b):
+        na, nb = a.bind("scratch", Scratch), b.bind("scratch", Scratch)
+        stub = na.get_by_name("s")
+        assert await stub.work("one", "drop") == 1
+        assert await stub.work("two", "rename") == 2
+        assert await stub.kept() == ["one", "two"]
+        assert a.cluster.statistics().poisoned == 0
+        await a.hibernate(na, stub.id)
+        await released(pg, 1)
+        assert await nb.get(stub.id).kept() == ["one", "two"]
+        assert await nb.get(stub.id).work("three", "drop") == 3
+        await b.hibernate(nb, stub.id)
+    digest = file_digest(b.path_for(stub.id))
+    assert digest["integrity_check"] == "ok" and digest["kept"].startswith("3 rows")
+    assert "scratch" not in digest and "scratch_done" not in digest
