@@ -639,7 +639,12 @@ async def open_host(
     limit = raise_open_file_limit()
     index = AlarmIndex.open(root, durability=durability)
     host: ActorHost | None = None
+    member: HostCluster | None = None
     try:
+        if cluster is not None:
+            joining = HostCluster(cluster)
+            await joining.join()  # outside the nursery: a failure is itself, not a group around it
+            member = joining
         async with trio.open_nursery() as nursery:
             host = ActorHost(
                 root, nursery, index,
@@ -649,9 +654,8 @@ async def open_host(
                 durability=durability,
                 clock=clock or HostClock(),
             )
-            if cluster is not None:
-                host.cluster = HostCluster(host, cluster)
-                await host.cluster.start(nursery)
+            if member is not None:
+                await member.start(host, nursery)
             if idle_timeout_s is not None:
                 nursery.start_soon(host._reap_idle)
             await nursery.start(host._scheduler.run)
@@ -663,6 +667,6 @@ async def open_host(
     finally:
         if host is not None:
             host._shutdown()
-            if host.cluster is not None:
-                await host.cluster.aclose()
+        if member is not None:
+            await member.aclose()
         index.close()

@@ -214,9 +214,9 @@ class HostCluster:
         cluster_id: the cluster's id (from Postgres).
     """
 
-    def __init__(self, host: ActorHost, options: ClusterOptions) -> None:
+    def __init__(self, options: ClusterOptions) -> None:
         self.options = options = options.checked()
-        self.host = host
+        self.host: ActorHost = None  # type: ignore[assignment]  # set by start()
         self.host_id: str = options.host_id or ""
         self.advertise_url = options.advertise_url
         self.cluster_id = ""
@@ -234,15 +234,25 @@ class HostCluster:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery) -> None:
-        """Create the schema if needed, register the host, start the appender, renewals and alarm polls.
+    async def join(self) -> None:
+        """Reach Postgres: create the schema if needed and register the host (before the host opens).
 
         Raises:
-            StorageUnavailableError: Postgres cannot be reached.
+            StorageUnavailableError: Postgres cannot be reached (the connections are closed).
+            DatabaseError: Postgres refused (e.g. a newer cluster schema).
         """
-        async with self.pool.connection() as conn:
-            self.cluster_id = await create_cluster_schema(conn)
-        await self.ownership.register_host()
+        try:
+            async with self.pool.connection() as conn:
+                self.cluster_id = await create_cluster_schema(conn)
+            await self.ownership.register_host()
+        except BaseException:
+            self.pool.close()
+            raise
+
+    async def start(self, host: ActorHost, nursery: trio.Nursery) -> None:
+        """Serve ``host`` (after :meth:`join`): start the appender, renewals and alarm polls in ``nursery``."""
+        self.host = host
+        host.cluster = self
         await nursery.start(self.appender.run)
         nursery.start_soon(self._renew_leases)
         nursery.start_soon(self._poll_alarms)
