@@ -301,8 +301,10 @@ class NotOwnerError(ActorRuntimeError):
         actor: ``<namespace>/<hex>`` of the actor.
         owner_url: the owner host's advertised URL (``None`` when rebuilt from an error body).
         owner_host: the owner's host id.
-        retry_after_s: seconds until the owner's lease expires if it is not renewed
-            (at least 1): after that any host may take the actor over.
+        lease_left_s: seconds until the owner's lease expires if it is not renewed
+            (by Postgres' clock, unrounded, may be 0): after that any host may take
+            the actor over. ``None`` when not known (an error rebuilt from a body).
+        retry_after_s: ``lease_left_s`` but at least 1 (the ``Retry-After`` header).
     """
 
     status = 503
@@ -310,15 +312,17 @@ class NotOwnerError(ActorRuntimeError):
     actor: str | None = None
     owner_url: str | None = None
     owner_host: str | None = None
+    lease_left_s: float | None = None
     retry_after_s: float = 1.0
 
     def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
-                 retry_after_s: float = 1.0) -> None:
+                 retry_after_s: float = 1.0, lease_left_s: float | None = None) -> None:
         super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
         self.actor = actor
         self.owner_url = owner_url
         self.owner_host = owner_host
-        self.retry_after_s = max(1.0, retry_after_s)
+        self.lease_left_s = None if lease_left_s is None else max(0.0, lease_left_s)
+        self.retry_after_s = max(1.0, retry_after_s if lease_left_s is None else lease_left_s)
 
 
 class OwnershipLostError(ActorRuntimeError):

@@ -331,7 +331,7 @@ class HostCluster:
                 raise StorageUnavailableError(f"the ownership of actor {name} keeps changing hands; retry")
             self._counts["not_owner"] += 1
             raise NotOwnerError(name, result.address, owner_host=result.host_id,
-                                retry_after_s=result.remaining_ms / 1000)
+                                lease_left_s=result.remaining_ms / 1000)
         self._counts["acquisitions"] += 1
         return result
 

@@ -285,7 +285,7 @@ class SessionsServer:
         headers = {}
         if status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        elif status in (429, 503):
+        elif status == 429:
             headers["Retry-After"] = "1"
         elif status == 503:
             headers["Retry-After"] = retry_after(error)

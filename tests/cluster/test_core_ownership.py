@@ -251,3 +251,18 @@ async def test_release_listeners_hear_why_the_host_stopped_owning_an_actor(hosts
         with pytest.raises(OwnershipLostError):
             await second.add()
         assert heard == [(first.id.hex, "hibernated"), (second.id.hex, "deposed")]
+
+
+async def test_not_owner_says_exactly_how_much_of_the_lease_is_left(hosts, pg):
+    """``lease_left_s`` is the owner's remaining lease by the server's clock, unrounded (``retry_after_s``,
+    for the ``Retry-After`` header, is at least 1 s)."""
+    async with hosts(2, lease_s=6.0) as (a, b):
+        na, nb = bind_counters([a, b])
+        assert await na.get_by_name("c").add() == 1
+        pg("UPDATE ds_actors SET lease_expires = now() + interval '400 milliseconds'")
+        with pytest.raises(NotOwnerError) as caught:
+            await nb.get_by_name("c").read()
+        assert 0 < caught.value.lease_left_s <= 0.4
+        assert caught.value.retry_after_s == 1.0
+        fresh = NotOwnerError("counters/x", "http://h0", owner_host="h0", lease_left_s=4.25)
+        assert (fresh.lease_left_s, fresh.retry_after_s) == (4.25, 4.25)
