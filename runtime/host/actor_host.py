@@ -568,6 +568,8 @@ class ActorHost:
         found = peers.pop(conn.id, None) is not None
         if not peers:
             self._connections.pop(key, None)
+            if found and self.cluster is not None:
+                self.cluster.peers_gone(actor_id)  # a lease kept for the peers of a sleeping actor goes
         return found
 
     # -- helpers -----------------------------------------------------------------

@@ -30,6 +30,10 @@ changes against the single host, all of it here:
 * **Hibernation and eviction** write the clean marker (when every write is
   durable), close the file and release the lease, so the next call on any
   host takes the actor at once; a wake on the same host then skips the restore.
+  While the host holds WebSocket peers of the actor, the lease is kept (and
+  renewed with the others) instead: the peers stay open, the next frame or
+  call wakes the actor here without asking Postgres, and broadcasts still
+  reach them. The lease goes when the last peer leaves (or the host closes).
 * **Alarms** travel with the append (``ds_alarms``); only the owner runs an
   actor's alarm. Due alarms of actors nobody owns are found by a poll on
   every host; whichever host acquires the actor first delivers it.
@@ -228,6 +232,7 @@ class HostCluster:
                                             snapshot_min_bytes=options.snapshot_min_bytes)
         self._listeners: list[ReleaseListener] = []
         self._closing: list[Lease] = []  # leases of actors closed with the host, released in aclose()
+        self._held: dict[tuple[str, str], tuple[ActorId, Lease]] = {}  # asleep, with peers: still ours
         self._counts = dict.fromkeys(
             ("acquisitions", "not_owner", "restores", "kept", "poisoned", "deposed"), 0)
         self._restore_s = 0.0
@@ -264,6 +269,8 @@ class HostCluster:
         released expires by itself.
         """
         leases, self._closing = self._closing, []
+        leases += [lease for _actor_id, lease in self._held.values()]
+        self._held.clear()
         with trio.move_on_after(2 * (self.options.statement_timeout_s or 1.0)) as scope:
             scope.shield = True
             try:
@@ -288,7 +295,8 @@ class HostCluster:
         """A frozen snapshot of the counters (see :class:`ClusterStatistics`)."""
         stats = self.appender.stats
         return ClusterStatistics(
-            leases=sum(slot.cluster is not None and not slot.cluster.closed for slot in self.host._slots.values()),
+            leases=len(self._held) + sum(slot.cluster is not None and not slot.cluster.closed
+                                         for slot in self.host._slots.values()),
             restore_s=self._restore_s, statements=stats.statements, entries=stats.entries, refused=stats.refused,
             unknown=stats.unknown, resent=stats.resent, snapshots=stats.snapshots, **self._counts)
 
@@ -325,8 +333,14 @@ class HostCluster:
             StorageUnavailableError: Postgres cannot be reached.
         """
         name = describe(actor_id)
+        held = self._held.pop((actor_id.namespace, actor_id.hex), None)
+        if held is not None and held[1].live():  # asleep with peers: still ours, nobody else could write
+            self._counts["acquisitions"] += 1
+            return held[1]
         result = await self.ownership.acquire(name, base_version=SCHEMA_VERSION)
         if isinstance(result, Owner):
+            if held is not None:  # the kept lease lapsed and another host took the actor: the peers go
+                self._notify(actor_id, "deposed")
             if result.host_id is None:
                 raise StorageUnavailableError(f"the ownership of actor {name} keeps changing hands; retry")
             self._counts["not_owner"] += 1
@@ -445,28 +459,46 @@ class HostCluster:
     # -- closing an actor ------------------------------------------------------------------------
 
     def on_close(self, slot: ActorSlot, reason: str) -> None:
-        """The host drops the instance: mark the file clean if every write is durable, release the lease."""
+        """The host drops the instance: mark the file clean if every write is durable, release the lease
+        (or keep it while the host holds peers of the actor, see the module docstring)."""
         state = slot.cluster
         if state is None or state.closed:
             return
         state.closed = True
         log, storage = state.log, slot.storage
         writable = storage is not None and not storage.closed and not storage.in_transaction
+        clean = False
         if log.poisoned is None and writable and log.idle:
             try:
                 write_marker(storage, Marker(self.cluster_id, log.durable_seq, clean=True))
+                clean = True
             except Exception:  # the file stays unclean: it is rebuilt on the next activation
                 logger.exception("cluster: marking %s clean failed", state.name)
         log.close()
         state.frames.drop()
-        if not state.lease.lost:
+        lease = state.lease
+        if not lease.lost:
             if reason == "closed":
-                self._closing.append(state.lease)
+                self._closing.append(lease)
+            elif reason in ("hibernated", "evicted") and clean and self.host.connections_of(slot.id):
+                lease.last_seq, lease.tail_bytes = log.durable_seq, log.tail_bytes  # what the file now matches
+                self._held[slot.key] = (slot.id, lease)
+                return  # still the owner: the peers stay
             else:
-                self.release_soon(state.lease)
+                self.release_soon(lease)
+        self._notify(slot.id, reason)
+
+    def peers_gone(self, actor_id: ActorId) -> None:
+        """The host holds no peer of the actor any more: a lease kept for them while it sleeps goes."""
+        held = self._held.pop((actor_id.namespace, actor_id.hex), None)
+        if held is not None:
+            self.release_soon(held[1])
+            self._notify(actor_id, "hibernated")
+
+    def _notify(self, actor_id: ActorId, reason: str) -> None:
         for listener in self._listeners:
             try:
-                listener(slot.id, reason)
+                listener(actor_id, reason)
             except Exception:
                 logger.exception("cluster: release listener failed")
 
@@ -490,17 +522,24 @@ class HostCluster:
         """Every third of a lease: renew every lease this host holds, and the host's own."""
         while True:
             await trio.sleep(self.options.lease_s / 3)
-            held = [(slot, slot.cluster.lease) for slot in list(self.host._slots.values())
+            live = [(slot, slot.cluster.lease) for slot in list(self.host._slots.values())
                     if slot.cluster is not None and not slot.cluster.closed and not slot.cluster.lease.lost]
+            asleep = list(self._held.items())
             try:
-                lost = await self.ownership.renew([lease for _slot, lease in held])
+                lost = await self.ownership.renew([lease for _slot, lease in live]
+                                                  + [lease for _key, (_id, lease) in asleep])
                 await self.ownership.renew_host()
             except (StorageUnavailableError, DatabaseError) as exc:
                 logger.warning("cluster: lease renewal failed (%s)", exc)
                 continue
-            for slot, lease in held:
+            for slot, lease in live:
                 if lease in lost:
                     self._deposed(slot, OwnershipLostError(f"another host took actor {lease.actor} over"))
+            for key, (actor_id, lease) in asleep:
+                if lease in lost and self._held.get(key, (None, None))[1] is lease:
+                    del self._held[key]
+                    self._counts["deposed"] += 1
+                    self._notify(actor_id, "deposed")
 
     async def _poll_alarms(self) -> None:
         """Deliver due alarms of actors no live host owns (whoever acquires the actor first runs it)."""
