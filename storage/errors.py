@@ -44,7 +44,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── UnsupportedMediaTypeError        neither JSON nor msgpack              [415]
         ├── InternalServerError              a bug; details only in the log        [500]
         ├── ServiceUnavailableError          the server is shutting down (retryable) [503]
-        └── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
+        ├── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
+        └── NotServedInClusterError          the route is not served in cluster mode           [501]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -401,3 +402,14 @@ class OwnerUnreachableError(HttpError):
 
     status = 503
     retryable = True
+
+
+class NotServedInClusterError(HttpError):
+    """A route a host in cluster mode does not serve (``serve --cluster``): Claude Agent SDK
+    transcripts, whose session listings come from a catalog local to one host.
+
+    Nothing ran. Serve that feature from a host without ``--cluster``; a retry
+    at a cluster host gets the same answer (501 Not Implemented).
+    """
+
+    status = 501

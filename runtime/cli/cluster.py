@@ -20,7 +20,8 @@ The order of a start, and why:
    cluster, releasing its actors so other hosts take them at once.
 
 Claude Agent SDK transcripts (``/v1/transcripts``) are not served in cluster
-mode: their host-level catalog is local to one host.
+mode: their host-level catalog is local to one host; the routes answer 501
+:class:`~storage.errors.NotServedInClusterError` (docs/cluster.md says why).
 """
 
 from __future__ import annotations

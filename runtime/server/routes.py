@@ -370,12 +370,12 @@ def not_found(path: str) -> RouteNotFoundError:
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 503) are answered as they
+    Errors of :mod:`storage.errors` below 500 (and 501, 503) are answered as they
     are; anything else is a bug: logged with its traceback under a short
     reference, and answered ``500 InternalServerError`` naming only that reference.
     """
     status = status_of(error)
-    if status < 500 or status == 503:
+    if status < 500 or status in (501, 503):
         return status, payload_for(error)
     reference = uuid.uuid4().hex[:12]
     logger.error("internal error %s", reference, exc_info=error)

@@ -278,3 +278,26 @@ async def test_idle_sockets_stay_open_while_their_session_sleeps_and_get_its_bro
 async def _hibernations(host):
     async with httpx.AsyncClient() as http:
         return (await http.get(f"{host.url}/v1/actors")).json()["hibernations"] > 0
+
+
+async def test_transcripts_are_refused_with_a_clear_501_in_a_cluster(cluster):
+    """Their listings read a catalog local to one host: a cluster says so instead of answering wrong."""
+    from runtime.client.transcripts import DurableSessionStore
+    from storage.errors import NotServedInClusterError
+
+    h1 = cluster.hosts[0]
+    key = {"project_key": "p", "session_id": "s"}
+    async with httpx.AsyncClient() as http:
+        answers = [await http.post(f"{h1.url}/v1/transcripts/entries", json={"key": key, "entries": [{"uuid": "u"}]}),
+                   await http.get(f"{h1.url}/v1/transcripts/sessions", params={"project_key": "p"})]
+    for answer in answers:
+        assert (answer.status_code, answer.json()["error"]["type"]) == (501, "NotServedInClusterError")
+        assert answer.json()["error"]["message"] == (
+            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
+            "listings come from a catalog local to one host; serve them from a host without --cluster")
+    store = DurableSessionStore(h1.url)
+    try:
+        with pytest.raises(NotServedInClusterError):
+            await store.list_sessions("p")
+    finally:
+        await store.aclose()
