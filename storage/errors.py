@@ -24,7 +24,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── SearchQueryError                 SQLite failed while searching         [500]
     │   ├── DatabaseError                    Postgres refused or failed a statement [500]
     │   ├── StorageUnavailableError          the database cannot be reached (retryable) [503]
-    │   └── SkillRestoreError                reading history to restore skills failed (retryable) [503]
+    │   ├── SkillRestoreError                reading history to restore skills failed (retryable) [503]
+    │   └── RestoreError                     cluster: the log does not rebuild an actor's file [500]
     ├── ActorRuntimeError                 the actor host refused or failed a call [500]
     │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
     │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
@@ -197,6 +198,17 @@ class SkillRestoreError(StorageError):
 
     status = 503
     retryable = True
+
+
+class RestoreError(StorageError):
+    """Cluster mode: the log in Postgres does not rebuild the actor's file (a gap in
+    the log, a changeset that does not fit its snapshot, a snapshot that is no
+    database, a log from another actor-file schema version).
+
+    Damage, named in the answer (500 with this message, which names the actor):
+    nothing was changed on disk, and the actor cannot be activated until the
+    log is repaired. Not retryable.
+    """
 
 
 # -- the actor host ------------------------------------------------------------------------

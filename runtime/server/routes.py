@@ -59,7 +59,7 @@ from typing import Any
 from runtime.api import NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
 from runtime.host.namespace import ActorStub
 from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
-from storage.errors import InternalServerError, InvalidInputError, RouteNotFoundError
+from storage.errors import InternalServerError, InvalidInputError, RestoreError, RouteNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -370,12 +370,14 @@ def not_found(path: str) -> RouteNotFoundError:
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 501, 503) are answered as they
-    are; anything else is a bug: logged with its traceback under a short
-    reference, and answered ``500 InternalServerError`` naming only that reference.
+    Errors of :mod:`storage.errors` below 500 (and 501, 503, and a cluster
+    log's :class:`~storage.errors.RestoreError`, which names the actor) are
+    answered as they are; anything else is a bug: logged with its traceback
+    under a short reference, and answered ``500 InternalServerError`` naming
+    only that reference.
     """
     status = status_of(error)
-    if status < 500 or status in (501, 503):
+    if status < 500 or status in (501, 503) or isinstance(error, RestoreError):
         return status, payload_for(error)
     reference = uuid.uuid4().hex[:12]
     logger.error("internal error %s", reference, exc_info=error)

@@ -35,7 +35,7 @@ from pathlib import Path
 import anyio
 import apsw
 
-from storage.errors import StorageError, StorageUnavailableError
+from storage.errors import RestoreError, StorageUnavailableError
 from storage.schema import MIGRATIONS
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
@@ -51,13 +51,6 @@ __all__ = [
 
 #: zlib level for snapshots (1: fastest; 6 saves ~12% more for 2-3x the time).
 ZLIB_LEVEL = 1
-
-
-class RestoreError(StorageError):
-    """The log in Postgres does not rebuild the actor's file (a gap, a conflict, a bad image).
-
-    Nothing was changed on disk; the actor cannot be activated until the log is repaired.
-    """
 
 
 async def compress_image(image: bytes) -> bytes:

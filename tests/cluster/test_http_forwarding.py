@@ -301,3 +301,23 @@ async def test_transcripts_are_refused_with_a_clear_501_in_a_cluster(cluster):
             await store.list_sessions("p")
     finally:
         await store.aclose()
+
+
+async def test_a_log_that_cannot_rebuild_a_session_is_named_not_an_anonymous_500(cluster):
+    """Damage in Postgres (here a log entry gone) is reported as what it is, naming the session's actor."""
+    import psycopg
+
+    h1, h2, _ = cluster.hosts
+    async with SessionsClient(h1.url) as c1:
+        await c1.session("damaged").append_messages([msg("m1")])
+        await c1.session("damaged").append_messages([msg("m2")])
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.post(f"{h1.url}/v1/actors:hibernate", json={})).json() == {"hibernated": 1}
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            actor = conn.execute("SELECT actor_id FROM ds_actors").fetchone()[0]
+            await await_until(lambda: conn.execute("SELECT owner IS NULL FROM ds_actors").fetchone()[0], 10,
+                              "h1 to give the session up")
+            conn.execute("DELETE FROM ds_log WHERE seq = 1")
+        answer = await http.get(f"{h2.url}/v1/sessions/damaged/messages")  # h2 rebuilds the file from the log
+    assert (answer.status_code, answer.json()["error"]["type"]) == (500, "RestoreError")
+    assert answer.json()["error"]["message"].startswith(f"actor {actor}: the cluster log has a gap")
