@@ -192,6 +192,11 @@ class Forwarder:
 
     # -- who owns what ---------------------------------------------------------------------------
 
+    @property
+    def remembers_owners(self) -> bool:
+        """``True`` while some other host's ownership is remembered (perhaps run out by now)."""
+        return bool(self._owners)
+
     def owner_of(self, actor_id: ActorId) -> str | None:
         """The remembered owner URL of ``actor_id`` while its lease is live (never this host)."""
         key = (actor_id.namespace, actor_id.hex)
@@ -417,9 +422,9 @@ class ForwardingShortcut:
 
     def _target(self, scope: dict[str, Any]) -> tuple[ActorId, str, dict[str, str], str] | None:
         path = scope.get("path", "")
-        if not path.startswith(SESSIONS_PREFIX):
-            return None
         server = self.server
+        if not path.startswith(SESSIONS_PREFIX) or not server.forwarder.remembers_owners:
+            return None  # (a host that forwards nothing parses nothing twice)
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         if HOP_HEADER.lower() in headers or "transfer-encoding" in headers:
             return None
