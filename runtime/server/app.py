@@ -109,6 +109,7 @@ from runtime.wire import (
     JSON,
     MSGPACK,
     OWNER_HEADER,
+    TRANSCRIPTS_PREFIX,
     check_session_id,
     decode_body,
     encode_body,
@@ -118,6 +119,7 @@ from runtime.wire import (
 from storage.errors import (
     InvalidInputError,
     MethodNotAllowedError,
+    NotSupportedError,
     PayloadTooLargeError,
     RequestTimeoutError,
     RouteNotFoundError,
@@ -242,6 +244,9 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
+        elif self.forwarder is not None:  # a cluster: say why, not "no route"
+            app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/<rest:rest>", "transcripts_in_cluster",
+                             self._transcripts_in_cluster, methods=["GET", "POST", "PUT", "DELETE"])
         if MANAGERS_NAMESPACE in self.host.namespaces:
             add_manager_routes(app, self)
         add_docs_routes(app, self)
@@ -338,6 +343,11 @@ class SessionsServer:
             close = getattr(conn, "close", None)
             if close is not None:
                 close(CLOSE_RECONNECT, f"the session moved ({reason}); connect again")
+
+    async def _transcripts_in_cluster(self, rest: str) -> Response:
+        return self._error(NotSupportedError(
+            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
+            "listings come from a catalog local to one host; serve them from a host without --cluster"))
 
     # -- plain routes -----------------------------------------------------------------------------------
 

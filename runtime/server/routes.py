@@ -63,6 +63,7 @@ from storage.errors import (
     ActorStorageCorruptError,
     InternalServerError,
     InvalidInputError,
+    RestoreError,
     RouteNotFoundError,
     StorageFullError,
 )
@@ -407,18 +408,20 @@ _NAMED_STATUSES = frozenset({501, 503, 507})
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 501, 503, 507, and a damaged
+    Errors of :mod:`storage.errors` below 500 (and 501, 503, 507, a damaged
     actor's :class:`~storage.errors.ActorStorageCorruptError`, which names the
-    session) are answered as they are; a full disk met outside an actor turn
-    is answered as :class:`~storage.errors.StorageFullError`. Anything else
-    is a bug: logged with its traceback under a short reference, and
-    answered ``500 InternalServerError`` naming only that reference.
+    session, and a cluster log's :class:`~storage.errors.RestoreError`, which
+    names the actor) are answered as they are; a full disk met outside an
+    actor turn is answered as :class:`~storage.errors.StorageFullError`.
+    Anything else is a bug: logged with its traceback under a short
+    reference, and answered ``500 InternalServerError`` naming only that
+    reference.
     """
     if classify(error) == "full" and not isinstance(error, StorageFullError):
         error = StorageFullError(f"the disk holding the data folder is full ({fault_detail(error)}); "
                                  "nothing of the request was stored")
     status = status_of(error)
-    if status < 500 or status in _NAMED_STATUSES or isinstance(error, ActorStorageCorruptError):
+    if status < 500 or status in _NAMED_STATUSES or isinstance(error, (ActorStorageCorruptError, RestoreError)):
         if status >= 500:
             logger.warning("answered %d: %s", status, error)
         return status, payload_for(error)
