@@ -424,6 +424,10 @@ class ActorHost:
         if self.max_queue_s is None or admitted is None:
             await slot.enter()
             return
+        if slot.ready():  # the turn starts at once (no checkpoint): there is no wait to bound
+            await slot.enter()
+            self._note_start(slot, admitted)
+            return
         scope = trio.CancelScope(deadline=admitted + self.max_queue_s)
         if slot.state is SlotState.ACTIVATING:  # the clock starts once the actor is ready (_start_queue_clocks)
             scope.deadline = float("inf")

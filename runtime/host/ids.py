@@ -15,6 +15,7 @@ so no client string ever becomes part of a path.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -26,6 +27,9 @@ from storage.errors import InvalidActorIdError, InvalidNamespaceError
 BODY_BYTES = 24
 TAG_BYTES = 8
 ID_HEX_LENGTH = 2 * (BODY_BYTES + TAG_BYTES)
+#: Names whose ids are kept (most recently used first): a server maps the same session names to ids on
+#: every request, and each mapping is two HMAC-SHA256 computations.
+NAMED_IDS_KEPT = 4096
 
 #: Namespace names become folder names: letters, digits, ``_`` and ``-``,
 #: starting with a letter or digit (names starting ``_`` or ``.`` are the host's).
@@ -73,8 +77,15 @@ def id_from_name(namespace: str, name: str) -> ActorId:
     Raises:
         InvalidActorIdError: ``name`` is not a ``str``.
     """
+    if type(name) is str:
+        return _named_id(namespace, name)
     if not isinstance(name, str):
         raise InvalidActorIdError(f"actor names are str, not {type(name).__name__}")
+    return _named_id.__wrapped__(namespace, name)  # a str subclass: not kept (its equality may differ)
+
+
+@functools.lru_cache(maxsize=NAMED_IDS_KEPT)
+def _named_id(namespace: str, name: str) -> ActorId:
     body = _mac(b"name:", namespace, name.encode("utf-8"))[:BODY_BYTES]
     return ActorId(namespace, _with_tag(namespace, body), name)
 

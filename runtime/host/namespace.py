@@ -43,6 +43,10 @@ class Namespace:
         self.agent_class = agent_class
         self.env = env
         self._methods: dict[str, tuple[Callable[..., Any], inspect.Signature, bool]] = {}
+        # Call shapes (method, positional count[, keyword names]) known to bind: binding depends on the
+        # shape only, never on the values, so a shape seen to fit is not bound again (Signature.bind is
+        # a good part of a call's cost). Only methods without *args/**kwargs are kept: their shapes are few.
+        self._fitting: set[tuple[Any, ...]] = set()
 
     def __repr__(self) -> str:
         return f"<Namespace {self.name} ({self.agent_class.__qualname__})>"
@@ -147,10 +151,14 @@ class Namespace:
             Whatever ``on_start`` or the method raised.
         """
         fn, signature, is_async = self.resolve_method(method)
-        try:
-            signature.bind(None, *args, **kwargs)
-        except TypeError as exc:
-            raise InvalidArgumentsError(f"{self.agent_class.__qualname__}.{method}(): {exc}") from None
+        shape = (method, len(args), frozenset(kwargs)) if kwargs else (method, len(args))
+        if shape not in self._fitting:
+            try:
+                signature.bind(None, *args, **kwargs)
+            except TypeError as exc:
+                raise InvalidArgumentsError(f"{self.agent_class.__qualname__}.{method}(): {exc}") from None
+            if _bounded(signature):
+                self._fitting.add(shape)
 
         if is_async:
             async def invoke(agent: Agent) -> Any:
@@ -187,6 +195,11 @@ class Namespace:
         actor_id = self.check_id(actor_id)
         if self.host.unregister_connection(actor_id, conn):
             await self.host.run_turn(actor_id, lambda agent: agent.on_close(_peer(agent, conn), code, reason))
+
+
+def _bounded(signature: inspect.Signature) -> bool:
+    """``True`` when ``signature`` takes no ``*args`` or ``**kwargs`` (its fitting call shapes are few)."""
+    return all(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values())
 
 
 def _peer(agent: Agent, conn: ConnectionLike) -> ConnectionLike:

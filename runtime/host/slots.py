@@ -108,6 +108,10 @@ class ActorSlot:
             return False
         return not self.storage.in_transaction
 
+    def ready(self) -> bool:
+        """``True`` when a call entering now starts at once (:meth:`enter` returns without a checkpoint)."""
+        return not self.waiting and self._may_start()
+
     async def enter(self) -> None:
         """Wait for this call's turn to start: in admission order, once the actor is
         active and its gate open (no checkpoint when nothing is ahead).
@@ -115,7 +119,7 @@ class ActorSlot:
         Raises:
             BaseException: the activation error when the actor failed to start.
         """
-        if not self.waiting and self._may_start():
+        if self.ready():
             self._check_started()
             return
         ticket = [trio.Event()]

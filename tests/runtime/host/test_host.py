@@ -141,6 +141,22 @@ async def test_bad_arguments_are_refused_before_waking(actor_host):
     assert actor_host.statistics().activations == 0
 
 
+async def test_arguments_are_checked_by_shape_after_a_call_of_the_same_method_fitted(actor_host):
+    # A fitting shape is remembered (binding is skipped for it); every other shape is still bound and refused.
+    ns = actor_host.bind("notes", Notes)
+    stub = ns.get_by_name("alice")
+    assert await stub.add("x", tag="t") == 1
+    assert await stub.add("y", tag="u") == 2
+    with pytest.raises(InvalidArgumentsError, match="unexpected keyword argument 'colour'"):
+        await stub.add("x", colour="red")
+    with pytest.raises(InvalidArgumentsError, match=r"Notes.add\(\): missing a required argument: 'text'"):
+        await stub.add(tag="t")
+    with pytest.raises(InvalidArgumentsError, match="too many positional arguments"):
+        await stub.add("x", "y")
+    assert await stub.add("z") == 3
+    assert await stub.count() == 3
+
+
 async def test_errors_raised_by_methods_reach_the_caller_and_the_actor_stays(actor_host):
     ns = actor_host.bind("notes", Notes)
     stub = ns.get_by_name("alice")
