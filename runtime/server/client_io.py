@@ -24,7 +24,7 @@ from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from storage.errors import PayloadTooLargeError, RequestTimeoutError
 
-__all__ = ["body_timed_out", "client_gone", "quiet_send", "read_body"]
+__all__ = ["body_read", "body_timed_out", "client_gone", "quiet_send", "read_body"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ async def read_body() -> bytes:
             (the connection is closed after the answer).
     """
     try:
-        return await request.get_data()
+        body = await request.get_data()
     except RequestEntityTooLarge:
         limit = current_app.config.get("MAX_CONTENT_LENGTH")
         raise PayloadTooLargeError(f"the body is larger than {limit} bytes") from None
@@ -48,6 +48,13 @@ async def read_body() -> bytes:
         g.body_timed_out = True
         timeout = current_app.config.get("BODY_TIMEOUT")
         raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s") from None
+    g.body_read = True
+    return body
+
+
+def body_read() -> bool:
+    """``True`` when this request's whole body was read (by :func:`read_body`): nothing is left to drain."""
+    return bool(g.get("body_read", False))
 
 
 def body_timed_out() -> bool:

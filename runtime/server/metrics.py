@@ -19,7 +19,7 @@ or clash on metrics. Exposed names (all prefixed ``durable_sessions_``):
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -86,10 +86,18 @@ class ServerMetrics:
             ("route",), buckets=LATENCY_BUCKETS, registry=self.registry,
         )
 
+        # The labelled children, found once per label set (``labels()`` takes a lock and checks its
+        # arguments on every call). Routes and statuses are few: templates, never session ids.
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one answered request of ``route`` with ``status`` that took ``seconds``."""
-        self._requests.labels(route, str(status)).inc()
-        self._latency.labels(route).observe(seconds)
+        children = self._children.get((route, status))
+        if children is None:
+            children = self._children[(route, status)] = (self._requests.labels(route, str(status)),
+                                                          self._latency.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

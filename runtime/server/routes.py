@@ -277,7 +277,11 @@ def _field_value(method: ApiMethod, field: Field, call: Call) -> Any:
         return value
     if field.absent is REQUIRED:
         raise field.missing()
-    return copy.deepcopy(field.absent)
+    absent = field.absent
+    return absent if absent is None or type(absent) in _IMMUTABLE else copy.deepcopy(absent)
+
+
+_IMMUTABLE = frozenset((str, int, float, bool, bytes))
 
 
 def _param(method: ApiMethod, field: Field) -> Any:

@@ -328,7 +328,8 @@ class WebSocketEndpoint:
                 status, body = describe_error(exc)
                 reply["error"] = body["error"]
             del params
-            known = isinstance(method, str) and callable_method(self.server.namespace.agent_class, method) is not None
+            known = status == 200 or (isinstance(method, str)
+                                      and callable_method(self.server.namespace.agent_class, method) is not None)
             self.server.metrics.observe(f"WS {method if known else '?'}", status, time.perf_counter() - started)
             encoded = _encode_frame(reply, b"" if binary else "")
             del reply
@@ -385,8 +386,8 @@ def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
 def _echo_id(value: Any, frame: str | bytes) -> Any:
     """The call's ``id`` as the reply carries it: ``None`` in place of one a JSON reply
     cannot hold (``NaN``, a lone surrogate)."""
-    if isinstance(frame, bytes):
-        return value
+    if isinstance(frame, bytes) or value is None or type(value) is int or (type(value) is str and value.isascii()):
+        return value  # (the usual ids: nothing a JSON reply cannot hold)
     try:
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
