@@ -41,6 +41,11 @@ a bug: 500 with a reference to the logged traceback, never the traceback
 itself. Admission control (:mod:`runtime.server.admission`) refuses work the
 server cannot start soon, at once.
 
+On a host outside a cluster, a session request whose head settles every
+check (route, id, token, body size) is answered below Quart's request
+machinery by :mod:`runtime.server.shortcut`, with the same answers; every
+other request goes through the app.
+
 In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
 given), a session request this host does not own is forwarded to the
 owner and a WebSocket relayed to it (:mod:`runtime.server.forwarding`,
@@ -89,7 +94,7 @@ from runtime.host.namespace import Namespace
 from runtime.server import inspector
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
-from runtime.server.client_io import body_timed_out, quiet_send, read_body
+from runtime.server.client_io import body_read, body_timed_out, quiet_send, read_body
 from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
 from runtime.server.listener import serve_admitting
@@ -99,6 +104,7 @@ from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openapi import add_docs_routes
 from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found, retry_headers
+from runtime.server.shortcut import SessionShortcut
 from runtime.server.transcript_routes import add_transcript_routes
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 from runtime.server.websocket import WebSocketEndpoint
@@ -187,6 +193,8 @@ class SessionsServer:
         metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
         draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
         closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
+        shortcut: whether plain session requests take the short way below Quart
+            (:mod:`runtime.server.shortcut`; not in a cluster). ``False`` sends them through the app.
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
@@ -213,6 +221,7 @@ class SessionsServer:
         self.origins = OriginPolicy(cors_origins)
         self.draining = trio.Event()
         self.closing = trio.Event()
+        self.shortcut = True
         self.app = self._build_app()
 
     # -- the app -------------------------------------------------------------------------------
@@ -227,6 +236,8 @@ class SessionsServer:
         app.asgi_app = _ShieldedResponseEnd(app.asgi_app)
         if self.forwarder is not None:
             app.asgi_app = ForwardingShortcut(app.asgi_app, self)
+        else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
+            app.asgi_app = SessionShortcut(app.asgi_app, self)
         app.asgi_app = _EncodedPaths(app.asgi_app)
         app.asgi_app = BrowserGate(app.asgi_app, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
@@ -288,7 +299,7 @@ class SessionsServer:
         return None
 
     async def _after_request(self, response: Response) -> Response:
-        if not body_timed_out():
+        if not (body_read() or body_timed_out() or _bodiless()):
             await _drain_body()
         started = getattr(g, "started", None)
         if started is not None:
@@ -312,7 +323,7 @@ class SessionsServer:
 
     def _respond(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
         # An error of a WebSocket handler also lands here, where there is no request to ask.
-        kind = request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON) if has_request_context() else JSON
+        kind = _answer_kind() if has_request_context() else JSON
         return Response(encode_body(body, kind), status=status, content_type=kind, headers=headers)
 
     def _error(self, error: BaseException) -> Response:
@@ -538,7 +549,7 @@ class _EncodedPaths:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         raw = scope.get("raw_path") if scope.get("type") in ("http", "websocket") else None
-        if raw:
+        if raw and b"%" in raw:  # without an escape, the server's decoded path is the raw one already
             scope = dict(scope, path=raw.decode("latin-1"))
         await self.app(scope, receive, send)
 
@@ -571,6 +582,23 @@ class _ShieldedResponseEnd:
                 await send(message)
 
         await self.app(scope, receive, send_shielded)
+
+
+def _answer_kind() -> str:
+    """The encoding of this request's answer: msgpack when its ``Accept`` prefers it, else JSON."""
+    accept = request.headers.get("Accept")
+    if not accept or accept in _JSON_ACCEPTS:  # most clients: no header parsing needed
+        return JSON
+    return request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON)
+
+
+_JSON_ACCEPTS = frozenset(("*/*", JSON))
+
+
+def _bodiless() -> bool:
+    """``True`` when the request's headers announce no body (no length or a length of 0, not chunked)."""
+    headers = request.headers
+    return headers.get("Content-Length") in (None, "0") and "Transfer-Encoding" not in headers
 
 
 async def _drain_body() -> None:

@@ -1,0 +1,185 @@
+"""The session routes' short way: a plain session request answered below the web framework.
+
+Most of a served append or history read is spent outside the actor: in
+hypercorn, h11 and trio, which every request needs, and in Quart's request
+machinery (a request and a response object, contexts, signals, a nursery of
+two tasks per request, hooks), which a session route does not need.
+:class:`SessionShortcut` answers the requests of the session table
+(:mod:`runtime.server.routes`) straight from the ASGI scope, on a host that
+is not part of a cluster, when everything the app would check is settled by
+the request's head: a session route that exists for the method, a valid
+session id, the right token, the server not closing, no chunked body, a
+declared body within the limit (none at all for a route without one), an
+ASCII query string. Everything else -- the listing, errors of routing,
+authentication and size, other routes, WebSockets -- goes to the Quart app
+untouched, so it is answered exactly as before.
+
+What the short way does is what the app does for such a request: the same
+:func:`~runtime.server.routes.match`, :class:`~runtime.server.routes.Call`
+and route handler, the body read within the body timeout and the body limit
+(408 or 413 otherwise, and the connection closed), decoded by :func:`~runtime.wire.decode_body`, the
+answer in the encoding ``Accept`` prefers, errors through
+:func:`~runtime.server.routes.describe_error` with the app's error headers,
+the last piece of the answer sent shielded, one metrics observation under
+the route's name. The middlewares outside it (admission, ``Origin`` and
+CORS) see both ways alike. ``server.shortcut`` set to ``False`` sends every
+request through the app.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import trio
+from werkzeug.datastructures import ImmutableMultiDict, MIMEAccept
+from werkzeug.http import parse_accept_header
+
+from runtime.server.client_io import quiet_send
+from runtime.server.routes import Call, Route, describe_error, match
+from runtime.wire import JSON, MSGPACK, SESSIONS_PREFIX, decode_body, encode_body, unquote_segment
+from storage.errors import DurableSessionsError, PayloadTooLargeError, RequestTimeoutError
+
+if TYPE_CHECKING:
+    from runtime.host.ids import ActorId
+    from runtime.server.app import SessionsServer
+
+__all__ = ["SessionShortcut"]
+
+_PREFIX = SESSIONS_PREFIX.encode("ascii")
+_METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
+_JSON_ACCEPTS = frozenset(("*/*", JSON))
+_KIND_HEADER = {JSON: JSON.encode("ascii"), MSGPACK: MSGPACK.encode("ascii")}
+_NO_QUERY: ImmutableMultiDict[str, str] = ImmutableMultiDict()
+
+
+class _Taken:
+    """A request the short way answers: its actor, route, path values and the headers it reads."""
+
+    __slots__ = ("accept", "actor_id", "content_type", "route", "values")
+
+    def __init__(self, actor_id: ActorId, route: Route, values: dict[str, str], content_type: str | None,
+                 accept: str | None) -> None:
+        self.actor_id = actor_id
+        self.route = route
+        self.values = values
+        self.content_type = content_type
+        self.accept = accept
+
+
+class SessionShortcut:
+    """ASGI middleware: the session requests described in the module docstring, answered without Quart."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], server: SessionsServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        taken = self._take(scope) if scope.get("type") == "http" and self.server.shortcut else None
+        if taken is None:
+            await self.app(scope, receive, send)
+            return
+        await self._answer(scope, receive, quiet_send(send), taken)
+
+    def _take(self, scope: dict[str, Any]) -> _Taken | None:
+        """The request's settled parts, or ``None`` when the app answers it (see the module docstring)."""
+        raw = scope.get("raw_path") or b""
+        method = scope.get("method")
+        server = self.server
+        if not raw.startswith(_PREFIX) or method not in _METHODS or server.closing.is_set():
+            return None
+        query = scope.get("query_string", b"")
+        if not query.isascii():
+            return None
+        session_id, *segments = raw[len(_PREFIX):].decode("latin-1").split("/")
+        if not segments:  # GET /v1/sessions/{id} is the listing's
+            return None
+        try:
+            actor_id = server.actor_id(unquote_segment(session_id, "session_id"))
+            route, values = match(method, segments)
+        except DurableSessionsError:  # a bad id or path value: the app names it
+            return None
+        if route is None:
+            return None
+        authorization = length = content_type = accept = None
+        for name, value in scope.get("headers", ()):  # the first of each, as the app reads them
+            if name == b"authorization":
+                authorization = value.decode("latin-1") if authorization is None else authorization
+            elif name == b"content-length":
+                length = value if length is None else length
+            elif name == b"transfer-encoding":
+                return None
+            elif name == b"content-type":
+                content_type = value.decode("latin-1") if content_type is None else content_type
+            elif name == b"accept":
+                accept = value.decode("latin-1") if accept is None else accept
+        if not server.authorized(authorization):
+            return None
+        if length is not None and length != b"0" and not (
+                route.has_body and length.isdigit() and int(length) <= server.max_body_bytes):
+            return None
+        return _Taken(actor_id, route, values, content_type, accept)
+
+    async def _answer(self, scope: dict[str, Any], receive: Any, send: Any, taken: _Taken) -> None:
+        server = self.server
+        started = time.perf_counter()
+        route = taken.route
+        headers: dict[str, str] | None = None
+        try:
+            body = None
+            if route.has_body:
+                data = await self._read_body(receive)
+                if data is None:  # the client went away
+                    return
+                body = decode_body(data, taken.content_type)
+            query = scope.get("query_string", b"")
+            args = ImmutableMultiDict(parse_qsl(query.decode(), keep_blank_values=True,
+                                                errors="werkzeug.url_quote")) if query else _NO_QUERY
+            status, payload = await route.handler(Call(server.namespace.get(taken.actor_id), taken.values, args, body))
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error response, as in the app
+            status, payload = describe_error(exc)
+            headers = server.error_headers(exc, status)
+        kind = _kind(taken.accept)
+        content = encode_body(payload, kind)
+        out = [(b"content-type", _KIND_HEADER[kind]), (b"content-length", str(len(content)).encode("ascii"))]
+        if headers:
+            out += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        timeout = server.app.config.get("RESPONSE_TIMEOUT")
+        with trio.move_on_after(float("inf") if timeout is None else timeout):
+            await send({"type": "http.response.start", "status": status, "headers": out})
+            with trio.CancelScope(shield=True):  # see app._ShieldedResponseEnd
+                await send({"type": "http.response.body", "body": content, "more_body": False})
+        server.metrics.observe(route.name, status, time.perf_counter() - started)
+
+    async def _read_body(self, receive: Any) -> bytes | None:
+        """The whole body, ``None`` when the client went away.
+
+        Raises:
+            PayloadTooLargeError: it is larger than the body limit (the rest is not read).
+            RequestTimeoutError: it did not all arrive within the server's body timeout.
+        """
+        timeout, limit = self.server.body_timeout_s, self.server.max_body_bytes
+        parts = []
+        size = 0
+        with trio.move_on_after(timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                part = message.get("body", b"")
+                size += len(part)
+                if size > limit:
+                    raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
+                parts.append(part)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+        raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")
+
+
+def _kind(accept: str | None) -> str:
+    """The answer's encoding: msgpack when ``Accept`` prefers it, else JSON (as the app negotiates)."""
+    if not accept or accept in _JSON_ACCEPTS:
+        return JSON
+    return parse_accept_header(accept, MIMEAccept).best_match([JSON, MSGPACK], default=JSON)
