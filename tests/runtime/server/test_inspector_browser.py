@@ -6,15 +6,14 @@ a compaction, the prompt as the model gets it, broadcasts as they happen, search
 and stored markup that stays text. Screenshots go to a folder named at the end of the run
 (``DURABLE_SESSIONS_SCREENSHOTS`` to choose it).
 
-Needs Chromium and chromedriver (Debian: ``chromium``, ``chromium-driver``); without them the tests are
-skipped, except under ``CI=1`` where they fail (``.ci/run`` installs both).
+Needs Chromium and chromedriver (Debian: ``chromium``, ``chromium-driver``; see ``tests/support/browser.py``);
+without them the tests are skipped, except under ``CI=1`` where they fail (``.ci/run`` installs both).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
+from tests.support.browser import browser_binaries, headless_chromium, wait_until
 from tests.support.data import TEST_DATA
 from tests.support.processes import cli_command, cli_env, server_process
 
@@ -57,21 +57,6 @@ threshold = 100000
 protect_head = 2
 tail_token_budget = 200
 """
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1000")
-
-
-def browser_binaries() -> tuple[str, str]:
-    """``(chromium, chromedriver)``; skips the test without them (fails it under ``CI``)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver") or next((p for p in ("/usr/bin/chromedriver",) if Path(p).exists()), None)
-    if chromium is None or driver is None:
-        missing = "chromium" if chromium is None else "chromedriver"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests: {missing} is not installed (.ci/run installs it)")
-        pytest.skip(f"{missing} is not installed")
-    return chromium, driver
 
 
 # -- the server, its data, the browser ------------------------------------------------------------------------------
@@ -119,21 +104,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
 
 @pytest.fixture(scope="module")
 def driver(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, chromedriver = browser_binaries()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    browser = webdriver.Chrome(options=options, service=Service(chromedriver))
-    try:
+    with headless_chromium(tmp_path_factory.mktemp("chromium-profile")) as browser:
         yield browser
-    finally:
-        browser.quit()
 
 
 @pytest.fixture
@@ -165,19 +137,7 @@ class Page:
 
     def wait(self, check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
         """``check()``'s first true value; an element replaced while it was read counts as not yet."""
-        from selenium.common.exceptions import StaleElementReferenceException
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                found = check()
-            except StaleElementReferenceException:
-                found = None
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
-            time.sleep(0.02)
+        return wait_until(check, timeout, what)
 
     def shown(self, tab: str, timeout: float = 10.0) -> None:
         """Wait until ``tab`` is rendered (its first render done)."""
