@@ -96,6 +96,7 @@ from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessa
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
+from .history_pages import check_page_options, history_page
 from .session_compaction import BroadcastChannel, SessionCompaction
 from .session_messages import (
     apply_overlays,
@@ -700,13 +701,33 @@ class Session:
         leaf = await self._messages.latest_leaf()
         return None if leaf is None else await self.get_message(leaf)
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
+    async def get_history(
+        self, leaf_id: str | None = None, *, limit: int | None = None, before: str | None = None,
+        overlays: bool = True,
+    ) -> list[Message]:
         """The path root -> ``leaf_id`` (default: the latest leaf), overlays applied.
 
         The whole path, however long (docs/deviations.md #18). An unknown ``leaf_id``
         gives ``[]``; a ``leaf_id`` with children gives the path to it.
+
+        Pages (an extension of the spec's method, :mod:`actors.history_pages`):
+        ``limit`` keeps the newest ``limit`` entries; ``before`` (an entry's id,
+        an overlay's included) keeps those older than it, so passing a page's
+        first id as ``before`` reads the page before it; ``overlays=False``
+        reads the stored messages without compaction overlays. A page reads
+        only its own rows. Each page is root-side first; a page shorter than
+        ``limit`` reached the root.
+
+        Raises:
+            InvalidInputError: a bad ``leaf_id``, ``limit`` (an int >= 1),
+                ``overlays`` (a bool) or ``before`` (``field="before"`` also when
+                it is not an entry of this history).
         """
-        return await read_history(self._messages, await self._leaf(leaf_id))
+        if limit is None and before is None and overlays is True:
+            return await read_history(self._messages, await self._leaf(leaf_id))
+        check_page_options(limit, before, overlays)
+        leaf = await self._leaf(leaf_id)
+        return [] if leaf is None else await history_page(self._messages, leaf, limit, before, overlays)
 
     async def raw_path_messages(self) -> list[Message]:
         """The stored messages root -> latest leaf, *without* compaction overlays.

@@ -391,9 +391,13 @@ class SessionAgent(Agent):
         """
         return await self.session.append_messages(messages, parent_id)
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
-        """The path root -> ``leaf_id`` (default: latest leaf), compaction overlays applied."""
-        return await self.session.get_history(leaf_id)
+    async def get_history(
+        self, leaf_id: str | None = None, limit: int | None = None, before: str | None = None, overlays: bool = True,
+    ) -> list[Message]:
+        """The path root -> ``leaf_id`` (default: latest leaf), compaction overlays applied; with ``limit``
+        or ``before``, one page of it, and with ``overlays=False`` the stored messages
+        (:meth:`Session.get_history`)."""
+        return await self.session.get_history(leaf_id, limit=limit, before=before, overlays=overlays)
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None``."""

@@ -27,8 +27,8 @@ the Postgres append adds per write.
 
 **3. Failover time** as a function of the log tail since the last
 snapshot: a session on host A gets ``N`` appends (snapshots disabled with a
-huge ``snapshot_bytes``, so the tail is all of them), A is killed with
-``kill -9``, and host B is polled with a read until it answers. Reported:
+huge ``snapshot_bytes``, so the tail is all of them), ``--settle`` seconds
+later (a moment of A's renewal cycle) A is killed with ``kill -9``, and host B is polled with a read until it answers. Reported:
 the time from the kill to B's first answer (lease wait included), and B's
 restore time (``restore_s`` of ``GET /v1/actors``).
 
@@ -261,6 +261,7 @@ def failover(folder: Path, dsn: str, args: argparse.Namespace) -> dict:
                              for i in range(start, min(tail, start + 50))]
                     http.post(f"{base}/messages:batch", json={"messages": batch}).raise_for_status()
                 expected = 1 + tail
+                time.sleep(args.settle)  # an owner dies at any moment of its renewal cycle, not right after a write
                 a.kill()
                 killed = time.monotonic()
 
@@ -298,6 +299,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats of each measurement")
     parser.add_argument("--lease", type=float, default=2.0, help="lease seconds of the cluster hosts")
     parser.add_argument("--tails", default="0,1000,10000", help="failover: log tails (appends) to measure")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="failover: seconds between the last write and the kill (0: at once, when the lease "
+                             "was just renewed)")
     parser.add_argument("--dsn", help="Postgres to use (default: a throwaway server)")
     parser.add_argument("--only", choices=("throughput", "latency", "failover"), help="run one part")
     parser.add_argument("--json", type=Path, help="also write the results here")

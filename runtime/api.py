@@ -55,7 +55,8 @@ from storage.errors import (
 from storage.shapes import LATEST_LEAF
 
 __all__ = [
-    "DEFAULT", "EMPTY_READS", "METHODS", "NO_EMPTY", "OMIT", "REQUIRED", "SESSION_API", "SESSION_EXCLUDED",
+    "DEFAULT", "EMPTY_READS", "LIST_DEFAULT_LIMIT", "LIST_LIMIT", "METHODS", "NO_EMPTY", "OMIT", "REQUIRED",
+    "SESSION_API", "SESSION_EXCLUDED", "SESSION_PAGE", "SESSION_SUMMARY",
     "ApiMethod", "Field", "HttpRequest", "HttpRoute", "NotFound", "Param", "body", "body_schema",
     "describe_routes", "path", "query", "request_for", "response_schema", "whole_body",
 ]
@@ -138,6 +139,24 @@ PARENT_ID = {"type": ["string", "null"]}
 TOOL_FORMAT = {"enum": ["raw", "openai", "anthropic"]}
 #: The search limit a query string may ask for (over RPC any integer >= 0).
 QUERY_LIMIT = {"type": "integer", "minimum": 0, "maximum": 10_000}
+#: The page size a query string may ask for (over RPC any integer >= 1).
+PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10_000}
+
+# -- finding sessions: GET /v1/sessions and GET /v1/sessions/{id} (runtime.server.listing) -------------------
+
+#: Epoch-millisecond times as ISO-8601 UTC text with milliseconds (``2026-01-05T10:00:00.000Z``).
+TIMESTAMP = {"type": "string", "format": "date-time"}
+#: One session as the host knows it (``GET /v1/sessions``, ``GET /v1/sessions/{id}``).
+SESSION_SUMMARY = _object("SessionSummary", {
+    "id": STRING, "messages": INTEGER, "compactions": INTEGER, "compactedThrough": {"type": ["string", "null"]},
+    "createdAt": TIMESTAMP, "updatedAt": TIMESTAMP, "state": {"enum": ["ok", "quarantined"]},
+    "problem": {"type": ["string", "null"]}, "active": BOOLEAN,
+})
+#: A page of the session listing; ``cursor`` reads the next page (``null``: this was the last).
+SESSION_PAGE = _object("SessionPage", {"sessions": _array(SESSION_SUMMARY), "cursor": {"type": ["string", "null"]}})
+#: ``limit`` of the session listing (default :data:`LIST_DEFAULT_LIMIT`).
+LIST_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+LIST_DEFAULT_LIMIT = 50
 
 # -- the shapes of the table -------------------------------------------------------------------------
 
@@ -336,6 +355,12 @@ _CONTENT = Param("content", STRING)
 _PARENT = Param("parent_id", PARENT_ID, default=LATEST_LEAF)
 _PARENT_FIELD = body("parentId", "parent_id", absent=OMIT, check=True)
 _MESSAGES = _array(MESSAGE)
+#: ``get_history``'s paging options (actors/history_pages.py): keyword-only in the Session and the client.
+_PAGE_PARAMS = (
+    Param("limit", {"type": ["integer", "null"], "minimum": 1}, default=None, keyword_only=True),
+    Param("before", _or_null(STRING), default=None, keyword_only=True),
+    Param("overlays", BOOLEAN, default=True, keyword_only=True),
+)
 
 
 def _method(name: str, summary: str, params: tuple[Param, ...], result: Mapping[str, Any],
@@ -350,9 +375,11 @@ SESSION_API: tuple[ApiMethod, ...] = (
             (Param("message", MESSAGE), _PARENT), BOOLEAN, (InvalidMessageError, InvalidInputError),
             HttpRoute("POST", "messages", (body("message", error=InvalidMessageError), _PARENT_FIELD),
                       result_key="inserted", echo=(("id", "message.id"),), created=True)),
-    _method("get_history", "The path root -> leaf (default: the latest leaf), compaction overlays applied.",
-            (_LEAF_ID,), _MESSAGES, (InvalidInputError,),
-            HttpRoute("GET", "messages", (query("leaf", "leaf_id"),), result_key="messages"), empty=[]),
+    _method("get_history", "The path root -> leaf (default: the latest leaf), compaction overlays applied; "
+            "or one page of it: the newest limit entries before the entry before, root-side first.",
+            (_LEAF_ID, *_PAGE_PARAMS), _MESSAGES, (InvalidInputError,),
+            HttpRoute("GET", "messages", (query("leaf", "leaf_id"), query("limit", schema=PAGE_LIMIT),
+                                          query("before"), query("overlays")), result_key="messages"), empty=[]),
     _method("clear_messages", "Delete every message and compaction; unload all skills; refresh the prompt.",
             (), NULL, (),
             HttpRoute("DELETE", "messages", constant=(("cleared", True),))),

@@ -12,6 +12,7 @@ handshake, and the HTTP error a server sends instead of accepting.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,12 +68,16 @@ class WebSocketConnection:
         self._closed: ConnectionClosed | None = None
         #: ``anyio.current_time()`` of the last pong received (``None``: none yet); see :meth:`ping`.
         self.last_pong: float | None = None
+        #: The subprotocol the server selected (``None``: none).
+        self.subprotocol: str | None = None
 
     @classmethod
     async def connect(
-        cls, url: str, *, headers: list[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+        cls, url: str, *, headers: list[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        subprotocols: Sequence[str] = (),
     ) -> WebSocketConnection:
-        """Open ``url`` (``ws://``, ``wss://``, or ``http(s)://`` meaning the same).
+        """Open ``url`` (``ws://``, ``wss://``, or ``http(s)://`` meaning the same), offering
+        ``subprotocols`` (the one the server selected: :attr:`subprotocol`).
 
         Raises:
             ValueError: an unsupported scheme.
@@ -90,19 +95,22 @@ class WebSocketConnection:
         stream = await anyio.connect_tcp(host, port, tls=secure, tls_hostname=host if secure else None)
         try:
             connection = cls(stream, WSConnection(ConnectionType.CLIENT), max_message_bytes)
-            await connection._handshake(parts.netloc, target, headers)
+            await connection._handshake(parts.netloc, target, headers, subprotocols)
         except BaseException:
             await anyio.aclose_forcefully(stream)
             raise
         return connection
 
-    async def _handshake(self, netloc: str, target: str, headers: list[tuple[str, str]]) -> None:
+    async def _handshake(self, netloc: str, target: str, headers: list[tuple[str, str]],
+                         subprotocols: Sequence[str] = ()) -> None:
         extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        await self._stream.send(self._ws.send(Request(host=netloc, target=target, extra_headers=extra)))
+        await self._stream.send(self._ws.send(Request(host=netloc, target=target, extra_headers=extra,
+                                                      subprotocols=list(subprotocols))))
         status, body = None, b""
         while True:
             for event in await self._read_events():
                 if isinstance(event, AcceptConnection):
+                    self.subprotocol = event.subprotocol
                     return
                 if isinstance(event, RejectConnection):
                     status = event.status_code

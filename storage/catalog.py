@@ -30,10 +30,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .integrity import ActorFacts
+import apsw
+
+from .integrity import ActorFacts, actor_facts, open_for_inspection
 from .sqlite import Durability, SqlStorage
 
-__all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog"]
+__all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog", "last_write_ms", "read_facts"]
 
 #: File name of the catalog inside the host's data folder.
 CATALOG_FILE = "_catalog.sqlite3"
@@ -65,6 +67,15 @@ _COLUMNS = ("namespace, actor_id, name, generation, messages, compactions, compa
 _GET = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? AND actor_id = ?"
 _LIST = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? ORDER BY updated_ms DESC, actor_id"
 _ALL = f"SELECT {_COLUMNS} FROM actors ORDER BY namespace, actor_id"
+# One page of named entries, newest update first, strictly below the key (?2, ?3), names starting with ?4.
+_PAGE = f"""
+SELECT {_COLUMNS} FROM actors
+WHERE namespace = ?1 AND name IS NOT NULL AND (updated_ms, actor_id) < (?2, ?3)
+  AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4)
+ORDER BY updated_ms DESC, actor_id DESC LIMIT ?5
+"""
+#: A key above every entry's ``(updated_ms, actor_id)`` (ids are lowercase hex).
+_TOP = (1 << 62, "~")
 _RECORD = """
 INSERT INTO actors (namespace, actor_id, name, generation, messages, compactions, compacted_through,
                     created_ms, updated_ms)
@@ -147,6 +158,18 @@ class HostCatalog:
         rows = self._storage.exec(_LIST, namespace) if namespace is not None else self._storage.exec(_ALL)
         return [CatalogEntry(*row) for row in rows]
 
+    def page(self, namespace: str, limit: int, *, below: tuple[int, str] | None = None,
+             prefix: str | None = None) -> list[CatalogEntry]:
+        """At most ``limit`` entries of ``namespace`` that have a name, most recently updated first
+        (ties: actor id descending), whose key ``(updated_ms, actor_id)`` is below ``below`` (the
+        last entry of the page before) and whose name starts with ``prefix``.
+
+        One walk of the ``actors_by_update`` index from ``below`` on (a ``prefix``
+        filters the entries it passes).
+        """
+        updated, actor = below if below is not None else _TOP
+        return [CatalogEntry(*row) for row in self._storage.exec(_PAGE, namespace, updated, actor, prefix, limit)]
+
     def record(self, namespace: str, actor_id: str, facts: ActorFacts, *, now_ms: int | None = None,
                wrote: bool = True) -> None:
         """Store what an actor file holds now (after it hibernated or closed, or a rescan read it).
@@ -187,6 +210,36 @@ class HostCatalog:
         for hex_id in actor_files(self.data_dir, namespace):
             if hex_id not in known:
                 yield hex_id
+
+
+def last_write_ms(storage: SqlStorage) -> int | None:
+    """Epoch milliseconds at which the newest row of ``assistant_messages`` (by insertion) was stored,
+    or ``None`` without messages: one row read, whatever the history length."""
+    stamp = storage.scalar("SELECT created_at FROM assistant_messages ORDER BY seq DESC LIMIT 1")
+    if stamp is None:
+        return None
+    value = storage.scalar("SELECT CAST(round((julianday(?) - 2440587.5) * 86400000) AS INTEGER)", stamp)
+    return None if value is None else int(value)
+
+
+def read_facts(path: str | os.PathLike[str]) -> tuple[ActorFacts | None, str | None]:
+    """The facts of an actor file no connection of this process holds: ``(facts, None)``;
+    ``(None, None)`` when one holds it (its exclusive lock; its owner's close records it);
+    ``(None, problem)`` when SQLite cannot read it. Reads only; changes nothing on disk."""
+    try:
+        storage = open_for_inspection(path)
+    except apsw.BusyError:
+        return None, None
+    except apsw.Error as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        return actor_facts(storage), None
+    except apsw.BusyError:
+        return None, None
+    except apsw.Error as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    finally:
+        storage.close()
 
 
 def actor_files(data_dir: Path, namespace: str) -> Iterator[str]:

@@ -15,7 +15,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   │   ├── InvalidMessageError          a message lacks id/role/parts         [400]
     │   │   └── ContextBlockError            a block write was refused             [400]
     │   ├── NotFoundError (LookupError)      unknown thing; ``.kind``, ``.key``     [404]
-    │   │   └── MessageNotFoundError         unknown message id                    [404]
+    │   │   ├── MessageNotFoundError         unknown message id                    [404]
+    │   │   └── SessionNotFoundError         no session with that id on this host  [404]
     │   ├── ConflictError                    the state forbids it                  [409]
     │   └── CompactionError                  compaction cannot run                 [409]
     ├── StorageError                      a fault of a file or of the code        [500]
@@ -26,7 +27,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
     │   ├── StorageUnavailableError          the database cannot be reached (retryable) [503]
     │   ├── SkillRestoreError                reading history to restore skills failed (retryable) [503]
     │   ├── StorageFullError                 the disk is full; nothing written (retryable) [507]
-    │   └── ActorStorageCorruptError         an actor's file is damaged; quarantined [500]
+    │   ├── ActorStorageCorruptError         an actor's file is damaged; quarantined [500]
+    │   └── RestoreError                     cluster: the log does not rebuild an actor's file [500]
     ├── ActorRuntimeError                 the actor host refused or failed a call [500]
     │   ├── InvalidActorIdError (ValueError)  malformed or foreign actor id        [400]
     │   ├── InvalidNamespaceError (ValueError) bad namespace name or binding       [400]
@@ -50,7 +52,9 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── ServiceUnavailableError          the server is shutting down (retryable) [503]
         ├── OwnerUnreachableError            a forwarded call's owner stopped answering (retryable) [503]
         ├── ServerBusyError                  too many requests in flight (retryable) [503]
-        └── RequestTimeoutError              the body did not arrive in time (retryable) [408]
+        ├── RequestTimeoutError              the body did not arrive in time (retryable) [408]
+        ├── NotSupportedError                not in this server's mode (listing, transcripts in a cluster) [501]
+        └── OriginNotAllowedError            a browser page of another origin       [403]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -179,7 +183,9 @@ class DatabaseError(StorageError):
 class StorageUnavailableError(StorageError):
     """The database cannot be reached: the connection was lost mid-call, the
     server is down or restarting, no connection was free within the timeout,
-    or the transaction lost a serialization race.
+    or the transaction lost a serialization race. In cluster mode also: the
+    actor's local working copy failed (it could not be rebuilt or its changes
+    captured); the log in Postgres rebuilds it on the next call.
 
     Nothing of the call was committed; a retry (once the database is back)
     can succeed. Servers answer 503 with ``Retry-After``.
@@ -200,6 +206,17 @@ class SkillRestoreError(StorageError):
 
     status = 503
     retryable = True
+
+
+class RestoreError(StorageError):
+    """Cluster mode: the log in Postgres does not rebuild the actor's file (a gap in
+    the log, a changeset that does not fit its snapshot, a snapshot that is no
+    database, a log from another actor-file schema version).
+
+    Damage, named in the answer (500 with this message, which names the actor):
+    nothing was changed on disk, and the actor cannot be activated until the
+    log is repaired. Not retryable.
+    """
 
 
 # -- the actor host ------------------------------------------------------------------------
@@ -305,8 +322,10 @@ class NotOwnerError(ActorRuntimeError):
         actor: ``<namespace>/<hex>`` of the actor.
         owner_url: the owner host's advertised URL (``None`` when rebuilt from an error body).
         owner_host: the owner's host id.
-        retry_after_s: seconds until the owner's lease expires if it is not renewed
-            (at least 1): after that any host may take the actor over.
+        lease_left_s: seconds until the owner's lease expires if it is not renewed
+            (by Postgres' clock, unrounded, may be 0): after that any host may take
+            the actor over. ``None`` when not known (an error rebuilt from a body).
+        retry_after_s: ``lease_left_s`` but at least 1 (the ``Retry-After`` header).
     """
 
     status = 503
@@ -314,15 +333,17 @@ class NotOwnerError(ActorRuntimeError):
     actor: str | None = None
     owner_url: str | None = None
     owner_host: str | None = None
+    lease_left_s: float | None = None
     retry_after_s: float = 1.0
 
     def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
-                 retry_after_s: float = 1.0) -> None:
+                 retry_after_s: float = 1.0, lease_left_s: float | None = None) -> None:
         super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
         self.actor = actor
         self.owner_url = owner_url
         self.owner_host = owner_host
-        self.retry_after_s = max(1.0, retry_after_s)
+        self.lease_left_s = None if lease_left_s is None else max(0.0, lease_left_s)
+        self.retry_after_s = max(1.0, retry_after_s if lease_left_s is None else lease_left_s)
 
 
 class OwnershipLostError(ActorRuntimeError):
@@ -484,3 +505,29 @@ class RequestTimeoutError(HttpError):
 
     status = 408
     retryable = True
+
+
+# -- listing sessions, browsers (appended) -----------------------------------------------------
+
+
+class SessionNotFoundError(NotFoundError):
+    """No session with that id was ever written on this host (``GET /v1/sessions/{id}``)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} on this host", kind="session", key=session_id)
+
+
+class NotSupportedError(HttpError):
+    """The server cannot do this in the mode it runs in (listing sessions in cluster mode, or
+    with the sessions in Postgres; Claude Agent SDK transcripts in cluster mode, whose listings
+    come from a catalog local to one host); the message says why and what works instead.
+    Nothing ran; a retry at the same server gets the same answer."""
+
+    status = 501
+
+
+class OriginNotAllowedError(HttpError):
+    """A browser request (a WebSocket upgrade) came from a page of an origin the server does not allow
+    (``[server] cors_origins``); nothing was run."""
+
+    status = 403

@@ -532,6 +532,15 @@ class MessageStore:
             return None
         return self._one(_CLIMB, seq, depth)
 
+    def depth_on_path(self, message_id: str, leaf_id: str) -> int | None:
+        """The depth of ``message_id`` (the root's is 1) when it lies on the path root -> ``leaf_id``
+        (``leaf_id`` itself included), else ``None``. Two row reads and O(log depth) climbs."""
+        places = self.token_places([message_id, leaf_id])
+        found, leaf = places.get(message_id), places.get(leaf_id)
+        if found is None or leaf is None or found.depth > leaf.depth:
+            return None
+        return found.depth if self.ancestor_at_depth(leaf.seq, found.depth) == found.seq else None
+
     def path_tokens(self, leaf_id: str) -> PathTokens | None:
         """Token total of the path root -> ``leaf_id`` and the overlays that apply on it.
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
+import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -288,9 +290,8 @@ def _migrate(con: apsw.Connection, path: str, migrations: Sequence[Migration]) -
 
 def _seed_from_template(template: str, path: str, migrations: Sequence[Migration], durability: Durability) -> None:
     """Create ``path`` as a byte copy of ``template`` (built first when missing)."""
-    if not os.path.exists(template):
-        _write_template(template, migrations)
-    partial = f"{path}.{os.getpid()}.tmp"
+    ensure_template(template, migrations)
+    partial = _partial_name(path)
     shutil.copyfile(template, partial)
     try:
         if durability == "full":
@@ -304,13 +305,52 @@ def _seed_from_template(template: str, path: str, migrations: Sequence[Migration
         _fsync_path(os.path.dirname(path) or ".")
 
 
+def ensure_template(template: str | os.PathLike[str], migrations: Sequence[Migration] = MIGRATIONS) -> str:
+    """Build the fully migrated, empty database at ``template`` unless it exists; its path.
+
+    Safe to call from many threads and processes at once: a process builds a
+    missing template once (one lock per path), always under a name of its own
+    next to it, and renames it into place when it is complete, so nobody ever
+    opens a half-built template and two builders never share a file.
+
+    Raises:
+        apsw.Error, OSError: the template cannot be built (nothing is left behind).
+    """
+    template = os.fspath(template)
+    if os.path.exists(template):
+        return template
+    with _template_lock(template):
+        if not os.path.exists(template):
+            _write_template(template, migrations)
+    return template
+
+
+_TEMPLATE_LOCKS: dict[str, threading.Lock] = {}
+_TEMPLATE_LOCKS_GUARD = threading.Lock()
+
+
+def _template_lock(template: str) -> threading.Lock:
+    with _TEMPLATE_LOCKS_GUARD:
+        return _TEMPLATE_LOCKS.setdefault(os.path.abspath(template), threading.Lock())
+
+
+def _partial_name(path: str) -> str:
+    """A temporary file name next to ``path`` that no other thread or process uses."""
+    return f"{path}.{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}.tmp"
+
+
 def _write_template(template: str, migrations: Sequence[Migration]) -> None:
-    """Build a fully migrated, checkpointed database file at ``template``."""
+    """Build a fully migrated, checkpointed database file at ``template`` (replacing it atomically)."""
     Path(template).parent.mkdir(parents=True, exist_ok=True)
-    partial = f"{template}.{os.getpid()}.tmp"
-    with SqlStorage.open(partial, migrations=migrations) as built:
-        built.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-    os.replace(partial, template)
+    partial = _partial_name(template)
+    try:
+        with SqlStorage.open(partial, migrations=migrations) as built:
+            built.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        os.replace(partial, template)
+    finally:
+        for leftover in (partial, f"{partial}-wal", f"{partial}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
 
 
 def _fsync_path(path: str) -> None:

@@ -4,6 +4,7 @@ and the Python blocks run a second time with the same output."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -71,6 +72,25 @@ def test_the_session_walk_through_runs_and_its_python_part_runs_twice_alike(serv
     assert first.splitlines()[:3] == ["m1 user My booking code is ZFA04Y.",
                                       "m2 assistant Thanks, I found reservation ZFA04Y.",
                                       "m3 user Can I move it to Friday?"]
+
+
+def test_the_listing_and_paging_walk_through_runs(server, tmp_path):
+    address = address_of(server)
+    setup = block("sh", "S=http://127.0.0.1:8787/v1/sessions/") + block("sh", "/v1/actors:hibernate")
+    listing = "".join(line + "\necho\n" for line in block("sh", "/v1/sessions?limit=10").splitlines())  # one per line
+    answers = [json.loads(line) for line in bash(setup + "echo\n" + listing, address, tmp_path).splitlines()[-6:]]
+    assert answers[0]["cursor"] is None and [e["id"] for e in answers[0]["sessions"]] == ["chat-42"]
+    assert answers[0]["sessions"][0]["messages"] >= 2
+    assert [e["id"] for e in answers[1]["sessions"]] == ["chat-42"]
+    assert answers[2]["session"]["id"] == "chat-42"
+    newest, before = answers[3]["messages"], answers[4]["messages"]
+    assert len(newest) == 1 and [m["id"] for m in before] == ["m1"]
+    assert [m["id"] for m in answers[5]["messages"]][:2] == ["m1", "m2"]
+    cli = bash(f"export DURABLE_SESSIONS_URL=http://{address}\n" + block("sh", "durable-sessions list --prefix"),
+               address, tmp_path)
+    assert cli.splitlines()[0].endswith("  chat-42")
+    assert cli.splitlines()[1] == "m1 [user] My booking code is ZFA04Y."
+    assert cli.splitlines()[2:] == ["[", "  {", '    "id": "m1",']
 
 
 def test_the_manager_walk_through_runs_and_its_python_part_runs_twice_alike(server, tmp_path):

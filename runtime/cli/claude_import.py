@@ -236,7 +236,8 @@ async def run_import_command(args: argparse.Namespace) -> int:
         files = find_claude_code_files(args.file)
     except FileNotFoundError as exc:
         raise ImportUsageError(str(exc)) from None
-    with tqdm(total=len(files), unit="file", desc="import", disable=args.no_progress, file=sys.stderr) as bar:
+    with tqdm(total=len(files), unit="file", desc="import", disable=args.no_progress or None,  # None: a terminal only
+              file=sys.stderr) as bar:
         report = await _run(args, files, bar.update)
     _print_report(report, len(files), args.target)
     return 1 if report.failures else 0

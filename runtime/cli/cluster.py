@@ -20,7 +20,8 @@ The order of a start, and why:
    cluster, releasing its actors so other hosts take them at once.
 
 Claude Agent SDK transcripts (``/v1/transcripts``) are not served in cluster
-mode: their host-level catalog is local to one host.
+mode: their host-level catalog is local to one host; the routes answer 501
+:class:`~storage.errors.NotSupportedError` (docs/cluster.md says why).
 """
 
 from __future__ import annotations
@@ -135,10 +136,7 @@ async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: Cluste
                 settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
                 durability=settings.durability, max_pending_calls=settings.max_pending_calls,
                 max_queue_s=settings.max_queue_s, **host_cluster_options(cluster, host_id, advertise)))
-        except (StorageUnavailableError, BaseExceptionGroup) as caught:
-            exc = _unavailable(caught)
-            if exc is None:
-                raise
+        except StorageUnavailableError as exc:
             reason = " ".join(str(exc).split())  # libpq's messages span lines
             if trio.current_time() + pause > deadline:
                 raise ClusterUnreachableError(
@@ -147,17 +145,6 @@ async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: Cluste
             logger.warning("cannot reach Postgres at %s yet (%s); trying again in %.2g s", database, reason, pause)
             await trio.sleep(pause)
             pause = min(pause * 2, MAX_RETRY_S)
-
-
-def _unavailable(error: BaseException) -> StorageUnavailableError | None:
-    """The :class:`StorageUnavailableError` ``error`` is, or the one a group holds when it holds nothing else."""
-    if isinstance(error, StorageUnavailableError):
-        return error
-    if isinstance(error, BaseExceptionGroup):
-        found = [_unavailable(inner) for inner in error.exceptions]
-        if found and all(found):
-            return found[0]
-    return None
 
 
 def host_cluster_options(cluster: ClusterSettings, host_id: str, advertise: str) -> dict[str, Any]:

@@ -2,18 +2,26 @@
 
 ::
 
+    durable-sessions [--version] [--log-level LEVEL] [--log-format text|json] COMMAND ...
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
-                             [--ready-file FILE] [--postgres URL]
+                             [--ready-file FILE] [--postgres URL] [--access-log]
                              [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
-    durable-sessions history SESSION_ID [--leaf ID] [--json]
+    durable-sessions history SESSION_ID [--leaf ID] [--limit N] [--before ID] [--raw] [--json]
+    durable-sessions list    [--prefix P] [--limit N] [--json]
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+
+``--log-level`` and ``--log-format`` may also follow the subcommand
+(:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
+missing, then written once) and binds its address before anything else: a
+read-only or unwritable folder, an address in use or a bad port is one line
+naming it, and exit status 2.
 
 Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 ``http://127.0.0.1:8787``) with ``--token`` (default
@@ -33,14 +41,19 @@ unreachable it exits with status 1 and one line saying so.
 :mod:`runtime.cli.doctor`).
 
 Exit status: 0 success, 1 a failure at run time (server error, failed
-import, damage found by ``doctor``), 2 bad usage or configuration.
+import, damage found by ``doctor``, an unknown session), 2 bad usage or
+configuration, 130 interrupted (Ctrl-C). When the reader of stdout goes
+away (``history ... | head``) the command stops quietly with 0: nothing
+more is written, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -63,12 +76,14 @@ from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
 from runtime.cli.doctor import run_doctor
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
+from runtime.cli.logs import LEVELS, LOG_FORMATS, configure_logging
 from runtime.client import SessionsClient
 from runtime.host.actor_host import open_host
-from runtime.server.app import bind_sessions, require_token_for, serve
+from runtime.server.app import bind_sessions, bind_socket, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
+from storage.errors import NotSupportedError
 from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")
@@ -81,8 +96,9 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="durable-sessions", description="Durable per-session memory for LLM agents.")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"durable-sessions {_version()}")
+    _log_options(parser, defaults=True)
+    commands = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
 
     run = commands.add_parser("serve", help="run the actor host with its HTTP/WebSocket server")
     run.add_argument("--bind", help="HOST:PORT to listen on (default 127.0.0.1:8787; port 0 picks a free one)")
@@ -103,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the URL other hosts reach this one at (default: http://<bound address>)")
     run.add_argument("--lease", type=float, dest="lease_s",
                      help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
+    run.add_argument("--access-log", action="store_true", default=None, dest="access_log",
+                     help="log one line per request (logger durable_sessions.access)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -118,8 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="print a session's history")
     history.add_argument("session_id")
     history.add_argument("--leaf", help="print the path to this message instead of the latest leaf")
+    history.add_argument("--limit", type=_positive, help="only the newest N entries (a page)")
+    history.add_argument("--before", metavar="ID", help="only entries older than this one (page back with the "
+                                                        "first id of the page before)")
+    history.add_argument("--raw", action="store_true", help="the stored messages, without compaction overlays")
     history.add_argument("--json", action="store_true", help="print the messages as JSON")
     _client_options(history)
+
+    listing = commands.add_parser("list", help="list the sessions the server holds, most recently updated first")
+    listing.add_argument("--prefix", help="only session ids starting with this")
+    listing.add_argument("--limit", type=_positive, help="at most N sessions (default: all)")
+    listing.add_argument("--json", action="store_true", help="print the sessions as JSON")
+    _client_options(listing)
 
     find = commands.add_parser("search", help="full-text search in a session")
     find.add_argument("session_id")
@@ -145,6 +173,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Commands:
+    """The subparsers, each made with the logging options too (so they may follow the subcommand)."""
+
+    def __init__(self, actions: Any) -> None:
+        self.actions = actions
+
+    def add_parser(self, name: str, **options: Any) -> argparse.ArgumentParser:
+        parser = self.actions.add_parser(name, **options)
+        _log_options(parser, defaults=False)
+        return parser
+
+
+def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--log-level`` and ``--log-format``; after the subcommand they override what came before it."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
+                        help=f"logging level: {', '.join(LEVELS)} (default INFO)", **(keep or {"default": "INFO"}))
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="text (default) or json: one object per line",
+                        **(keep or {"default": "text"}))
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("durable-sessions")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="server URL (default $DURABLE_SESSIONS_URL or http://127.0.0.1:8787)")
     parser.add_argument("--token", help="bearer token (default $DURABLE_SESSIONS_TOKEN)")
@@ -153,13 +219,15 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``durable-sessions`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
-    command = {"serve": _serve, "import": _import, "history": _history, "search": _search,
+    configure_logging(args.log_level, args.log_format)
+    command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
                "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
     try:
-        return trio.run(command, args)
+        status = trio.run(command, args)
+        sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
+        return status
+    except BrokenPipeError:
+        return _stdout_gone()
     except (UsageError, ConfigError) as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -167,11 +235,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        return 130
+        return _interrupted(args.command)
+    except BaseExceptionGroup as group:  # trio gathers what its tasks raised
+        interrupt, rest = group.split(KeyboardInterrupt)
+        if interrupt is not None:
+            return _interrupted(args.command)
+        if rest is not None and len(rest.exceptions) == 1 and isinstance(rest.exceptions[0], Exception):
+            return _failed(args.command, rest.exceptions[0])
+        raise
     except Exception as exc:  # noqa: BLE001 - one line for the user; details at debug level
-        logger.debug("failure", exc_info=True)
-        print(f"durable-sessions {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args.command, exc)
+
+
+def _failed(command: str, exc: Exception) -> int:
+    logger.debug("failure", exc_info=exc)
+    print(f"durable-sessions {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 1
+
+
+def _interrupted(command: str) -> int:
+    """Ctrl-C: one line, no traceback, status 130 (128 + SIGINT). What was done before it stays done."""
+    print(f"durable-sessions {command}: interrupted", file=sys.stderr)
+    return 130
+
+
+#: Exit status when the reader of stdout went away (``history ... | head``): a reader that has
+#: enough is no failure (as ripgrep does; ``set -o pipefail`` scripts keep working).
+EXIT_PIPE_CLOSED = 0
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout closed the pipe: stop quietly (no traceback, nothing more written)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 # -- serve -----------------------------------------------------------------------------------
@@ -201,7 +302,8 @@ def load_agent_class(spec: str) -> type[Agent]:
 
 def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
     config = load_config(args.config).with_overrides(
-        bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability
+        bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
+        access_log=args.access_log,
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     if args.postgres:
         config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
@@ -222,9 +324,11 @@ async def _serve(args: argparse.Namespace) -> int:
     agent_class = load_agent_class(args.app) if args.app else (PostgresSessionAgent if postgres else SessionAgent)
     if postgres and not issubclass(agent_class, PostgresSessionAgent):
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
+    check_data_folder(config.server.data)
     if config.cluster is not None:
         return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
     settings = config.server
+    listen = listen_on(settings.bind)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
         async def shutdown_trigger() -> None:
@@ -241,12 +345,46 @@ async def _serve(args: argparse.Namespace) -> int:
             bind_managers(host, config.session)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
-                    partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger))
+                    partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
+                            listen_socket=listen))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
     print("durable-sessions: stopped", flush=True)
     return 0
+
+
+def check_data_folder(folder: Path) -> None:
+    """Make sure ``folder`` is, or can become, a folder this process can write (nothing is created here).
+
+    Raises:
+        UsageError: it, or the nearest part of its path that exists, is not a folder, is on a read-only
+            file system, or may not be written; the message names both paths.
+    """
+    existing = folder.absolute()
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    problem = None
+    if not existing.is_dir():
+        problem = os.strerror(errno.ENOTDIR)
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        problem = os.strerror(errno.EROFS if read_only else errno.EACCES)
+    if problem is not None:
+        where = existing if existing != folder.absolute() else folder
+        raise UsageError(f"cannot use the data folder {folder}: {problem} ({where})")
+
+
+def listen_on(bind: str) -> Any:
+    """A socket bound to ``bind`` (``host:port``) for :func:`serve`, so a bad address is one clear line.
+
+    Raises:
+        UsageError: the address cannot be bound (in use, not local, unknown host, no permission).
+    """
+    try:
+        return bind_socket(bind)[0]
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {bind}: {exc.strerror or exc}") from None
 
 
 @asynccontextmanager
@@ -284,6 +422,8 @@ async def _import(args: argparse.Namespace) -> int:
     except (FormatError, OSError) as exc:
         raise UsageError(str(exc)) from None
     total = sum(len(s.messages) for s in sessions)
+    if args.data is not None:
+        check_data_folder(args.data)
     with tqdm(total=total, unit="msg", desc="import", disable=args.no_progress or None, file=sys.stderr) as bar:
         if args.data is not None:
             async with open_host(args.data) as host:
@@ -331,13 +471,46 @@ def _client(args: argparse.Namespace) -> SessionsClient:
 
 async def _history(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        messages = await client.session(args.session_id).get_history(args.leaf)
+        messages = await client.session(args.session_id).get_history(
+            args.leaf, limit=args.limit, before=args.before, overlays=not args.raw)
+        if not messages and args.leaf is None and args.before is None:
+            await _known(client, args.session_id)
     if args.json:
         print(json.dumps(messages, ensure_ascii=False, indent=2))
     else:
         for message in messages:
             print(format_message(message))
     return 0
+
+
+async def _known(client: SessionsClient, session_id: str) -> None:
+    """Raise ``SessionNotFoundError`` when the server has no session ``session_id`` (an empty history
+    alone cannot tell); a server that cannot list (a cluster) is taken at its word."""
+    try:
+        await client.describe_session(session_id)
+    except NotSupportedError:
+        pass
+
+
+async def _list(args: argparse.Namespace) -> int:
+    found = []
+    async with _client(args) as client:
+        async for entry in client.iter_sessions(prefix=args.prefix, page_size=min(args.limit or 500, 500)):
+            found.append(entry)
+            if not args.json:
+                print(format_session(entry), flush=False)
+            if args.limit is not None and len(found) >= args.limit:
+                break
+    if args.json:
+        print(json.dumps(found, ensure_ascii=False, indent=2))
+    return 0
+
+
+def format_session(entry: dict[str, Any]) -> str:
+    """One listed session as ``<updatedAt>  <messages> msgs  <compactions> compactions  [flags]  <id>``."""
+    flags = [flag for flag, on in (("active", entry["active"]), (entry["state"], entry["state"] != "ok")) if on]
+    return (f"{entry['updatedAt']}  {entry['messages']:>7} msgs  {entry['compactions']:>3} compactions  "
+            f"{(' '.join(flags) or '-'):<11}  {entry['id']}")
 
 
 async def _search(args: argparse.Namespace) -> int:

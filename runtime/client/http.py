@@ -46,7 +46,7 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -273,6 +273,38 @@ class SessionsClient:
             raise error_from_payload(response.status_code, _decode(response))
         return response.text
 
+    async def list_sessions(self, *, limit: int | None = None, cursor: str | None = None,
+                            prefix: str | None = None) -> dict[str, Any]:
+        """One page of the sessions the host holds (``GET /v1/sessions``), most recently updated first:
+        ``{"sessions": [{"id", "messages", "compactions", "compactedThrough", "createdAt", "updatedAt",
+        "state", "problem", "active"}, ...], "cursor": str | None}``. Pass ``cursor`` for the next page
+        (``None``: this was the last); ``prefix`` keeps ids starting with it; ``limit`` 1-1000 (default 50).
+
+        Raises:
+            NotSupportedError: the server runs in cluster mode or keeps its sessions in Postgres.
+        """
+        return await self.request("GET", SESSIONS_PREFIX.rstrip("/"),
+                                  params={"limit": limit, "cursor": cursor, "prefix": prefix})
+
+    async def iter_sessions(self, *, prefix: str | None = None, page_size: int = 200) -> AsyncIterator[dict[str, Any]]:
+        """Every session of :meth:`list_sessions`, page after page."""
+        cursor = None
+        while True:
+            page = await self.list_sessions(limit=page_size, cursor=cursor, prefix=prefix)
+            for entry in page["sessions"]:
+                yield entry
+            cursor = page["cursor"]
+            if cursor is None:
+                return
+
+    async def describe_session(self, session_id: str) -> dict[str, Any]:
+        """One session's summary (``GET /v1/sessions/{id}``, the shape of a :meth:`list_sessions` entry).
+
+        Raises:
+            SessionNotFoundError: the host has no session with this id.
+        """
+        return (await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id)))["session"]
+
     async def hibernate(self, *session_ids: str) -> int:
         """Hibernate these sessions' actors (none given: every active actor); how many were active."""
         body = {"sessionIds": list(session_ids)} if session_ids else {}
@@ -411,9 +443,18 @@ class SessionHandle(TableHandle):
         """Append a chain of messages in one request; one ``inserted`` flag each."""
         return await self._invoke("append_messages", messages, parent_id)
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
-        """The path root -> leaf (default: the latest leaf), overlays applied."""
-        return await self._invoke("get_history", leaf_id)
+    async def get_history(
+        self, leaf_id: str | None = None, *, limit: int | None = None, before: str | None = None,
+        overlays: bool = True,
+    ) -> list[Message]:
+        """The path root -> leaf (default: the latest leaf), overlays applied.
+
+        ``limit``: only the newest ``limit`` entries; ``before``: only entries older than
+        the one with this id (an overlay's included): pass a page's first id to read the
+        page before it; a page shorter than ``limit`` reached the root. ``overlays=False``:
+        the stored messages, without compaction overlays.
+        """
+        return await self._invoke("get_history", leaf_id, limit=limit, before=before, overlays=overlays)
 
     async def get_message(self, message_id: str) -> Message | None:
         """The stored message, or ``None``."""

@@ -259,6 +259,25 @@ class ActorHost:
         slot = self._slots.get(self._key(namespace, actor_id))
         return slot is not None and slot.state is SlotState.ACTIVE
 
+    @property
+    def catalog(self) -> HostCatalog:
+        """The data folder's host catalog (:mod:`storage.catalog`): read it; the host writes it."""
+        return self._guard.catalog
+
+    def awake(self, namespace: str) -> list[tuple[ActorId, ActorStorage | None]]:
+        """The actors of ``namespace`` with a live instance, each with its open file while no
+        transaction is open on it (else ``None``).
+
+        For reads that must not wait for a turn (the session listing): use the
+        file at once, synchronously (never across an ``await``), and only to read.
+        """
+        found = []
+        for slot in self._slots.values():
+            if slot.id.namespace == namespace and slot.state is SlotState.ACTIVE:
+                storage = slot.storage
+                found.append((slot.id, None if storage is None or storage.in_transaction else storage))
+        return found
+
     async def hibernate(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
         """Hibernate one actor now, after its pending calls are answered.
 
@@ -712,6 +731,8 @@ class ActorHost:
         found = peers.pop(conn.id, None) is not None
         if not peers:
             self._connections.pop(key, None)
+            if found and self.cluster is not None:
+                self.cluster.peers_gone(actor_id)  # a lease kept for the peers of a sleeping actor goes
         return found
 
     # -- helpers -----------------------------------------------------------------
@@ -798,8 +819,13 @@ async def open_host(
         raise
     catalog: HostCatalog | None = None
     host: ActorHost | None = None
+    member: HostCluster | None = None
     try:
         catalog = HostCatalog.open(root, durability=durability)
+        if cluster is not None:
+            joining = HostCluster(cluster)
+            await joining.join()  # outside the nursery: a failure is itself, not a group around it
+            member = joining
         async with trio.open_nursery() as nursery:
             host = ActorHost(
                 root, nursery, index,
@@ -811,10 +837,9 @@ async def open_host(
                 catalog=catalog,
                 max_queue_s=max_queue_s,
             )
-            if cluster is not None:
+            if member is not None:
                 host._guard.rebuildable = True  # Postgres is the truth: damaged copies are rebuilt
-                host.cluster = HostCluster(host, cluster)
-                await host.cluster.start(nursery)
+                await member.start(host, nursery)
             if idle_timeout_s is not None:
                 nursery.start_soon(host._reap_idle)
             await nursery.start(host._scheduler.run)
@@ -827,8 +852,8 @@ async def open_host(
         try:
             if host is not None:
                 host._shutdown()
-                if host.cluster is not None:
-                    await host.cluster.aclose()
+            if member is not None:
+                await member.aclose()
         finally:
             if catalog is not None:
                 catalog.close()

@@ -30,6 +30,10 @@ changes against the single host, all of it here:
 * **Hibernation and eviction** write the clean marker (when every write is
   durable), close the file and release the lease, so the next call on any
   host takes the actor at once; a wake on the same host then skips the restore.
+  While the host holds WebSocket peers of the actor, the lease is kept (and
+  renewed with the others) instead: the peers stay open, the next frame or
+  call wakes the actor here without asking Postgres, and broadcasts still
+  reach them. The lease goes when the last peer leaves (or the host closes).
 * **Alarms** travel with the append (``ds_alarms``); only the owner runs an
   actor's alarm. Due alarms of actors nobody owns are found by a poll on
   every host; whichever host acquires the actor first delivers it.
@@ -57,7 +61,6 @@ from runtime.host.ids import ActorId
 from runtime.host.slots import ActorSlot, CallNotStarted, SlotState, describe
 from storage.cluster import (
     ActorLog,
-    ChangeCapture,
     GroupCommitAppender,
     Lease,
     Marker,
@@ -67,6 +70,7 @@ from storage.cluster import (
     create_cluster_schema,
     file_state,
     restore_actor,
+    start_capture,
     write_marker,
 )
 from storage.errors import (
@@ -214,9 +218,9 @@ class HostCluster:
         cluster_id: the cluster's id (from Postgres).
     """
 
-    def __init__(self, host: ActorHost, options: ClusterOptions) -> None:
+    def __init__(self, options: ClusterOptions) -> None:
         self.options = options = options.checked()
-        self.host = host
+        self.host: ActorHost = None  # type: ignore[assignment]  # set by start()
         self.host_id: str = options.host_id or ""
         self.advertise_url = options.advertise_url
         self.cluster_id = ""
@@ -228,21 +232,32 @@ class HostCluster:
                                             snapshot_min_bytes=options.snapshot_min_bytes)
         self._listeners: list[ReleaseListener] = []
         self._closing: list[Lease] = []  # leases of actors closed with the host, released in aclose()
+        self._held: dict[tuple[str, str], tuple[ActorId, Lease]] = {}  # asleep, with peers: still ours
         self._counts = dict.fromkeys(
             ("acquisitions", "not_owner", "restores", "kept", "poisoned", "deposed"), 0)
         self._restore_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery) -> None:
-        """Create the schema if needed, register the host, start the appender, renewals and alarm polls.
+    async def join(self) -> None:
+        """Reach Postgres: create the schema if needed and register the host (before the host opens).
 
         Raises:
-            StorageUnavailableError: Postgres cannot be reached.
+            StorageUnavailableError: Postgres cannot be reached (the connections are closed).
+            DatabaseError: Postgres refused (e.g. a newer cluster schema).
         """
-        async with self.pool.connection() as conn:
-            self.cluster_id = await create_cluster_schema(conn)
-        await self.ownership.register_host()
+        try:
+            async with self.pool.connection() as conn:
+                self.cluster_id = await create_cluster_schema(conn)
+            await self.ownership.register_host()
+        except BaseException:
+            self.pool.close()
+            raise
+
+    async def start(self, host: ActorHost, nursery: trio.Nursery) -> None:
+        """Serve ``host`` (after :meth:`join`): start the appender, renewals and alarm polls in ``nursery``."""
+        self.host = host
+        host.cluster = self
         await nursery.start(self.appender.run)
         nursery.start_soon(self._renew_leases)
         nursery.start_soon(self._poll_alarms)
@@ -254,6 +269,8 @@ class HostCluster:
         released expires by itself.
         """
         leases, self._closing = self._closing, []
+        leases += [lease for _actor_id, lease in self._held.values()]
+        self._held.clear()
         with trio.move_on_after(2 * (self.options.statement_timeout_s or 1.0)) as scope:
             scope.shield = True
             try:
@@ -278,7 +295,8 @@ class HostCluster:
         """A frozen snapshot of the counters (see :class:`ClusterStatistics`)."""
         stats = self.appender.stats
         return ClusterStatistics(
-            leases=sum(slot.cluster is not None and not slot.cluster.closed for slot in self.host._slots.values()),
+            leases=len(self._held) + sum(slot.cluster is not None and not slot.cluster.closed
+                                         for slot in self.host._slots.values()),
             restore_s=self._restore_s, statements=stats.statements, entries=stats.entries, refused=stats.refused,
             unknown=stats.unknown, resent=stats.resent, snapshots=stats.snapshots, **self._counts)
 
@@ -315,13 +333,19 @@ class HostCluster:
             StorageUnavailableError: Postgres cannot be reached.
         """
         name = describe(actor_id)
+        held = self._held.pop((actor_id.namespace, actor_id.hex), None)
+        if held is not None and held[1].live():  # asleep with peers: still ours, nobody else could write
+            self._counts["acquisitions"] += 1
+            return held[1]
         result = await self.ownership.acquire(name, base_version=SCHEMA_VERSION)
         if isinstance(result, Owner):
+            if held is not None:  # the kept lease lapsed and another host took the actor: the peers go
+                self._notify(actor_id, "deposed")
             if result.host_id is None:
                 raise StorageUnavailableError(f"the ownership of actor {name} keeps changing hands; retry")
             self._counts["not_owner"] += 1
             raise NotOwnerError(name, result.address, owner_host=result.host_id,
-                                retry_after_s=result.remaining_ms / 1000)
+                                lease_left_s=result.remaining_ms / 1000)
         self._counts["acquisitions"] += 1
         return result
 
@@ -354,8 +378,7 @@ class HostCluster:
         ``log_version`` is the file's schema version before it was opened; when
         opening migrated it, the first entry is a snapshot of the migrated file.
         """
-        write_marker(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
-        capture = ChangeCapture(storage)
+        capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
         row = storage.read_alarm_row()
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
                        alarm_ms=None if row is None else row.scheduled_ms)
@@ -436,28 +459,46 @@ class HostCluster:
     # -- closing an actor ------------------------------------------------------------------------
 
     def on_close(self, slot: ActorSlot, reason: str) -> None:
-        """The host drops the instance: mark the file clean if every write is durable, release the lease."""
+        """The host drops the instance: mark the file clean if every write is durable, release the lease
+        (or keep it while the host holds peers of the actor, see the module docstring)."""
         state = slot.cluster
         if state is None or state.closed:
             return
         state.closed = True
         log, storage = state.log, slot.storage
         writable = storage is not None and not storage.closed and not storage.in_transaction
+        clean = False
         if log.poisoned is None and writable and log.idle:
             try:
                 write_marker(storage, Marker(self.cluster_id, log.durable_seq, clean=True))
+                clean = True
             except Exception:  # the file stays unclean: it is rebuilt on the next activation
                 logger.exception("cluster: marking %s clean failed", state.name)
         log.close()
         state.frames.drop()
-        if not state.lease.lost:
+        lease = state.lease
+        if not lease.lost:
             if reason == "closed":
-                self._closing.append(state.lease)
+                self._closing.append(lease)
+            elif reason in ("hibernated", "evicted") and clean and self.host.connections_of(slot.id):
+                lease.last_seq, lease.tail_bytes = log.durable_seq, log.tail_bytes  # what the file now matches
+                self._held[slot.key] = (slot.id, lease)
+                return  # still the owner: the peers stay
             else:
-                self.release_soon(state.lease)
+                self.release_soon(lease)
+        self._notify(slot.id, reason)
+
+    def peers_gone(self, actor_id: ActorId) -> None:
+        """The host holds no peer of the actor any more: a lease kept for them while it sleeps goes."""
+        held = self._held.pop((actor_id.namespace, actor_id.hex), None)
+        if held is not None:
+            self.release_soon(held[1])
+            self._notify(actor_id, "hibernated")
+
+    def _notify(self, actor_id: ActorId, reason: str) -> None:
         for listener in self._listeners:
             try:
-                listener(slot.id, reason)
+                listener(actor_id, reason)
             except Exception:
                 logger.exception("cluster: release listener failed")
 
@@ -481,17 +522,24 @@ class HostCluster:
         """Every third of a lease: renew every lease this host holds, and the host's own."""
         while True:
             await trio.sleep(self.options.lease_s / 3)
-            held = [(slot, slot.cluster.lease) for slot in list(self.host._slots.values())
+            live = [(slot, slot.cluster.lease) for slot in list(self.host._slots.values())
                     if slot.cluster is not None and not slot.cluster.closed and not slot.cluster.lease.lost]
+            asleep = list(self._held.items())
             try:
-                lost = await self.ownership.renew([lease for _slot, lease in held])
+                lost = await self.ownership.renew([lease for _slot, lease in live]
+                                                  + [lease for _key, (_id, lease) in asleep])
                 await self.ownership.renew_host()
             except (StorageUnavailableError, DatabaseError) as exc:
                 logger.warning("cluster: lease renewal failed (%s)", exc)
                 continue
-            for slot, lease in held:
+            for slot, lease in live:
                 if lease in lost:
                     self._deposed(slot, OwnershipLostError(f"another host took actor {lease.actor} over"))
+            for key, (actor_id, lease) in asleep:
+                if lease in lost and self._held.get(key, (None, None))[1] is lease:
+                    del self._held[key]
+                    self._counts["deposed"] += 1
+                    self._notify(actor_id, "deposed")
 
     async def _poll_alarms(self) -> None:
         """Deliver due alarms of actors no live host owns (whoever acquires the actor first runs it)."""

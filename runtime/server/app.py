@@ -8,8 +8,13 @@ addresses through ``task_status`` (bind port 0 and ask).
 Routes: the session routes of :mod:`runtime.server.routes` under
 ``/v1/sessions/{session_id}/``, plus
 
-* ``GET /v1/health`` -- ``{"status": "ok"}``, the only route without a token;
+* ``GET /v1/health`` -- liveness, ``{"status": "ok"}`` whenever the process answers;
+* ``GET /v1/ready`` -- readiness, ``{"status": "ready"}`` while the host takes calls, 503
+  ``ServiceUnavailableError`` once shutdown began (with health, ``/docs`` and ``/inspect``, no
+  token needed);
 * ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
+* ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
+  this host holds, from its catalog (:mod:`runtime.server.listing`);
 * ``GET /v1/actors`` -- ``host.statistics()`` as an object (in a cluster, with
   ``"cluster"``: host id, advertised URL, requests forwarded, lease counters);
 * ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
@@ -81,11 +86,14 @@ from actors.session_agent import SessionAgent, SessionConfig
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
+from runtime.server import inspector
 from runtime.server.admission import RequestLimit
+from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_timed_out, quiet_send, read_body
-from runtime.server.config import ServerSettings
+from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
 from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
 from runtime.server.listener import serve_admitting
+from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.server.metrics import ServerMetrics
@@ -101,6 +109,7 @@ from runtime.wire import (
     JSON,
     MSGPACK,
     OWNER_HEADER,
+    TRANSCRIPTS_PREFIX,
     check_session_id,
     decode_body,
     encode_body,
@@ -110,6 +119,7 @@ from runtime.wire import (
 from storage.errors import (
     InvalidInputError,
     MethodNotAllowedError,
+    NotSupportedError,
     PayloadTooLargeError,
     RequestTimeoutError,
     RouteNotFoundError,
@@ -127,6 +137,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "sessions"
 #: HTTP methods that get their own metrics label (any other is counted as ``OTHER``).
 _KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+#: Routes that need no token: the health and readiness checks, and the /docs and /inspect pages with their
+#: static files (each page asks for the token itself; /openapi.json and every call still need it).
+_PUBLIC_PATHS = frozenset(("/v1/health", "/v1/ready", "/docs", "/inspect"))
+_PUBLIC_PREFIX = ("/docs/static/", "/inspect/static/")
 #: Seconds an answer waits for the rest of a request body it did not need (see ``_drain_body``).
 DRAIN_TIMEOUT_S = 2.0
 #: Largest frame a WebSocket relay accepts from the owner (answers are not bounded by the body limit).
@@ -171,13 +185,15 @@ class SessionsServer:
     Attributes:
         app: the quart-trio app.
         metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
-        closing: set when shutdown begins (WebSockets close with 1001, new requests get 503).
+        draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
+        closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
+        cors_origins: tuple[str, ...] = (),
     ) -> None:
         if token:
             self.check_token(token)
@@ -194,6 +210,8 @@ class SessionsServer:
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
+        self.origins = OriginPolicy(cors_origins)
+        self.draining = trio.Event()
         self.closing = trio.Event()
         self.app = self._build_app()
 
@@ -210,12 +228,14 @@ class SessionsServer:
         if self.forwarder is not None:
             app.asgi_app = ForwardingShortcut(app.asgi_app, self)
         app.asgi_app = _EncodedPaths(app.asgi_app)
+        app.asgi_app = BrowserGate(app.asgi_app, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
             app.asgi_app = self.request_limit = RequestLimit(app.asgi_app, self.max_requests, self._early_refusal)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
         app.add_url_rule("/v1/health", "health", self._health, methods=["GET"])
+        app.add_url_rule("/v1/ready", "ready", self._ready, methods=["GET"])
         app.add_url_rule("/metrics", "metrics", self._metrics, methods=["GET"])
         app.add_url_rule("/v1/actors", "actors", self._actors, methods=["GET"])
         app.add_url_rule("/v1/actors:hibernate", "hibernate", self._hibernate, methods=["POST"])
@@ -224,9 +244,13 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
             add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
+        elif self.forwarder is not None:  # a cluster: say why, not "no route"
+            app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/<rest:rest>", "transcripts_in_cluster",
+                             self._transcripts_in_cluster, methods=["GET", "POST", "PUT", "DELETE"])
         if MANAGERS_NAMESPACE in self.host.namespaces:
             add_manager_routes(app, self)
         add_docs_routes(app, self)
+        self.listing = add_listing_routes(app, self)
         return app
 
     @staticmethod
@@ -255,7 +279,7 @@ class SessionsServer:
         template = f"{SESSIONS_PREFIX}*" if rule.startswith(SESSIONS_PREFIX) else rule
         method = request.method if request.method in _KNOWN_METHODS else "OTHER"  # a client picks the method
         g.route = f"{method} {template}"
-        if request.path == "/v1/health":
+        if request.path in _PUBLIC_PATHS or request.path.startswith(_PUBLIC_PREFIX):
             return None
         if not self.authorized(request.headers.get("Authorization")):
             return self._error(UnauthorizedError("missing or wrong bearer token"))
@@ -320,10 +344,21 @@ class SessionsServer:
             if close is not None:
                 close(CLOSE_RECONNECT, f"the session moved ({reason}); connect again")
 
+    async def _transcripts_in_cluster(self, rest: str) -> Response:
+        return self._error(NotSupportedError(
+            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
+            "listings come from a catalog local to one host; serve them from a host without --cluster"))
+
     # -- plain routes -----------------------------------------------------------------------------------
 
     async def _health(self) -> Response:
         return self._respond(200, {"status": "ok"})
+
+    async def _ready(self) -> Response:
+        """Readiness (not liveness): 200 while the host takes calls, 503 once shutdown began."""
+        if self.draining.is_set() or self.closing.is_set():
+            return self._error(ServiceUnavailableError("the server is shutting down"))
+        return self._respond(200, {"status": "ready"})
 
     async def _metrics(self) -> Response:
         return Response(self.metrics.render(), status=200, content_type=METRICS_CONTENT_TYPE)
@@ -417,6 +452,8 @@ class SessionsServer:
     async def _sessions(self, rest: str) -> Response:
         try:
             session_id, *segments = rest.split("/")
+            if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
+                return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
             route, values = match(request.method, segments)
             if route is None:
@@ -623,7 +660,8 @@ async def serve(
     require_token_for(settings.bind, token)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins)
+    inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
         config.bind = [settings.bind]
@@ -634,13 +672,18 @@ async def serve(
     config.graceful_timeout = settings.graceful_timeout_s
     config.keep_alive_timeout = settings.keep_alive_timeout_s
     config.websocket_max_message_size = settings.max_body_bytes
-    config.accesslog = None
+    config.accesslog = logging.getLogger(ACCESS_LOGGER) if settings.access_log else None
+    config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
 
     async def trigger() -> None:
         if shutdown_trigger is None:
             await trio.sleep_forever()
         await shutdown_trigger()
+        server.draining.set()  # not ready from now on; still serving for settings.drain_s
+        if settings.drain_s:
+            logger.info("shutting down: draining for %g s (GET /v1/ready answers 503)", settings.drain_s)
+            await trio.sleep(settings.drain_s)
         server.closing.set()
 
     async def run() -> None:

@@ -21,6 +21,7 @@ Unknown keys are errors, so a typo never passes silently::
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
     max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
+    inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -94,6 +95,13 @@ class ConfigError(ValueError):
     """The configuration file is unreadable or holds a bad value; the message names the key."""
 
 
+#: The access log's logger name (``[server] access_log``, ``serve --access-log``).
+ACCESS_LOGGER = "durable_sessions.access"
+#: hypercorn's access line: client, request line (query included), status, response bytes, user agent,
+#: microseconds taken. Request headers are never logged (the token travels in one).
+ACCESS_FORMAT = '%(h)s "%(R)s" %(s)s %(b)s "%(a)s" %(D)sus'
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Process-level settings (``[server]``; command-line flags override them).
@@ -123,6 +131,17 @@ class ServerSettings:
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
+        cors_origins: web page origins (``https://app.example``, ``http://localhost:5173``)
+            whose scripts may call the server and open its WebSockets
+            (:mod:`runtime.server.browsers`); ``"*"`` allows any. Empty (the
+            default): only pages the server itself serves.
+        access_log: log one line per HTTP request and WebSocket (logger
+            ``durable_sessions.access``, level INFO; ``serve --access-log``).
+        drain_s: seconds between the start of a shutdown (SIGTERM) and the
+            listener closing: ``GET /v1/ready`` answers 503 while every other
+            route is still served, so a load balancer stops sending first.
+        inspector: serve the inspector page at ``/inspect``
+            (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
     """
 
     bind: str = "127.0.0.1:8787"
@@ -140,12 +159,25 @@ class ServerSettings:
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
     max_queue_s: float = 0.5
+    cors_origins: tuple[str, ...] = ()
+    access_log: bool = False
+    drain_s: float = 0.0
+    inspector: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
+            raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
+        if not isinstance(self.access_log, bool):
+            raise ConfigError(f"server.access_log must be true or false, not {self.access_log!r}")
         if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
+        if int(self.bind.rpartition(":")[2]) > 65535:
+            raise ConfigError(f"server.bind: port {self.bind.rpartition(':')[2]} is not a port (0-65535)")
         if self.durability not in DURABILITIES:
             raise ConfigError(f"server.durability must be 'normal' or 'full', not {self.durability!r}")
+        if not isinstance(self.inspector, bool):
+            raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
                      "max_queue_s", "max_connect_wait_s"):
             value = getattr(self, name)
@@ -221,6 +253,30 @@ class ClusterSettings:
             raise ConfigError(f"listening on {bound} (every address): set cluster.advertise (--advertise) to the "
                               "URL the other hosts reach this one at")
         return f"http://{bound}"
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``server.cors_origins`` as normalised origins (``scheme://host[:port]``, lower case), ``"*"`` or ``"null"``.
+
+    Raises:
+        ConfigError: not a list of strings, or an entry that is no origin (a path, no scheme).
+    """
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"server.cors_origins must be a list of origins such as [\"https://app.example\"], "
+                          f"not {value!r}")
+    found = []
+    for entry in value:
+        if entry in ("*", "null"):
+            found.append(entry)
+            continue
+        parts = urlsplit(entry) if isinstance(entry, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or \
+                parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+            raise ConfigError(f"server.cors_origins: {entry!r} is not an origin (scheme://host[:port], no path)")
+        port = f":{parts.port}" if parts.port is not None else ""
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        found.append(f"{parts.scheme}://{host.lower()}{port}")
+    return tuple(found)
 
 
 _HOST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

@@ -5,7 +5,7 @@ any other host sends it on to the owner over HTTP and hands back the
 owner's answer unchanged (status, body, the headers that matter). A host
 learns who owns an actor from :class:`~storage.errors.NotOwnerError`, which
 its actor host raises before touching anything (the owner's advertised URL
-and the seconds its lease has left, at least 1), and remembers that owner until the
+and the seconds its lease has left, exactly), and remembers that owner until the
 lease would run out, so the next requests for the actor are forwarded at
 once without asking Postgres.
 
@@ -82,8 +82,10 @@ logger = logging.getLogger(__name__)
 FORWARDED_REQUEST_HEADERS = ("authorization", "content-type", "accept")
 #: Response headers passed back from the owner.
 FORWARDED_RESPONSE_HEADERS = ("content-type", "retry-after", "allow", "www-authenticate")
-#: Seconds added to a lease's end before asking again, so the owner's last renewal has surely lapsed.
-LEASE_MARGIN_S = 0.1
+#: Seconds added to a lease's end before asking again. The lease left is Postgres' own figure when it
+#: was asked (rounded up to the millisecond), and the wait starts after the answer arrived, so the
+#: lease has run out by then; this covers clock-rate differences only.
+LEASE_MARGIN_S = 0.02
 #: Seconds to wait for a TCP connection to another host.
 CONNECT_TIMEOUT_S = 2.0
 
@@ -190,6 +192,11 @@ class Forwarder:
 
     # -- who owns what ---------------------------------------------------------------------------
 
+    @property
+    def remembers_owners(self) -> bool:
+        """``True`` while some other host's ownership is remembered (perhaps run out by now)."""
+        return bool(self._owners)
+
     def owner_of(self, actor_id: ActorId) -> str | None:
         """The remembered owner URL of ``actor_id`` while its lease is live (never this host)."""
         key = (actor_id.namespace, actor_id.hex)
@@ -206,13 +213,17 @@ class Forwarder:
         url = (error.owner_url or "").rstrip("/") or None
         if url is None or url == self.advertise_url:
             return None
-        left = error.retry_after_s if error.retry_after_s is not None else self.lease_s
-        self._owners[(actor_id.namespace, actor_id.hex)] = (url, trio.current_time() + max(0.0, left))
+        left = error.lease_left_s if error.lease_left_s is not None else self.lease_s
+        self._owners[(actor_id.namespace, actor_id.hex)] = (url, trio.current_time() + min(left, self.lease_s))
         return url
 
     def lease_left(self, actor_id: ActorId, error: NotOwnerError | None) -> float:
-        """Seconds until the owner's lease has surely run out (at most ``lease_s``), margin included."""
-        left = error.retry_after_s if error is not None and error.retry_after_s is not None else None
+        """Seconds until the owner's lease has surely run out (at most ``lease_s``), margin included.
+
+        ``error.lease_left_s`` is exact (Postgres' clock when the owner was looked
+        up), so a dead owner whose lease is nearly over is waited for only that long.
+        """
+        left = error.lease_left_s if error is not None else None
         if left is None:
             found = self._owners.get((actor_id.namespace, actor_id.hex))
             left = found[1] - trio.current_time() if found is not None else self.lease_s
@@ -323,7 +334,7 @@ class Forwarder:
                 wait = self.lease_left(actor_id, error)
                 self.forget(actor_id)
                 if trio.current_time() + wait > waited_until:
-                    raise NotOwnerError(_describe(actor_id), owner, retry_after_s=wait) from gone
+                    raise NotOwnerError(_describe(actor_id), owner, lease_left_s=wait) from gone
                 logger.info("owner %s of %s does not answer; waiting %.2f s for its lease", owner, actor_id.hex, wait)
                 await trio.sleep(wait)
                 owner, error = None, None
@@ -411,9 +422,9 @@ class ForwardingShortcut:
 
     def _target(self, scope: dict[str, Any]) -> tuple[ActorId, str, dict[str, str], str] | None:
         path = scope.get("path", "")
-        if not path.startswith(SESSIONS_PREFIX):
-            return None
         server = self.server
+        if not path.startswith(SESSIONS_PREFIX) or not server.forwarder.remembers_owners:
+            return None  # (a host that forwards nothing parses nothing twice)
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         if HOP_HEADER.lower() in headers or "transfer-encoding" in headers:
             return None

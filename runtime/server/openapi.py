@@ -7,7 +7,7 @@ bound every route of :data:`runtime.manager_api.MANAGER_API` under
 ``/v1/managers/{manager_id}/`` plus the Session API again under
 ``/v1/managers/{manager_id}/sessions/{session_id}/``; the ``/rpc`` routes;
 the routes of the host (``/v1/health``, ``/metrics``, ``/v1/actors``,
-``/v1/actors:hibernate``), of the transcript store when it is bound, the
+``/v1/actors:hibernate``), the session listing (``/v1/sessions``, ``/v1/sessions/{session_id}``), of the transcript store when it is bound, the
 WebSocket route (a ``GET`` answered ``101``, marked ``x-websocket``) and
 these two. Request and response bodies are the tables' JSON schemas (named
 shapes lifted into ``components/schemas`` by their ``title``); every error
@@ -17,9 +17,11 @@ raise (the class names in each response's description).
 
 ``GET /docs`` is Swagger UI, served from the files of the ``swagger-ui-py``
 package (``/docs/static/...``): no CDN, no request leaves the server (the
-online validator badge is off). Both need the bearer token when the server
-has one, like every route but ``/v1/health``; the document then says so
-(``bearerAuth``), and Swagger UI's *Authorize* sends it with *Try it out*.
+online validator badge is off). The page and its files need no token: on a
+server with one, the page asks for it (kept in the tab's sessionStorage),
+fetches ``/openapi.json`` with it and hands it to Swagger UI's *Authorize*
+(``bearerAuth``), so *Try it out* sends it -- to this server only. The
+document needs the token, like every other route but ``/v1/health``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,18 @@ from typing import TYPE_CHECKING, Any
 from quart import Response
 from quart_trio import QuartTrio
 
-from runtime.api import ANY, REQUIRED, SESSION_API, ApiMethod, HttpRoute, body_schema, response_schema
+from runtime.api import (
+    ANY,
+    LIST_LIMIT,
+    REQUIRED,
+    SESSION_API,
+    SESSION_PAGE,
+    SESSION_SUMMARY,
+    ApiMethod,
+    HttpRoute,
+    body_schema,
+    response_schema,
+)
 from runtime.host.actor_host import HostStatistics
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
 from runtime.server.managers import MANAGERS_NAMESPACE
@@ -111,6 +124,7 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
             for status in ("200", "201"):
                 builder.link(append, status, message, lambda path, messages=messages: path.startswith(messages))
     builder.add_host_routes()
+    builder.add_listing_routes()
     if transcripts:
         builder.add_transcript_routes()
     builder.add_docs_routes()
@@ -292,6 +306,13 @@ class _Builder:
                 {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}},
                  "additionalProperties": False})}},
         }, public=True)
+        self.operation("/v1/ready", "GET", {
+            "operationId": "host.ready", "tags": ["host"],
+            "summary": "Readiness; needs no token: 200 while the host takes calls, 503 once shutdown began.",
+            "responses": {"200": {"description": "ready", "content": _content(
+                {"type": "object", "required": ["status"], "properties": {"status": {"const": "ready"}},
+                 "additionalProperties": False})}},
+        }, public=True, errors_of=[errors.ServiceUnavailableError])
         self.operation("/metrics", "GET", {
             "operationId": "host.metrics", "tags": ["host"], "summary": "Prometheus metrics of the host and routes.",
             "responses": {"200": {"description": "Prometheus text format",
@@ -311,6 +332,31 @@ class _Builder:
                 {"type": "object", "required": ["hibernated"], "properties": {"hibernated": {"type": "integer"}},
                  "additionalProperties": False})}},
         }, errors_of=[*_BODY_ERRORS, *_CALL_ERRORS])
+
+    def add_listing_routes(self) -> None:
+        """``GET /v1/sessions`` and ``GET /v1/sessions/{session_id}`` (:mod:`runtime.server.listing`)."""
+        unsupported = [errors.NotSupportedError, errors.StorageUnavailableError]
+        self.operation(SESSIONS_PREFIX.rstrip("/"), "GET", {
+            "operationId": "sessions.list", "tags": ["sessions"],
+            "summary": "The sessions this host holds, most recently updated first, a page at a time.",
+            "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
+                            "fresher numbers). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
+                            "501 in cluster mode and with the sessions in Postgres."),
+            "parameters": [
+                {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},
+                {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
+                {"name": "prefix", "in": "query", "required": False, "schema": {"type": "string"}},
+            ],
+            "responses": {"200": {"description": "a page", "content": _content(self.lift(SESSION_PAGE))}},
+        }, errors_of=[errors.InvalidInputError, *unsupported])
+        reply = {"type": "object", "required": ["session"], "properties": {"session": SESSION_SUMMARY},
+                 "additionalProperties": False}
+        self.operation(SESSIONS_PREFIX + "{session_id}", "GET", {
+            "operationId": "sessions.describe", "tags": ["sessions"],
+            "summary": "One session as the listing shows it; 404 when the host has none with this id.",
+            "parameters": self._base_parameters(SESSIONS_PREFIX + "{session_id}"),
+            "responses": {"200": {"description": "the session", "content": _content(self.lift(reply))}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *unsupported])
 
     def add_transcript_routes(self) -> None:
         text = {"type": "string", "minLength": 1}
@@ -364,9 +410,11 @@ class _Builder:
             "responses": {"200": {"description": "OpenAPI 3.1", "content": {JSON: {"schema": {"type": "object"}}}}},
         })
         self.operation("/docs", "GET", {
-            "operationId": "docs.page", "tags": ["docs"], "summary": "Swagger UI showing this document.",
+            "operationId": "docs.page", "tags": ["docs"],
+            "summary": "Swagger UI showing this document; needs no token (the page asks for it when the server "
+                       "has one).",
             "responses": {"200": {"description": "the page", "content": {"text/html": {"schema": {"type": "string"}}}}},
-        })
+        }, public=True)
 
     # -- named schemas -----------------------------------------------------------------------------------------
 
@@ -438,12 +486,59 @@ _PAGE = """<!doctype html>
   <title>durable-sessions API</title>
   <link rel="stylesheet" href="docs/static/swagger-ui.css">
   <link rel="icon" type="image/png" href="docs/static/favicon-32x32.png">
+  <style>
+    #token-form { font-family: sans-serif; margin: 2em auto; max-width: 40em; }
+    #token-form input { width: 28em; font-family: monospace; }
+    #token-problem { color: #b00; }
+  </style>
 </head>
 <body>
+  <form id="token-form" hidden>
+    <p>This server needs its bearer token. It stays in this tab (sessionStorage) and is sent as
+       <code>Authorization: Bearer ...</code> to this server only.</p>
+    <label>Token <input id="token" type="password" autocomplete="off" required></label>
+    <button type="submit">Open the API</button>
+    <p id="token-problem"></p>
+  </form>
   <div id="swagger-ui"></div>
   <script src="docs/static/swagger-ui-bundle.js"></script>
   <script>
-    window.ui = SwaggerUIBundle({url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null});
+    const NEEDS_TOKEN = __NEEDS_TOKEN__;
+    const KEY = "durable-sessions-token";
+    const form = document.getElementById("token-form");
+    function ask(problem) {
+      sessionStorage.removeItem(KEY);
+      document.getElementById("swagger-ui").replaceChildren();
+      document.getElementById("token-problem").textContent = problem || "";
+      form.hidden = false;
+    }
+    function start(token) {
+      form.hidden = true;
+      const sameOrigin = (url) => new URL(url, location.href).origin === location.origin;
+      window.ui = SwaggerUIBundle({
+        url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null,
+        requestInterceptor: (req) => {
+          if (token && sameOrigin(req.url)) req.headers["Authorization"] = "Bearer " + token;
+          return req;
+        },
+        responseInterceptor: (res) => {
+          if (res.status === 401 && new URL(res.url, location.href).pathname.endsWith("/openapi.json")) {
+            ask("The server refused that token.");
+          }
+          return res;
+        },
+        onComplete: () => { if (token) window.ui.preauthorizeApiKey("bearerAuth", token); },
+      });
+    }
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = document.getElementById("token").value.trim();
+      sessionStorage.setItem(KEY, token);
+      start(token);
+    });
+    if (!NEEDS_TOKEN) start(null);
+    else if (sessionStorage.getItem(KEY)) start(sessionStorage.getItem(KEY));
+    else ask();
   </script>
 </body>
 </html>
@@ -478,7 +573,9 @@ def add_docs_routes(app: QuartTrio, server: SessionsServer) -> None:
         return Response(document(), status=200, content_type=JSON)
 
     async def docs() -> Response:
-        return Response(_PAGE, status=200, content_type="text/html; charset=utf-8")
+        page = _PAGE.replace("__NEEDS_TOKEN__", "false" if server.authorized(None) else "true")
+        return Response(page, status=200, content_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
     async def asset(name: str) -> Response:
         kind = DOCS_ASSETS.get(name)

@@ -13,34 +13,34 @@ The table below is :func:`runtime.api.describe_routes` (a test keeps it so).
 ``?`` marks an optional body key; ``*`` a read answered for a session that
 was never written without creating it (the actor class's ``EMPTY_READS``).
 
-======  ===================================  =========================  ======================================================
-method  path (after ``/v1/sessions/{id}``)   body                       actor call -> reply
-======  ===================================  =========================  ======================================================
-POST    ``/messages``                        ``{message, parentId?}``   ``append_message`` -> ``{id, inserted}`` 201 if stored
-GET     ``/messages?leaf=``                                             ``get_history`` -> ``{messages}`` *
-DELETE  ``/messages``                                                   ``clear_messages`` -> ``{cleared: true}``
-POST    ``/messages:batch``                  ``{messages, parentId?}``  ``append_messages`` -> ``{inserted}`` 201 if stored
-GET     ``/messages:leaf``                                              ``get_latest_leaf`` -> ``{message}`` *
-GET     ``/messages:count?leaf=``                                       ``get_path_length`` -> ``{count}`` *
-GET     ``/messages/{message_id}``                                      ``get_message`` -> ``{message}`` 404 if null *
-PUT     ``/messages/{message_id}``           ``{message}``              ``update_message`` -> ``{id}``
-POST    ``/messages:delete``                 ``{ids}``                  ``delete_messages`` -> ``{deleted}``
-DELETE  ``/messages/{message_id}``                                      ``delete_messages`` -> ``{deleted}`` 404 if 0
-GET     ``/messages/{message_id}/branches``                             ``get_branches`` -> ``{messages}`` *
-GET     ``/search?q=&limit=``                                           ``search`` -> ``{results}`` *
-GET     ``/context``                                                    ``get_context_blocks`` -> ``{blocks}``
-GET     ``/context/{label}``                                            ``get_context_block`` -> ``{block}`` 404 if null
-PUT     ``/context/{label}``                 ``{content}``              ``replace_context_block`` -> ``{block}``
-POST    ``/context/{label}:append``          ``{content}``              ``append_context_block`` -> ``{block}``
-GET     ``/system-prompt``                                              ``freeze_system_prompt`` -> ``{prompt}``
-POST    ``/system-prompt:refresh``                                      ``refresh_system_prompt`` -> ``{prompt}``
-GET     ``/tools?format=``                                              ``tools`` -> ``{tools}``
-POST    ``/tools/{name}``                    the arguments              ``execute_tool`` -> ``{result}``
-POST    ``/compact``                                                    ``compact`` -> ``{result}``
-GET     ``/compactions``                                                ``get_compactions`` -> ``{compactions}`` *
-GET     ``/skills``                                                     ``get_loaded_skill_keys`` -> ``{loaded}`` *
-DELETE  ``/skills/{label}/{key}``                                       ``unload_skill`` -> ``{unloaded}``
-======  ===================================  =========================  ======================================================
+======  ============================================  =========================  ======================================================
+method  path (after ``/v1/sessions/{id}``)            body                       actor call -> reply
+======  ============================================  =========================  ======================================================
+POST    ``/messages``                                 ``{message, parentId?}``   ``append_message`` -> ``{id, inserted}`` 201 if stored
+GET     ``/messages?leaf=&limit=&before=&overlays=``                             ``get_history`` -> ``{messages}`` *
+DELETE  ``/messages``                                                            ``clear_messages`` -> ``{cleared: true}``
+POST    ``/messages:batch``                           ``{messages, parentId?}``  ``append_messages`` -> ``{inserted}`` 201 if stored
+GET     ``/messages:leaf``                                                       ``get_latest_leaf`` -> ``{message}`` *
+GET     ``/messages:count?leaf=``                                                ``get_path_length`` -> ``{count}`` *
+GET     ``/messages/{message_id}``                                               ``get_message`` -> ``{message}`` 404 if null *
+PUT     ``/messages/{message_id}``                    ``{message}``              ``update_message`` -> ``{id}``
+POST    ``/messages:delete``                          ``{ids}``                  ``delete_messages`` -> ``{deleted}``
+DELETE  ``/messages/{message_id}``                                               ``delete_messages`` -> ``{deleted}`` 404 if 0
+GET     ``/messages/{message_id}/branches``                                      ``get_branches`` -> ``{messages}`` *
+GET     ``/search?q=&limit=``                                                    ``search`` -> ``{results}`` *
+GET     ``/context``                                                             ``get_context_blocks`` -> ``{blocks}``
+GET     ``/context/{label}``                                                     ``get_context_block`` -> ``{block}`` 404 if null
+PUT     ``/context/{label}``                          ``{content}``              ``replace_context_block`` -> ``{block}``
+POST    ``/context/{label}:append``                   ``{content}``              ``append_context_block`` -> ``{block}``
+GET     ``/system-prompt``                                                       ``freeze_system_prompt`` -> ``{prompt}``
+POST    ``/system-prompt:refresh``                                               ``refresh_system_prompt`` -> ``{prompt}``
+GET     ``/tools?format=``                                                       ``tools`` -> ``{tools}``
+POST    ``/tools/{name}``                             the arguments              ``execute_tool`` -> ``{result}``
+POST    ``/compact``                                                             ``compact`` -> ``{result}``
+GET     ``/compactions``                                                         ``get_compactions`` -> ``{compactions}`` *
+GET     ``/skills``                                                              ``get_loaded_skill_keys`` -> ``{loaded}`` *
+DELETE  ``/skills/{label}/{key}``                                                ``unload_skill`` -> ``{unloaded}``
+======  ============================================  =========================  ======================================================
 
 ``POST /rpc`` with ``{method, params?}`` -> ``{result}``: any callable actor method, ``params`` an
 object of keyword arguments or a list of positional ones.
@@ -63,6 +63,7 @@ from storage.errors import (
     ActorStorageCorruptError,
     InternalServerError,
     InvalidInputError,
+    RestoreError,
     RouteNotFoundError,
     StorageFullError,
 )
@@ -116,6 +117,21 @@ class Call:
     def text_arg(self, name: str) -> str | None:
         """The query value ``name``, or ``None`` when absent or empty."""
         return self.query.get(name) or None
+
+    def bool_arg(self, name: str) -> bool | None:
+        """The query value ``name`` as a boolean (``true``/``false``, ``1``/``0``), or ``None`` when absent or empty.
+
+        Raises:
+            InvalidInputError: (``field=name``) any other value.
+        """
+        raw = self.query.get(name)
+        if raw in (None, ""):
+            return None
+        if raw.lower() in ("true", "1"):
+            return True
+        if raw.lower() in ("false", "0"):
+            return False
+        raise InvalidInputError(f"{name} must be true or false, not {raw!r}", field=name)
 
     def int_arg(self, name: str, minimum: int, maximum: int) -> int | None:
         """The query value ``name`` as an integer, or ``None`` when absent or empty.
@@ -243,6 +259,8 @@ def _field_value(method: ApiMethod, field: Field, call: Call) -> Any:
         schema = field.schema or _param(method, field).schema
         if schema.get("type") == "integer":
             value = call.int_arg(field.wire, schema.get("minimum", 0), schema.get("maximum", 10_000))
+        elif schema.get("type") == "boolean":
+            value = call.bool_arg(field.wire)
         else:
             value = call.text_arg(field.wire)
             if value is None and field.absent is REQUIRED and field.wire in call.query:
@@ -384,24 +402,26 @@ def retry_headers(status: int) -> dict[str, str]:
 
 
 #: Statuses of 500 and above that are answered with the error's own type and message.
-_NAMED_STATUSES = frozenset({503, 507})
+_NAMED_STATUSES = frozenset({501, 503, 507})
 
 
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 503, 507, and a damaged
+    Errors of :mod:`storage.errors` below 500 (and 501, 503, 507, a damaged
     actor's :class:`~storage.errors.ActorStorageCorruptError`, which names the
-    session) are answered as they are; a full disk met outside an actor turn
-    is answered as :class:`~storage.errors.StorageFullError`. Anything else
-    is a bug: logged with its traceback under a short reference, and
-    answered ``500 InternalServerError`` naming only that reference.
+    session, and a cluster log's :class:`~storage.errors.RestoreError`, which
+    names the actor) are answered as they are; a full disk met outside an
+    actor turn is answered as :class:`~storage.errors.StorageFullError`.
+    Anything else is a bug: logged with its traceback under a short
+    reference, and answered ``500 InternalServerError`` naming only that
+    reference.
     """
     if classify(error) == "full" and not isinstance(error, StorageFullError):
         error = StorageFullError(f"the disk holding the data folder is full ({fault_detail(error)}); "
                                  "nothing of the request was stored")
     status = status_of(error)
-    if status < 500 or status in _NAMED_STATUSES or isinstance(error, ActorStorageCorruptError):
+    if status < 500 or status in _NAMED_STATUSES or isinstance(error, (ActorStorageCorruptError, RestoreError)):
         if status >= 500:
             logger.warning("answered %d: %s", status, error)
         return status, payload_for(error)

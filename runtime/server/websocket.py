@@ -33,6 +33,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -40,6 +41,7 @@ from quart import Response, websocket
 
 from actors.agent import callable_method
 from runtime.host.ids import ActorId
+from runtime.server.browsers import WS_PROTOCOL, OriginPolicy, refusal_message, token_from_protocols
 from runtime.server.relay import open_upstream, relay_frames
 from runtime.server.routes import call_method, describe_error
 from runtime.wire import (
@@ -55,6 +57,7 @@ from runtime.wire import (
 from runtime.wsclient import WebSocketConnection
 from storage.errors import (
     InvalidInputError,
+    OriginNotAllowedError,
     PayloadTooLargeError,
     RouteNotFoundError,
     ServiceUnavailableError,
@@ -163,6 +166,33 @@ class _Peer:
         self.queued += len(message)
 
 
+def check_browser(policy: OriginPolicy, authorized: Callable[[str | None], bool]) -> tuple[str | None, str | None]:
+    """Check a WebSocket upgrade's ``Origin`` and token (``Authorization``, or a browser's ``bearer.``
+    subprotocol: :mod:`runtime.server.browsers`); ``(authorization, subprotocol to select)``.
+
+    Raises:
+        OriginNotAllowedError: a page of an origin neither this server's nor listed.
+        UnauthorizedError: no valid token.
+        InvalidInputError: a token subprotocol offered without ``durable-sessions`` beside it.
+    """
+    headers = websocket.headers
+    origin = headers.get("Origin")
+    if origin is not None and HOP_HEADER not in headers and \
+            not policy.allows(origin, headers.get("Host"), websocket.scheme):
+        raise OriginNotAllowedError(refusal_message(origin))
+    offered = websocket.requested_subprotocols
+    authorization = headers.get("Authorization")
+    if authorization is None and offered:
+        token = token_from_protocols(offered)
+        authorization = None if token is None else f"Bearer {token}"
+        if token is not None and WS_PROTOCOL not in offered:
+            raise InvalidInputError(f"offer the subprotocol {WS_PROTOCOL!r} beside the token's, which is never "
+                                    "selected", field="Sec-WebSocket-Protocol")
+    if not authorized(authorization):
+        raise UnauthorizedError("missing or wrong bearer token")
+    return authorization, WS_PROTOCOL if WS_PROTOCOL in offered else None
+
+
 class WebSocketEndpoint:
     """The WebSocket route of one :class:`~runtime.server.app.SessionsServer`: one :meth:`handle` per socket."""
 
@@ -171,8 +201,7 @@ class WebSocketEndpoint:
 
     async def handle(self, rest: str) -> Response | None:
         try:
-            if not self.server.authorized(websocket.headers.get("Authorization")):
-                raise UnauthorizedError("missing or wrong bearer token")
+            authorization, subprotocol = check_browser(self.server.origins, self.server.authorized)
             if self.server.closing.is_set():
                 raise ServiceUnavailableError("the server is shutting down")
             session_id, *segments = rest.split("/")
@@ -184,31 +213,36 @@ class WebSocketEndpoint:
                 await self.server.namespace.connect(actor_id, peer)
                 upstream = None
             else:
-                upstream = await self._connect_in_cluster(actor_id, peer)
+                upstream = await self._connect_in_cluster(actor_id, peer, authorization)
         except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
             status, body = describe_error(exc)
             return Response(encode_body(body, JSON), status=status, content_type=JSON,
                             headers=self.server.error_headers(exc, status))
         if upstream is not None:
             try:
-                await websocket.accept()
+                await websocket.accept(subprotocol=subprotocol)
                 await relay_frames(upstream, self.server.closing, self.server.forwarder.lease_s)
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await upstream.aclose()
             return None
         try:
-            await websocket.accept()
+            await websocket.accept(subprotocol=subprotocol)
             await self._run_peer(actor_id, peer)
         finally:
             with trio.CancelScope(shield=True):
                 await self._disconnect(actor_id, peer)
         return None
 
-    async def _connect_in_cluster(self, actor_id: ActorId, peer: _Peer) -> WebSocketConnection | None:
-        """Hold ``peer`` here when this host owns the session (``None``), else open the relay to the owner."""
+    async def _connect_in_cluster(self, actor_id: ActorId, peer: _Peer,
+                                  authorization: str | None) -> WebSocketConnection | None:
+        """Hold ``peer`` here when this host owns the session (``None``), else open the relay to the owner
+        (with the token as ``Authorization``, however the browser sent it)."""
         forwarder = self.server.forwarder
         headers = {name.lower(): value for name, value in websocket.headers.items()}
+        headers.pop("sec-websocket-protocol", None)
+        if authorization is not None:
+            headers["authorization"] = authorization
 
         async def local() -> None:
             await self.server.namespace.connect(actor_id, peer)

@@ -15,7 +15,7 @@ Like the rest of :mod:`storage` this knows nothing of actors or the runtime
 and imports no trio (waits are anyio). docs/cluster.md tells the whole design.
 """
 
-from .capture import MARKER_TABLE, ChangeCapture, Marker, read_marker, write_marker
+from .capture import MARKER_TABLE, ChangeCapture, Marker, read_marker, start_capture, write_marker
 from .driver import PgConnection, PgPool
 from .log import ActorLog, GroupCommitAppender, LogStatistics
 from .ownership import Lease, Owner, Ownership
@@ -42,5 +42,6 @@ __all__ = [
     "read_marker",
     "restore_actor",
     "restore_file",
+    "start_capture",
     "write_marker",
 ]

@@ -20,6 +20,8 @@ What the capture guarantees, and how:
 * **DDL is not in changesets** (and a replica silently skips changes of a
   table it lacks): the capture notices a changed ``PRAGMA schema_version``
   after a commit, and the log then ships a snapshot instead (:attr:`schema_changed`).
+  A table dropped or renamed after changes to it were recorded makes SQLite
+  refuse the changeset (``SchemaChangeError``); the snapshot carries those too.
 * The marker table :data:`MARKER_TABLE` is left out (``table_filter``): it
   records, in the file itself, which log entry the file matches.
 
@@ -34,10 +36,10 @@ from dataclasses import dataclass
 
 import apsw
 
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageUnavailableError
 from storage.sqlite import SqlStorage
 
-__all__ = ["MARKER_TABLE", "ChangeCapture", "Marker", "ensure_marker", "read_marker", "write_marker"]
+__all__ = ["MARKER_TABLE", "ChangeCapture", "Marker", "ensure_marker", "read_marker", "start_capture", "write_marker"]
 
 #: The local table saying which cluster log entry the file matches (never captured).
 MARKER_TABLE = "_ds_cluster"
@@ -84,6 +86,20 @@ def write_marker(target: SqlStorage | apsw.Connection, marker: Marker) -> None:
     """Store ``marker`` (the table must exist: :func:`ensure_marker`)."""
     con = target.connection if isinstance(target, SqlStorage) else target
     con.execute(_WRITE_MARKER, (marker.cluster_id, marker.last_seq, int(marker.clean)))
+
+
+def start_capture(storage: SqlStorage, marker: Marker) -> ChangeCapture:
+    """What an activation does before any write: store ``marker`` (unclean) and attach a capture.
+
+    Raises:
+        StorageUnavailableError: the file refused (a fault of the local disk; the cause is chained).
+    """
+    try:
+        write_marker(storage, marker)
+        return ChangeCapture(storage)
+    except apsw.Error as exc:
+        raise StorageUnavailableError(
+            f"{storage.path}: the change capture could not start ({type(exc).__name__}: {exc}); retry") from exc
 
 
 class ChangeCapture:
@@ -135,11 +151,16 @@ class ChangeCapture:
     def cut(self) -> bytes:
         """The changes committed since the last cut, as one changeset (``b""`` for none).
 
-        Also notices a schema change (see :attr:`schema_changed`).
+        Also notices a schema change (see :attr:`schema_changed`); when DDL
+        dropped or renamed a table whose changes were recorded, SQLite cannot
+        make the changeset and ``b""`` comes back with :attr:`schema_changed`
+        set: the next entry is the whole file.
 
         Raises:
             RuntimeError: a transaction is open (its rows are not committed yet),
                 or the capture was detached.
+            apsw.Error: SQLite failed to build the changeset (the recorded
+                changes are gone: the caller must fail the log).
         """
         if self._session is None:
             raise RuntimeError("the change capture is detached")
@@ -154,6 +175,11 @@ class ChangeCapture:
         session, self._session = self._session, None
         try:
             changeset = session.changeset()
+        except apsw.SchemaChangeError:
+            # A table with recorded changes was dropped or renamed since: SQLite cannot describe
+            # those changes, and needs not, as the schema changed and the log ships the whole file.
+            self.schema_changed = True
+            changeset = b""
         finally:
             session.close()
             self._session = self._new_session()

@@ -56,6 +56,9 @@ __all__ = ["PgConnection", "PgPool", "translate_error"]
 
 Params = dict[str, Any] | Sequence[Any] | None
 
+#: psycopg's ``prepare_threshold``: statements are prepared when asked (``prepare=True``), never by count.
+_NEVER_BY_COUNT = 2**62
+
 
 class _AnyioConnection(psycopg.AsyncConnection):
     """psycopg's ``AsyncConnection`` whose waits go through anyio (internal)."""
@@ -230,7 +233,9 @@ async def _connect(conninfo: str) -> _AnyioConnection:
         gen.close()
         raise
     conn._autocommit = True  # a fresh connection is idle: set it without a round trip (as connect() does)
-    conn.prepare_threshold = None  # prepare only what asks for it
+    # Prepare only what asks for it (prepare=True): no count of runs reaches this threshold. (None would
+    # turn preparing off altogether, prepare=True included.)
+    conn.prepare_threshold = _NEVER_BY_COUNT
     return conn
 
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import apsw
 
 from storage.errors import (
     DatabaseError,
@@ -191,7 +192,8 @@ class ActorLog:
         is already reserved).
 
         Raises:
-            the poisoning error, when the log failed.
+            the poisoning error, when the log failed (also when this very cut
+            failed: :class:`~storage.errors.StorageUnavailableError`).
         """
         if self.poisoned is not None:
             raise self.poisoned
@@ -255,7 +257,15 @@ class ActorLog:
     # -- cutting (synchronous; never inside a transaction)
 
     def _cut(self, *, numbered: bool = False) -> None:
-        changeset = self.capture.cut()
+        try:
+            changeset = self.capture.cut()
+        except apsw.Error as exc:  # the recorded changes are lost: the file must be rebuilt from the log
+            error = StorageUnavailableError(
+                f"the changes of actor {self.lease.actor} could not be captured ({type(exc).__name__}: {exc}); "
+                "nothing of them was kept, retry")
+            error.__cause__ = exc
+            self.poison(error)
+            raise error from exc
         if changeset or numbered or self.capture.schema_changed:
             self._last_cut += 1
             if changeset:

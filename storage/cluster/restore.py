@@ -35,9 +35,9 @@ from pathlib import Path
 import anyio
 import apsw
 
-from storage.errors import StorageError
+from storage.errors import RestoreError, StorageUnavailableError
 from storage.schema import MIGRATIONS
-from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, _write_template
+from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
 from . import statements as sql
 from .capture import MARKER_TABLE, Marker, ensure_marker, write_marker
@@ -51,13 +51,6 @@ __all__ = [
 
 #: zlib level for snapshots (1: fastest; 6 saves ~12% more for 2-3x the time).
 ZLIB_LEVEL = 1
-
-
-class RestoreError(StorageError):
-    """The log in Postgres does not rebuild the actor's file (a gap, a conflict, a bad image).
-
-    Nothing was changed on disk; the actor cannot be activated until the log is repaired.
-    """
 
 
 async def compress_image(image: bytes) -> bytes:
@@ -117,10 +110,7 @@ def restore_file(
     _remove(partial, f"{partial}-wal", f"{partial}-shm")
     try:
         if image is None:
-            template = os.fspath(template)
-            if not os.path.exists(template):
-                _write_template(template, MIGRATIONS)
-            shutil.copyfile(template, partial)
+            shutil.copyfile(ensure_template(template, MIGRATIONS), partial)
         else:
             with open(partial, "wb") as out:
                 out.write(image)
@@ -225,8 +215,11 @@ async def restore_actor(
 
     Raises:
         RestoreError: a gap in the log, a log that starts from another schema
-            version than this code's template, or a conflict (nothing changed).
-        StorageUnavailableError: Postgres cannot be reached.
+            version than this code's template, a snapshot that is not a
+            database, or a conflict (nothing changed).
+        StorageUnavailableError: Postgres cannot be reached, or the file could
+            not be written here (a fault of the local disk or folder; the
+            cause is chained; nothing changed).
     """
     params = {"actor": lease.actor, "upto": lease.last_seq}
     image_blob: bytes | None = None
@@ -247,8 +240,16 @@ async def restore_actor(
 
     def rebuild() -> None:
         image = None if image_blob is None else decompress_image(bytes(image_blob))
-        restore_file(path, template=template, image=image, tail=[bytes(cs) for _seq, cs in tail], marker=marker,
-                     durability=durability)
+        try:
+            restore_file(path, template=template, image=image, tail=[bytes(cs) for _seq, cs in tail],
+                         marker=marker, durability=durability)
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise RestoreError(f"actor {lease.actor}: its snapshot at {after} is not a sound database ({exc}); "
+                               "nothing was changed") from exc
+        except (apsw.Error, OSError) as exc:  # the local disk or folder: the next attempt may succeed
+            raise StorageUnavailableError(
+                f"actor {lease.actor}: its file could not be rebuilt from the cluster log "
+                f"({type(exc).__name__}: {exc}); retry") from exc
 
     await anyio.to_thread.run_sync(rebuild)
     return after, len(tail)

@@ -251,3 +251,90 @@ async def test_release_listeners_hear_why_the_host_stopped_owning_an_actor(hosts
         with pytest.raises(OwnershipLostError):
             await second.add()
         assert heard == [(first.id.hex, "hibernated"), (second.id.hex, "deposed")]
+
+
+async def test_not_owner_says_exactly_how_much_of_the_lease_is_left(hosts, pg):
+    """``lease_left_s`` is the owner's remaining lease by the server's clock, unrounded (``retry_after_s``,
+    for the ``Retry-After`` header, is at least 1 s)."""
+    async with hosts(2, lease_s=6.0) as (a, b):
+        na, nb = bind_counters([a, b])
+        assert await na.get_by_name("c").add() == 1
+        pg("UPDATE ds_actors SET lease_expires = now() + interval '400 milliseconds'")
+        with pytest.raises(NotOwnerError) as caught:
+            await nb.get_by_name("c").read()
+        assert 0 < caught.value.lease_left_s <= 0.4
+        assert caught.value.retry_after_s == 1.0
+        fresh = NotOwnerError("counters/x", "http://h0", owner_host="h0", lease_left_s=4.25)
+        assert (fresh.lease_left_s, fresh.retry_after_s) == (4.25, 4.25)
+
+
+class Room(Agent):
+    """Counts in KV and tells every peer (broadcasts pass the output gate like replies)."""
+
+    async def add(self) -> int:
+        value = self.storage.get("n", 0) + 1
+        self.storage.put("n", value)
+        self.broadcast(f"n={value}")
+        return value
+
+
+async def test_a_sleeping_actor_keeps_its_lease_while_the_host_holds_its_peers(hosts, pg):
+    """No churn of idle sockets: the actor hibernates (its file closes) but stays owned here, across several
+    idle timeouts and leases, so its peers stay open and get the broadcasts of its next wake; once the last
+    peer leaves, the lease goes."""
+    lease_s = 1.0
+    async with hosts(2, lease_s=lease_s, idle_timeout_s=0.1) as (a, b):
+        na, nb = a.bind("rooms", Room), b.bind("rooms", Room)
+        heard = []
+        a.cluster.add_release_listener(lambda actor_id, reason: heard.append(reason))
+        stub = na.get_by_name("r")
+        peer = RecordingConnection("p")
+        await na.connect(stub.id, peer)
+        assert await stub.add() == 1
+        with trio.fail_after(5):
+            while a.is_active(na, stub.id):
+                await trio.sleep(0.01)
+        asleep_at = trio.current_time()
+        while trio.current_time() - asleep_at < 3 * lease_s:  # three leases, many idle timeouts
+            with pytest.raises(NotOwnerError) as caught:  # still owned by a: b forwards there
+                await nb.get(stub.id).add()
+            assert caught.value.owner_host == "h0"
+            await trio.sleep(lease_s / 2)
+        assert not a.is_active(na, stub.id) and heard == []
+        assert a.cluster.statistics().leases == 1
+        before = a.cluster.statistics()
+        assert await stub.add() == 2  # the wake needs no new lease and keeps the file
+        after = a.cluster.statistics()
+        assert (after.acquisitions, after.restores, after.kept) == (before.acquisitions + 1, before.restores,
+                                                                    before.kept + 1)
+        with trio.fail_after(5):
+            while peer.sent != ["n=1", "n=2"]:
+                await trio.sleep(0.01)
+        assert pg("SELECT owner, epoch FROM ds_actors") == [("h0", 1)]
+        await na.disconnect(stub.id, peer)
+        with trio.fail_after(5):  # the last peer left: the next hibernation gives the actor up
+            while pg("SELECT owner FROM ds_actors") != [(None,)]:
+                await trio.sleep(0.01)
+        assert heard == ["hibernated"]
+        assert await nb.get(stub.id).add() == 3  # taken at once by another host
+
+
+async def test_the_lease_of_a_sleeping_actor_goes_when_its_last_peer_leaves(hosts, pg):
+    async with hosts(1, idle_timeout_s=0.1) as (a,):
+        na = a.bind("rooms", Room)
+        stub = na.get_by_name("r")
+        peers = [RecordingConnection("p1"), RecordingConnection("p2")]
+        for peer in peers:
+            await na.connect(stub.id, peer)
+        await stub.add()
+        with trio.fail_after(5):
+            while a.is_active(na, stub.id):
+                await trio.sleep(0.01)
+        a.unregister_connection(stub.id, peers[0])  # peers going without a turn (a dropped socket)
+        await trio.sleep(0.2)
+        assert pg("SELECT owner FROM ds_actors") == [("h0",)]
+        a.unregister_connection(stub.id, peers[1])
+        with trio.fail_after(5):
+            while pg("SELECT owner FROM ds_actors") != [(None,)]:
+                await trio.sleep(0.01)
+        assert a.cluster.statistics().leases == 0

@@ -61,3 +61,19 @@ async def test_an_idle_active_actor_survives_a_short_outage_without_losing_its_l
         stats = a.cluster.statistics()
         assert (stats.restores, stats.poisoned, stats.deposed) == (1, 0, 0)
         assert pg("SELECT epoch FROM ds_actors") == [(1,)]
+
+
+async def test_open_host_says_storage_unavailable_when_postgres_cannot_be_reached(tmp_path):
+    """The documented error itself, not an exception group around it; nothing is left open."""
+    from runtime.host import open_host
+    from runtime.host.cluster import ClusterOptions
+    from tests.support.postgres import free_port
+
+    dsn = f"host=127.0.0.1 port={free_port()} dbname=nothing user=nobody connect_timeout=1"
+    started = trio.current_time()
+    with pytest.raises(StorageUnavailableError):
+        async with open_host(tmp_path / "d", cluster=ClusterOptions(dsn, "http://here", lease_s=2.0)):
+            raise AssertionError("the host must not open")
+    assert trio.current_time() - started < 5
+    async with open_host(tmp_path / "d") as host:  # the folder is free again (its alarm index was closed)
+        assert host.cluster is None

@@ -241,3 +241,83 @@ async def test_a_host_that_knows_the_owner_still_checks_the_token_and_the_body_l
             assert 'route="GET /v1/sessions/{id}/messages",status="200"} 2.0' in metrics
             stats = (await http.get(f"{h2.url}/v1/actors", headers=good)).json()["cluster"]
             assert stats["forwarded"] == 3  # the two reads and the 404; 401 and 413 were answered at h2
+
+
+async def test_idle_sockets_stay_open_while_their_session_sleeps_and_get_its_broadcasts(tmp_path, pg_empty_dsn):
+    """The session hibernates again and again (idle timeout 0.2 s) but its owner keeps it while it holds
+    sockets: they are not closed (no reconnects), and the next call, on any host, wakes it at that owner and
+    its broadcast reaches them. Once the sockets are gone, the owner gives the session up."""
+    with run_cluster(tmp_path, pg_empty_dsn, hosts=2, lease_s=1.0, extra=["--idle-timeout", "0.2"]) as cluster:
+        h1, h2 = cluster.hosts
+        async with SessionsClient(h1.url) as c1, SessionsClient(h2.url) as c2:
+            await c1.session("idle").append_message(msg("m1"))  # h1 owns it
+            async with c1.session("idle").events() as direct, c2.session("idle").events() as relayed:
+                await await_until(lambda: _hibernations(h1), 10, "the session to hibernate at h1")
+                slept_from = trio.current_time()
+                while trio.current_time() - slept_from < 3 * cluster.lease_s:  # many idle timeouts, 3 leases
+                    await trio.sleep(0.2)
+                assert await c2.session("idle").call("shout", "awake") == "awake"  # via h2, run at h1
+                for events in (direct, relayed):
+                    with trio.fail_after(10):
+                        async for event in events:
+                            if event.get("type") == "shout":
+                                assert event["text"] == "awake"
+                                break
+                    assert events.reconnects == 0
+            assert {int(pid) for pid, _hex in cluster.events("activations")} == {h1.process.pid}
+        # the sockets closed: the next hibernation at h1 gives the session up, and h2 takes it when asked
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def owned_by_h2():
+                response = await http.get(f"{h2.url}/v1/sessions/idle/messages:count")
+                return response.status_code == 200 and response.headers.get(OWNER_HEADER) == h2.url
+
+            await await_until(owned_by_h2, 15, "h1 to give the session up", interval=0.2)
+
+
+async def _hibernations(host):
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"{host.url}/v1/actors")).json()["hibernations"] > 0
+
+
+async def test_transcripts_are_refused_with_a_clear_501_in_a_cluster(cluster):
+    """Their listings read a catalog local to one host: a cluster says so instead of answering wrong."""
+    from runtime.client.transcripts import DurableSessionStore
+    from storage.errors import NotSupportedError
+
+    h1 = cluster.hosts[0]
+    key = {"project_key": "p", "session_id": "s"}
+    async with httpx.AsyncClient() as http:
+        answers = [await http.post(f"{h1.url}/v1/transcripts/entries", json={"key": key, "entries": [{"uuid": "u"}]}),
+                   await http.get(f"{h1.url}/v1/transcripts/sessions", params={"project_key": "p"})]
+    for answer in answers:
+        assert (answer.status_code, answer.json()["error"]["type"]) == (501, "NotSupportedError")
+        assert answer.json()["error"]["message"] == (
+            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
+            "listings come from a catalog local to one host; serve them from a host without --cluster")
+    store = DurableSessionStore(h1.url)
+    try:
+        with pytest.raises(NotSupportedError):
+            await store.list_sessions("p")
+    finally:
+        await store.aclose()
+
+
+async def test_a_log_that_cannot_rebuild_a_session_is_named_not_an_anonymous_500(cluster):
+    """Damage in Postgres (here a log entry gone) is reported as what it is, naming the session's actor."""
+    import psycopg
+
+    h1, h2, _ = cluster.hosts
+    async with SessionsClient(h1.url) as c1:
+        await c1.session("damaged").append_messages([msg("m1")])
+        await c1.session("damaged").append_messages([msg("m2")])
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.post(f"{h1.url}/v1/actors:hibernate", json={})).json() == {"hibernated": 1}
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            actor = conn.execute("SELECT actor_id FROM ds_actors").fetchone()[0]
+            await await_until(lambda: conn.execute("SELECT owner IS NULL FROM ds_actors").fetchone()[0], 10,
+                              "h1 to give the session up")
+            conn.execute("DELETE FROM ds_log WHERE seq = 1")
+        answer = await http.get(f"{h2.url}/v1/sessions/damaged/messages")  # h2 rebuilds the file from the log
+    assert (answer.status_code, answer.json()["error"]["type"]) == (500, "RestoreError")
+    assert answer.json()["error"]["message"].startswith(f"actor {actor}: the cluster log has a gap")

@@ -44,6 +44,20 @@ async def test_connect_run_statements_and_parameters(pg_empty_dsn):
     assert conn.broken
 
 
+async def test_hot_statements_are_prepared_once_and_others_never(pg_empty_dsn):
+    """``prepare=True`` makes a server-side prepared statement (parsed and planned once); without it
+    nothing is prepared, however often it runs."""
+    conn = await connect(pg_empty_dsn)
+    try:
+        for i in range(3):
+            assert await conn.execute("SELECT %(x)s::int + 1", {"x": i}, prepare=True) == [(i + 1,)]
+        for i in range(10):
+            assert await conn.execute("SELECT %(x)s::int + 2", {"x": i}) == [(i + 2,)]
+        assert await conn.execute("SELECT statement FROM pg_prepared_statements") == [("SELECT $1::int + 1",)]
+    finally:
+        await conn.close()
+
+
 async def test_a_refused_statement_is_a_database_error_and_the_connection_stays_usable(pg_empty_dsn):
     conn = await connect(pg_empty_dsn)
     with pytest.raises(DatabaseError, match="no_such_table"):

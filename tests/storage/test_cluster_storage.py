@@ -410,3 +410,31 @@ async def test_a_gap_in_the_log_is_refused(pg_empty_dsn, tmp_path, template):
                                 durability="normal", current_version=SCHEMA_VERSION)
         assert not (tmp_path / "b.sqlite3").exists()
         storage.close()
+
+
+def test_concurrent_restores_on_a_fresh_data_folder_build_the_template_once(tmp_path, template):
+    """Several first activations at once each restore from a log without a snapshot, on worker threads,
+    while the template does not exist yet: every restore succeeds (the template is built once, atomically)."""
+    import threading
+
+    files = 8
+    barrier = threading.Barrier(files)
+    errors: list[BaseException] = []
+
+    def restore(i: int) -> None:
+        barrier.wait()
+        try:
+            restore_file(tmp_path / f"actor-{i}.sqlite3", template=template, image=None, tail=[],
+                         marker=Marker("c1", 0, clean=False))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=restore, args=(i,)) for i in range(files)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [file_marker(tmp_path / f"actor-{i}.sqlite3") for i in range(files)] == [Marker("c1", 0, False)] * files
+    assert sorted(p.name for p in template.parent.iterdir()) == [template.name]  # no temporary file left
+    assert ActorStorage.open(template).user_version == SCHEMA_VERSION

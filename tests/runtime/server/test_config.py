@@ -84,9 +84,17 @@ def test_compaction_can_be_switched_off(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("[server]\nbnd = 'x'\n", "unknown key server.bnd (allowed: backlog, bind, body_timeout_s, data, durability, "
-                              "graceful_timeout_s, idle_timeout_s, keep_alive_timeout_s, max_active, max_body_bytes, "
-                              "max_connect_wait_s, max_connecting, max_pending_calls, max_queue_s, max_requests)"),
+    ("[server]\nbnd = 'x'\n", ("unknown key server.bnd (allowed: access_log, backlog, bind, body_timeout_s, "
+                               "cors_origins, data, drain_s, durability, "
+                               "graceful_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, max_active, "
+                               "max_body_bytes, "
+                               "max_connect_wait_s, max_connecting, max_pending_calls, max_queue_s, max_requests)")),
+    ("[server]\ncors_origins = 'https://a.example'\n", "server.cors_origins must be a list of origins"),
+    ("[server]\ncors_origins = ['https://a.example/app']\n",
+     "server.cors_origins: 'https://a.example/app' is not an origin (scheme://host[:port], no path)"),
+    ("[server]\naccess_log = 'yes'\n", "server.access_log must be true or false, not 'yes'"),
+    ("[server]\ndrain_s = -1\n", "server.drain_s must be a number of seconds >= 0, not -1"),
+    ("[server]\nbind = '127.0.0.1:70000'\n", "server.bind: port 70000 is not a port (0-65535)"),
     ("[serve]\n", "unknown key serve (allowed: cluster, server, session, storage)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
     ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),

@@ -173,13 +173,23 @@ async def test_links_lead_from_created_sessions_and_messages_to_the_routes_that_
 # -- the token, the page and its files ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/docs/static/swagger-ui.css"])
-async def test_the_document_and_the_page_need_the_token_like_every_route_but_health(served, path):
+async def test_the_document_needs_the_token_like_every_route_but_health_and_the_page(served):
     async with httpx.AsyncClient(base_url=served[0]) as http:
-        refused = await http.get(path)
-        allowed = await http.get(path, headers=AUTH)
+        refused = await http.get("/openapi.json")
+        allowed = await http.get("/openapi.json", headers=AUTH)
     assert (refused.status_code, refused.json()["error"]["type"]) == (401, "UnauthorizedError")
     assert allowed.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/docs", "/docs/static/swagger-ui.css"])
+async def test_the_page_and_its_files_need_no_token_the_page_asks_for_it(served, path):
+    async with httpx.AsyncClient(base_url=served[0]) as http:
+        answer = await http.get(path)
+    assert answer.status_code == 200
+    if path == "/docs":
+        assert "const NEEDS_TOKEN = true;" in answer.text
+        assert '<input id="token" type="password"' in answer.text
+        assert answer.headers["Cache-Control"] == "no-store"
 
 
 async def test_the_document_says_which_routes_need_the_token(document):
@@ -187,7 +197,9 @@ async def test_the_document_says_which_routes_need_the_token(document):
     assert document["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
     assert document["paths"]["/v1/health"]["get"]["security"] == []
     assert "401" not in document["paths"]["/v1/health"]["get"]["responses"]
-    assert "401" in document["paths"]["/docs"]["get"]["responses"]
+    assert "401" not in document["paths"]["/docs"]["get"]["responses"]
+    assert document["paths"]["/docs"]["get"]["security"] == []
+    assert "401" in document["paths"]["/openapi.json"]["get"]["responses"]
 
 
 async def test_the_page_loads_only_files_of_this_server(served):

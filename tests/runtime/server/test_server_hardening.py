@@ -502,7 +502,7 @@ async def test_bad_rpc_frames_are_answered_with_errors_under_their_id(server):
         {"id": 1, "method": 5},
         {"id": 2, "method": "get_history", "params": "x"},
         {"id": 3, "method": "nope"},
-        {"id": 4, "method": "get_history", "params": [1, 2, 3, 4]},
+        {"id": 4, "method": "get_history", "params": [1, 2, 3, 4, 5]},  # one more than it takes
         {"id": 5, "method": "append_message", "params": {"message": {"id": "w", "role": "user", "parts": "x"}}},
     ]
     for frame in frames:

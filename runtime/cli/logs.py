@@ -1,0 +1,57 @@
+"""Logging of the ``durable-sessions`` command: levels, text or JSON lines, and the access log.
+
+``--log-level`` (DEBUG, INFO, WARNING, ERROR, CRITICAL; any case) and
+``--log-format`` (``text``: ``<time> <LEVEL> <logger>: <message>``; ``json``:
+one object per line, ``{"time", "level", "logger", "message"}`` plus
+``"exception"`` with the traceback text when there is one) are accepted before
+or after the subcommand. Everything goes to stderr.
+
+The access log (``serve --access-log``, ``[server] access_log``) is the logger
+:data:`ACCESS_LOGGER` at INFO: one line per HTTP request or WebSocket, as
+hypercorn writes it (client, request line, status, bytes, user agent, and the
+time taken). No token ever appears in it: tokens travel in headers (and a
+browser's WebSocket token in a subprotocol), never in a URL.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+
+from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER
+
+__all__ = ["ACCESS_FORMAT", "ACCESS_LOGGER", "LEVELS", "LOG_FORMATS", "JsonFormatter", "configure_logging"]
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (ISO-8601 UTC, ms), level, logger, message[, exception]."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        entry = {
+            "time": moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    """Send the process's logs to stderr at ``level`` in ``log_format`` (``text`` or ``json``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here

@@ -1,0 +1,188 @@
+"""Finding sessions: ``GET /v1/sessions`` and ``GET /v1/sessions/{id}`` against a real server, from the host
+catalog (runtime/server/listing.py)."""
+
+import os
+
+import httpx
+import pytest
+
+from runtime import open_host
+from runtime.client import SessionsClient
+from runtime.server.app import bind_sessions, serve
+from runtime.server.config import ServerSettings
+from storage.catalog import CATALOG_FILE, HostCatalog
+from storage.errors import InvalidInputError, SessionNotFoundError
+
+TOKEN = "listing-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def msg(mid):
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": f"text of {mid}"}]}
+
+
+async def start(nursery, host):
+    bind_sessions(host)
+    urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
+                                                         task_status=task_status))
+    return urls[0]
+
+
+async def write(client, counts):
+    """Append ``counts[name]`` messages to each session, in order (later names are updated later)."""
+    for name, count in counts.items():
+        await client.session(name).append_messages([msg(f"{name}-{i}") for i in range(count)])
+
+
+async def everything(client, **options):
+    return [entry async for entry in client.iter_sessions(**options)]
+
+
+async def test_sessions_are_listed_newest_first_with_counts_and_compaction_state(tmp_path, nursery):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            await write(client, {"alpha": 3, "beta/2": 1, "gamma": 2})
+            record = await client.session("gamma").add_compaction("both", "gamma-0", "gamma-1")
+            await client.hibernate()
+            listed = await client.list_sessions()
+    assert listed["cursor"] is None
+    assert sorted(e["id"] for e in listed["sessions"]) == ["alpha", "beta/2", "gamma"]
+    by_id = {e["id"]: e for e in listed["sessions"]}
+    gamma, alpha = by_id["gamma"], by_id["alpha"]
+    times = [e["updatedAt"] for e in listed["sessions"]]
+    assert times == sorted(times, reverse=True)
+    assert (alpha["messages"], alpha["compactions"], alpha["compactedThrough"]) == (3, 0, None)
+    assert (gamma["messages"], gamma["compactions"], gamma["compactedThrough"]) == (2, 1, record["toMessageId"])
+    assert (alpha["state"], alpha["problem"], alpha["active"]) == ("ok", None, False)
+    assert alpha["createdAt"] <= alpha["updatedAt"]
+    assert alpha["createdAt"].endswith("Z") and len(alpha["createdAt"]) == len("2026-01-05T10:00:00.000Z")
+
+
+async def test_cursor_paging_walks_every_session_once_and_prefix_filters(tmp_path, nursery):
+    async with open_host(tmp_path / "data", idle_timeout_s=0.01) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            names = [f"user-{i:02d}" for i in range(23)] + [f"bot-{i}" for i in range(4)]
+            await write(client, dict.fromkeys(names, 1))
+            await client.hibernate()
+            first = await client.list_sessions(limit=10)
+            assert len(first["sessions"]) == 10 and first["cursor"]
+            walked = await everything(client, page_size=10)
+            whole = (await client.list_sessions(limit=1000))["sessions"]
+            users = await everything(client, prefix="user-", page_size=7)
+            bots = await client.list_sessions(prefix="bot-", limit=4)
+    assert walked == whole
+    assert sorted(e["id"] for e in walked) == sorted(names)  # each once
+    times = [e["updatedAt"] for e in walked]
+    assert times == sorted(times, reverse=True)
+    assert [e["id"] for e in users] == [e["id"] for e in whole if e["id"].startswith("user-")]
+    assert len(users) == 23
+    assert sorted(e["id"] for e in bots["sessions"]) == ["bot-0", "bot-1", "bot-2", "bot-3"]
+    assert bots["cursor"] is None
+
+
+async def test_awake_sessions_report_fresh_numbers_without_hibernating(tmp_path, nursery):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            await write(client, {"old": 2, "busy": 1})
+            await client.hibernate()
+            catalog_before = (tmp_path / "data" / CATALOG_FILE).stat()
+            await client.session("busy").append_messages([msg(f"more-{i}") for i in range(5)])
+            await client.session("old").get_history()  # awake, nothing written
+            listed = (await client.list_sessions())["sessions"]
+            busy = await client.describe_session("busy")
+            catalog_after = (tmp_path / "data" / CATALOG_FILE).stat()
+    assert [(e["id"], e["messages"], e["active"]) for e in listed] == [("busy", 6, True), ("old", 2, True)]
+    assert busy == listed[0]
+    # appends wrote nothing to the catalog: it is written when actors hibernate or close
+    assert (catalog_before.st_size, catalog_before.st_mtime_ns) == (catalog_after.st_size, catalog_after.st_mtime_ns)
+
+
+async def test_files_without_a_catalog_row_are_found_by_the_first_listing(tmp_path, nursery):
+    data = tmp_path / "data"
+    async with open_host(data) as host:
+        bind_sessions(host)
+        for name, count in (("kept", 2), ("lost-row", 4)):
+            await host.namespace("sessions").get_by_name(name).call(
+                "append_messages", [msg(f"{name}-{i}") for i in range(count)])
+    catalog = HostCatalog.open(data)
+    lost = host.namespace("sessions").id_from_name("lost-row")
+    assert catalog.forget("sessions", lost.hex)
+    catalog.close()
+    async with open_host(data) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            listed = (await client.list_sessions())["sessions"]
+    assert sorted((e["id"], e["messages"]) for e in listed) == [("kept", 2), ("lost-row", 4)]
+    catalog = HostCatalog.open(data)
+    assert catalog.get("sessions", lost.hex).messages == 4
+    catalog.close()
+
+
+async def test_one_session_by_id_and_an_unknown_one(tmp_path, nursery):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            await write(client, {"a b/c": 2})
+            await client.hibernate()
+            found = await client.describe_session("a b/c")
+            with pytest.raises(SessionNotFoundError, match="no session 'nobody' on this host"):
+                await client.describe_session("nobody")
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+            missing = await http.get("/v1/sessions/nobody")
+    assert (found["id"], found["messages"], found["active"]) == ("a b/c", 2, False)
+    assert missing.status_code == 404
+    assert missing.json() == {"error": {"type": "SessionNotFoundError", "message": "no session 'nobody' on this host"}}
+    assert len(list((tmp_path / "data" / "sessions").glob("*/*.sqlite3"))) == 1  # asking created nothing
+
+
+@pytest.mark.parametrize(("query", "field", "message"), [
+    ({"limit": "0"}, "limit", "limit must be between 1 and 1000, not 0"),
+    ({"limit": "x"}, "limit", "limit must be an integer, not 'x'"),
+    ({"cursor": "bm9wZQ"}, "cursor", "cursor is not a cursor of this listing (pass the cursor of the page before)"),
+    ({"cursor": "%%%"}, "cursor", "cursor is not a cursor of this listing (pass the cursor of the page before)"),
+])
+async def test_bad_listing_queries_get_a_400_naming_the_field(tmp_path, nursery, query, field, message):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+            answer = await http.get("/v1/sessions", params=query)
+            unauthorized = await http.get("/v1/sessions", headers={"Authorization": "Bearer wrong"})
+    assert answer.status_code == 400
+    assert answer.json() == {"error": {"type": "InvalidInputError", "message": message, "field": field}}
+    assert unauthorized.status_code == 401
+
+
+async def test_the_client_raises_the_listing_errors(tmp_path, nursery):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            with pytest.raises(InvalidInputError) as caught:
+                await client.list_sessions(cursor="garbage")
+    assert caught.value.field == "cursor"
+
+
+async def test_an_empty_host_lists_nothing(tmp_path, nursery):
+    async with open_host(tmp_path / "data") as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            assert await client.list_sessions() == {"sessions": [], "cursor": None}
+    assert os.path.exists(tmp_path / "data" / CATALOG_FILE)
+
+
+async def test_sessions_kept_in_postgres_are_not_listed_and_say_why(tmp_path, nursery):
+    from actors.session_agent_postgres import PostgresSessionAgent
+
+    async with open_host(tmp_path / "data") as host:
+        bind_sessions(host, agent_class=PostgresSessionAgent)  # the listing refuses before any session call
+        urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
+                                                             task_status=task_status))
+        async with httpx.AsyncClient(base_url=urls[0], headers=AUTH) as http:
+            listed = await http.get("/v1/sessions")
+            one = await http.get("/v1/sessions/chat")
+    assert listed.status_code == one.status_code == 501
+    assert listed.json() == {"error": {"type": "NotSupportedError", "message": (
+        "listing sessions is not supported with the sessions in Postgres (serve --postgres): it reads the host "
+        "catalog of actor files")}}
