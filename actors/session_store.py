@@ -215,6 +215,15 @@ class SyncStore:
     async def path_tokens(self, leaf_id: str) -> PathTokens | None:
         return self.sync.path_tokens(leaf_id)
 
+    async def latest_path_tokens(self) -> PathTokens | None:
+        """:meth:`path_tokens` of the latest leaf (``None`` when empty), in one call of the store's
+        own ``latest_path_tokens`` when it has one (:class:`storage.messages.MessageStore`)."""
+        own = getattr(self.sync, "latest_path_tokens", None)
+        if own is not None:
+            return own()
+        leaf = self.sync.latest_leaf()
+        return None if leaf is None else self.sync.path_tokens(leaf)
+
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         return self.sync.window(leaf_id, max_bytes, min_rows)
 

@@ -257,6 +257,11 @@ FROM ({_LATEST}) AS l CROSS JOIN assistant_messages AS p ON p.seq = l.seq
 CROSS JOIN assistant_messages AS j ON j.seq = coalesce(p.jump_seq, p.seq)
 CROSS JOIN assistant_messages AS jj ON jj.seq = coalesce(j.jump_seq, j.seq)
 """
+# The latest leaf's running token total, and whether the session has any compaction row.
+_LATEST_TOKENS = f"""
+SELECT p.id, p.path_tokens, EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = ?1)
+FROM ({_LATEST}) AS l CROSS JOIN assistant_messages AS p ON p.seq = l.seq
+"""
 _DEPTH_JUMP = "SELECT depth, coalesce(jump_seq, seq) FROM assistant_messages WHERE seq = ?"
 _OLD_SIZE = "SELECT octet_length(content), tokens FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _UPDATE = """
@@ -559,6 +564,18 @@ class MessageStore:
             return PathTokens(leaf.path_tokens, ())
         ends = self.token_places({i for r in rows for i in (r.from_message_id, r.to_message_id)})
         return PathTokens(leaf.path_tokens, tuple(self._applied(leaf, rows, ends)))
+
+    def latest_path_tokens(self) -> PathTokens | None:
+        """:meth:`path_tokens` of the latest leaf; ``None`` in an empty session.
+
+        One statement when the session has no compaction row (then no
+        overlay applies): what the token estimate after each append reads.
+        """
+        rows = self._rows(_LATEST_TOKENS).fetchall()
+        if not rows:
+            return None
+        leaf_id, total, compacted = rows[0]
+        return self.path_tokens(leaf_id) if compacted else PathTokens(total, ())
 
     def _applied(
         self, leaf: TokenPlace, rows: list[CompactionRow], ends: dict[str, TokenPlace]
