@@ -189,6 +189,16 @@ def test_template_copy_has_the_same_schema_as_the_ladder(tmp_path):
         assert s.sql(schema) == expected
 
 
+def test_template_copies_carry_no_page_the_ladder_left_free(tmp_path):
+    with SqlStorage.open(tmp_path / "ladder.sqlite3") as s:
+        assert s.scalar("PRAGMA freelist_count") > 0  # version 3 renamed, copied and dropped a table
+        ladder_pages = s.scalar("PRAGMA page_count")
+    with SqlStorage.open(tmp_path / "copy.sqlite3", template=tmp_path / "t.sqlite3") as s:
+        assert s.scalar("PRAGMA freelist_count") == 0
+        assert s.scalar("PRAGMA page_count") < ladder_pages
+        assert s.sql("PRAGMA integrity_check") == [{"integrity_check": "ok"}]
+
+
 def test_skip_checkpoint_on_close_keeps_the_wal_and_the_data(tmp_path):
     path = tmp_path / "w.sqlite3"
     with ActorStorage.open(path) as s:
