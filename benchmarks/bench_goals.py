@@ -409,7 +409,7 @@ def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: float, 
             pid: int) -> tuple[float, float, int]:
     """``(requests/s, server CPU ms per request, non-2xx answers)`` of one wrk run."""
     before = cpu_seconds(pid)
-    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url, "--", *args],
+    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script), url, "--", *args],
                          capture_output=True, text=True, check=True).stdout
     used = cpu_seconds(pid) - before
     rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec:")))
