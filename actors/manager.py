@@ -372,7 +372,7 @@ class SessionManager:
         """Delete the session and every row it owns, in one transaction.
 
         Gone afterwards: its messages and their search rows, its compactions,
-        its ``assistant_config`` rows (active leaf, loaded skills), its
+        its ``assistant_config`` rows (loaded skills; on Postgres the active leaf), its
         context-block rows (``<label>_<session id>``, the cached prompt
         ``_system_prompt_<session id>``) and its registry row. Shared rows
         (explicit providers, search entries of a block label) stay.

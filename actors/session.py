@@ -25,9 +25,10 @@ Messages are stored as compact JSON written the way JavaScript's
 read parses them again, so a returned dict is always a fresh object.
 
 Tree rules (docs/behaviours.md §5). Each message has at most one parent; the *latest leaf* is
-the last message appended (persisted, so it survives hibernation) or, when
-that was deleted, the newest message without children. ``get_history()``
-walks from the latest leaf up to its root.
+the last message appended (kept in storage, so it survives hibernation) or, when
+that was deleted, the newest message left without children (in an actor
+file: by insertion order, docs/deviations.md #3). ``get_history()`` walks
+from the latest leaf up to its root.
 
 Overlays (docs/behaviours.md §8, docs/deviations.md #13). A compaction row ``(summary, from, to)``
 replaces the stretch ``from..to`` of a path, on read only, by the message

@@ -21,9 +21,16 @@ Its cost follows the number of compactions, not the history length. A
 custom session counter gets what its contract promises -- the whole
 history, the prompt and the blocks -- on every estimate.
 
-When an estimate is made (docs/behaviours.md §9, §12): only when the session has a
-broadcaster, or both a threshold and a compaction function; otherwise the
-payload's ``tokenEstimate`` would be 0 and nothing is broadcast anyway.
+When an estimate is made (docs/behaviours.md §9, §12): only when someone
+listens to the broadcasts (see :class:`BroadcastChannel`), or the session
+has both a threshold and a compaction function (auto-compaction compares
+the estimate after every new message whoever listens), or a custom
+``token_counter`` and a broadcaster (user code is called as it always
+was, peers or not); otherwise the
+payload's ``tokenEstimate`` would be 0 and nothing is sent anyway. A
+status no one listens to is not encoded either: an actor's
+:meth:`~actors.agent.Agent.broadcast` with no WebSocket peer connected
+sends nothing, so skipping it changes nothing anyone can observe.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from storage.errors import CompactionError
 
+from .agent import Agent
 from .compaction import (
     CompactResult,
     call_compaction_function,
@@ -83,12 +91,33 @@ class BroadcastChannel:
             ``session_id`` (docs/deviations.md #16), else ``None``.
     """
 
-    __slots__ = ("broadcaster", "name", "session_id")
+    __slots__ = ("_broadcaster", "_peers_of", "name", "session_id")
 
     def __init__(self, broadcaster: Callable[[str], Any] | None, session_id: str, name: str | None = None) -> None:
         self.broadcaster = broadcaster
         self.session_id = session_id
         self.name = name
+
+    @property
+    def broadcaster(self) -> Callable[[str], Any] | None:
+        return self._broadcaster
+
+    @broadcaster.setter
+    def broadcaster(self, value: Callable[[str], Any] | None) -> None:
+        self._broadcaster = value
+        # Agent.broadcast itself (not an override) sends to the actor's peers and to no one else.
+        owner = getattr(value, "__self__", None)
+        plain = isinstance(owner, Agent) and getattr(value, "__func__", None) is Agent.broadcast
+        self._peers_of = owner.ctx.get_connections if plain else None
+
+    @property
+    def listening(self) -> bool:
+        """``True`` when a payload sent now would reach someone: there is a broadcaster and,
+        for an actor's own :meth:`~actors.agent.Agent.broadcast`, a WebSocket peer is connected
+        (any other broadcaster always counts as listening)."""
+        if self._broadcaster is None:
+            return False
+        return self._peers_of is None or bool(self._peers_of())
 
     @property
     def broadcast_id(self) -> str:
@@ -97,10 +126,10 @@ class BroadcastChannel:
 
     async def send(self, text: str) -> None:
         """Send ``text`` through the broadcaster, if any; a failure is logged, never raised."""
-        if self.broadcaster is None:
+        if self._broadcaster is None:
             return
         try:
-            await _resolve(self.broadcaster(text))
+            await _resolve(self._broadcaster(text))
         except Exception:  # a broadcast never undoes a committed write
             logger.warning("session %r: broadcast failed", self.session_id, exc_info=True)
 
@@ -151,8 +180,12 @@ class SessionCompaction:
 
     async def _history_tokens(self) -> int:
         store = self._store
-        leaf = await store.latest_leaf()
-        totals = None if leaf is None else await store.path_tokens(leaf)
+        latest = getattr(store, "latest_path_tokens", None)  # SyncStore: one statement on a SQLite file
+        if latest is not None:
+            totals = await latest()
+        else:
+            leaf = await store.latest_leaf()
+            totals = None if leaf is None else await store.path_tokens(leaf)
         if totals is None:
             return 0
         tokens = totals.total
@@ -175,23 +208,28 @@ class SessionCompaction:
 
     # -- broadcasts ---------------------------------------------------------------------
 
-    def _should_estimate(self) -> bool:
-        spec = self.spec
-        return self._channel.broadcaster is not None or (spec.threshold is not None and spec.function is not None)
-
     async def emit_status(self, phase: str, *, tokens_before: int | None = None) -> int:
         """Broadcast a ``cf_agent_session`` status; returns the estimate it carried.
 
-        An estimate that fails (a custom counter raising) is reported like
-        an auto-compaction error and counts 0.
+        No payload is made when no one listens
+        (:attr:`BroadcastChannel.listening`), and no heuristic estimate
+        either unless auto-compaction needs it (a threshold and a
+        function); a custom ``token_counter`` is still called whenever
+        there is a broadcaster, as before. An estimate that fails (a custom
+        counter raising) is reported like an auto-compaction error and
+        counts 0.
         """
         estimate = 0
-        if self._should_estimate():
+        channel, spec = self._channel, self.spec
+        listening = channel.listening
+        if listening or (spec.threshold is not None and spec.function is not None) or (
+            spec.token_counter is not None and channel.broadcaster is not None  # user code: called as before
+        ):
             try:
                 estimate = await self.estimate()
             except Exception as exc:
                 await self.report_error(exc)
-        if self._channel.broadcaster is not None:
+        if listening:
             payload = status_broadcast(
                 phase=phase,
                 token_estimate=estimate,

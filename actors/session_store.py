@@ -20,7 +20,7 @@ inside one synchronous call -- no ``await`` inside a SQLite transaction --
 and nothing else of the actor can run between a write and its commit.
 
 :class:`storage.messages.MessageStore`'s docstrings give the exact rules
-(chains, overlay ids, the active leaf, running totals), which every
+(chains, overlay ids, the latest leaf, running totals), which every
 implementation keeps. The reads also rely on what each stored row knows of
 its place (path length, path bytes, running token total, see
 :mod:`storage.messages`): another store must keep the same per-row totals
@@ -59,7 +59,7 @@ Message = dict[str, Any]
 
 
 class HistoryStore(Protocol):
-    """The rows of one session: its message tree, compaction rows, active leaf and search index.
+    """The rows of one session: its message tree, compaction rows, latest leaf and search index.
 
     Message ids are unique per session; ``parent_id`` of the appends is a
     message id, ``None`` (a new root) or :data:`storage.shapes.LATEST_LEAF`.
@@ -71,7 +71,7 @@ class HistoryStore(Protocol):
         """The stored JSON of ``message_id``, or ``None``."""
 
     def latest_leaf(self) -> str | None:
-        """The active leaf, else the newest childless message; ``None`` when empty."""
+        """The last message appended, else (deleted) the newest childless one; ``None`` when empty."""
 
     def path_json(self, leaf_id: str) -> tuple[str, int] | None:
         """The path root <- ``leaf_id`` as one JSON array text, leaf first, and its length;
@@ -122,7 +122,7 @@ class HistoryStore(Protocol):
         tokens: int = 0,
         tools: str = "",
     ) -> tuple[bool, str | None]:
-        """Store one message and make it the active leaf: ``(True, parent used)``, or
+        """Store one message and make it the latest leaf: ``(True, parent used)``, or
         ``(False, None)`` when the id is already stored."""
 
     def append_chain(self, messages: Sequence[NewMessage], parent_id: Any) -> list[tuple[bool, str | None]]:
@@ -137,7 +137,7 @@ class HistoryStore(Protocol):
         """Delete messages (children move up to the parent); the ids really deleted, in order."""
 
     def clear(self) -> None:
-        """Delete every message, compaction and search row of the session and its active leaf."""
+        """Delete every message, compaction and search row of the session (and, on Postgres, its active-leaf row)."""
 
     def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
         """Store a compaction row; returns it as stored."""
@@ -214,6 +214,15 @@ class SyncStore:
 
     async def path_tokens(self, leaf_id: str) -> PathTokens | None:
         return self.sync.path_tokens(leaf_id)
+
+    async def latest_path_tokens(self) -> PathTokens | None:
+        """:meth:`path_tokens` of the latest leaf (``None`` when empty), in one call of the store's
+        own ``latest_path_tokens`` when it has one (:class:`storage.messages.MessageStore`)."""
+        own = getattr(self.sync, "latest_path_tokens", None)
+        if own is not None:
+            return own()
+        leaf = self.sync.latest_leaf()
+        return None if leaf is None else self.sync.path_tokens(leaf)
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         return self.sync.window(leaf_id, max_bytes, min_rows)

@@ -304,6 +304,7 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
             await agent.session.append_message(make(i))
         await host.hibernate(ns, full.id)
         full_bytes = file_bytes(actor_files(host, full.id))
+        wal_bytes = file_bytes([p for p in actor_files(host, full.id) if p.name.endswith("-wal")])
     floor = MinimalStore(root / "minimal-footprint.sqlite3")
     for i in range(messages):
         floor.append(make(i))
@@ -313,6 +314,8 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
           f"(100,000 sessions: {empty_bytes * 100_000 / 2**30:.2f} GiB)")
     print(f"  {messages:,} appended messages          {full_bytes / 2**20:8.2f} MiB  minimal schema "
           f"{floor_bytes / 2**20:.2f} MiB  x{full_bytes / floor_bytes:.2f}")
+    print(f"  {'':>28}of which the WAL hibernation leaves {wal_bytes / 2**20:.2f} MiB; the database alone "
+          f"x{(full_bytes - wal_bytes) / floor_bytes:.2f}")
     verdict("empty actor file", f"{empty_bytes / 1024:.1f} KiB", "<= 16 KiB", empty_bytes <= 16 * 1024)
     verdict(f"bytes per {messages:,} messages", f"x{full_bytes / floor_bytes:.2f} minimal "
             f"({full_bytes / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "<= 1.3x", full_bytes <= 1.3 * floor_bytes)
@@ -409,8 +412,7 @@ def run_wrk(wrk: str, url: str, script: Path, connections: int, seconds: float, 
             pid: int) -> tuple[float, float, int]:
     """``(requests/s, server CPU ms per request, non-2xx answers)`` of one wrk run."""
     before = cpu_seconds(pid)
-    duration = f"-d{max(1, round(seconds))}s"  # wrk takes whole seconds ("3.0s" is refused)
-    out = subprocess.run([wrk, "-t1", f"-c{connections}", duration, "-s", str(script), url, "--", *args],
+    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script), url, "--", *args],
                          capture_output=True, text=True, check=True).stdout
     used = cpu_seconds(pid) - before
     rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec:")))

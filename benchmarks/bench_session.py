@@ -5,14 +5,13 @@ Run: ``.venv/bin/python benchmarks/bench_session.py [--sizes 100,10000,100000]``
 For each session size it times, as medians in milliseconds:
 
 * ``append_message`` (one transaction each) against raw apsw running the
-  same statements (latest-leaf lookup, insert, FTS row, active-leaf row)
-  and against the bare minimum (message row + FTS row);
+  same statements (the latest leaf and its place in one lookup, insert,
+  FTS row) and against the bare minimum (message row + FTS row);
 * ``get_history()`` of the whole path against the same statement (the path
   as one JSON array) fetched raw, raw + one ``json.loads``, and the
   row-by-row way (a row per message, ``json.loads`` each);
 * ``get_recent_history(8 KiB)``, ``get_path_length()``, ``get_latest_leaf()``
-  (all flat: they read a window or one row) and the latest-leaf fallback a
-  wake pays when no active leaf is recorded; ``get_history_row_stats()``;
+  (all flat: they read a window or one row); ``get_history_row_stats()``;
 * ``search`` over the largest session against the same two statements run
   raw, and against plain ``MATCH ? ORDER BY rank LIMIT 20`` on the FTS table;
 * ``append_message`` when the Session has a broadcaster (every real agent
@@ -58,7 +57,6 @@ from storage import (
     SqlStorage,  # noqa: E402
     fts,  # noqa: E402
 )
-from storage import context as config_sql  # noqa: E402
 from storage import messages as sql  # noqa: E402
 
 CORPUS = Path("/work/shared/data/chat/tau-bench/gpt-4o-airline.json")
@@ -117,11 +115,9 @@ def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
             depth_of[seq] = (depth, jump)
             jump_depth, jump_jump = depth_of[jump]
             link = (seq, depth, path_bytes, path_tokens, jump_depth, jump_jump, depth_of[jump_jump][0])
-            extra = {"id": m["id"], "session_id": "", "role": m["role"]}
-            for stmt, params in fts.index_rows(sql.FTS_TABLE, seq, m["parts"][0]["text"], extra=extra):
+            for stmt, params in fts.index_rows(sql.FTS_TABLE, seq, m["parts"][0]["text"]):
                 con.execute(stmt, params)
             parent = m["id"]
-        con.execute(config_sql._SET_CONFIG, ("", sql.ACTIVE_LEAF_KEY, parent))
     return parent
 
 
@@ -161,17 +157,12 @@ def raw_append_same_sql(con, m: dict) -> None:
     """The statements MessageStore.append runs, without the Session around them."""
     content = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
     with con:
-        leaf = con.execute(sql._ACTIVE_LEAF, ("",)).fetchall()
-        parent = leaf[0][0] if leaf else None
-        link = con.execute(sql._LINK, ("", parent)).fetchone()
+        found = con.execute(sql._LATEST_LINK, ("",)).fetchone()
+        parent, link = (None, None) if found is None else (found[0], found[1:])
         place = sql._child_place(link, len(content.encode()), 30)
         parent_seq = None if link is None else link[0]
         [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)).fetchall()
-        con.execute(
-            "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
-            (seq, m["id"], m["role"], m["parts"][0]["text"]),
-        )
-        con.execute(config_sql._SET_CONFIG, ("", sql.ACTIVE_LEAF_KEY, m["id"]))
+        con.execute("INSERT INTO assistant_fts (rowid, content) VALUES (?, ?)", (seq, m["parts"][0]["text"]))
 
 
 def raw_append_minimal(con, m: dict, parent: str) -> None:
@@ -183,14 +174,11 @@ def raw_append_minimal(con, m: dict, parent: str) -> None:
             "VALUES ('', ?, ?, ?, ?) RETURNING seq",
             (m["id"], parent, m["role"], content),
         ).fetchall()
-        con.execute(
-            "INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (?, ?, '', ?, ?)",
-            (seq, m["id"], m["role"], m["parts"][0]["text"]),
-        )
+        con.execute("INSERT INTO assistant_fts (rowid, content) VALUES (?, ?)", (seq, m["parts"][0]["text"]))
 
 
 def raw_leaf(con) -> str:
-    return con.execute(sql._ACTIVE_LEAF, ("",)).fetchall()[0][0]
+    return con.execute(sql._LATEST_LEAF, ("",)).fetchall()[0][0]
 
 
 def raw_read(con, query: str, *, with_compactions: bool = False) -> list:
@@ -219,9 +207,7 @@ def raw_search_same_sql(con, query: str, limit: int = 20) -> list:
 def raw_search_plain(con, query: str, limit: int = 20) -> list:
     match = fts.parse_query(query).match_expression
     return con.execute(
-        "SELECT id, role, content FROM assistant_fts WHERE assistant_fts MATCH ? AND session_id = '' "
-        "ORDER BY rank LIMIT ?",
-        (match, limit),
+        "SELECT rowid FROM assistant_fts WHERE assistant_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit)
     ).fetchall()
 
 
@@ -257,14 +243,12 @@ async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: 
     latest = await time_async(session.get_latest_leaf, 50)
     raw_latest = time_calls(lambda: raw_read(con, sql._GET), 50)
     row("get_latest_leaf()", latest, raw_latest)
-    fallback = time_calls(lambda: con.execute(sql._NEWEST_LEAF, ("",)).fetchall(), 50)
-    print(f"  {'latest-leaf fallback (no active leaf row)':<44} {fallback:9.3f} ms")
 
     counter = iter(range(n, n + 5 * appends))
     ours = await time_async(lambda: session.append_message(make(next(counter))), appends)
     broadcast_lines = await bench_broadcast(storage, make, counter, appends, plain=ours)
     same = time_calls(lambda: raw_append_same_sql(con, make(next(counter))), appends)
-    last = [session.storage.scalar(sql._ACTIVE_LEAF, "")]
+    last = [raw_leaf(con)]
 
     def minimal() -> None:  # last: the bare rows carry no place columns
         m = make(next(counter))

@@ -28,7 +28,9 @@ where CJK characters meet other letters or digits (``重跑gen-itgc后``
 becomes ``重跑 gen-itgc 后`` to the tokenizer), so a word glued to Chinese or
 Japanese text is found (``unicode61`` would make ``重跑gen`` one token).
 The split is an invisible separator (:data:`INDEX_BOUNDARY`) that
-:func:`stored_text` removes exactly, so a hit's text reads as written.
+:func:`stored_text` removes exactly. Hits never read text back from an
+index: the message and search-entry indexes are contentless or read their
+text from the owning row, which keeps it as written.
 
 Messages have a third index, ``<table>_tools`` (columns ``content`` and
 ``tools``), holding the text *and* the tool calls of messages that have

@@ -1,4 +1,4 @@
-"""SQL for one session's message tree: messages, compaction rows, the active leaf, search.
+"""SQL for one session's message tree: messages, compaction rows, the latest leaf, search.
 
 :class:`MessageStore` is the synchronous storage half of ``actors.Session``.
 It speaks in stored text (message JSON, indexed text) and never parses or
@@ -9,8 +9,9 @@ transaction), so a failed write leaves nothing behind.
 Tables (``storage/schema.py``): ``assistant_messages`` keyed
 ``(session_id, id)`` with the integer ``seq`` as insertion order;
 ``assistant_compactions``; ``assistant_fts`` (+ ``assistant_fts_cjk``,
-``assistant_fts_tools``, see ``storage/fts.py``) whose rowid is the message's ``seq``; ``assistant_config`` holding the row
-``(session_id, 'active_leaf', <message id>)``.
+``assistant_fts_tools``, see ``storage/fts.py``), contentless, whose rowid is
+the message's ``seq`` (a hit's text is read from the message row,
+:data:`TEXT_OF_CONTENT`).
 
 Invariants the queries rely on:
 
@@ -35,12 +36,13 @@ Invariants the queries rely on:
   and the key children are listed by) and ``parent_seq``, the parent's
   rowid, written and re-attached together; walking up a path is then a
   rowid lookup per step.
-* **The active leaf is persisted** (docs/deviations.md #3): every insert makes the new
-  message the active leaf (a chain written by :meth:`MessageStore.append_chain`
-  sets it once, to its last new message); deleting it drops the row; reads fall back to the
-  newest childless message (``created_at DESC, seq DESC``), found by walking
-  ``idx_assistant_msg_created`` backwards until the first message without
-  children -- normally the first row it looks at.
+* **The latest leaf is the session's newest message** (the highest ``seq``,
+  one seek on ``idx_assistant_msg_seq``), which survives hibernation with
+  the rows themselves (docs/deviations.md #3). It is always a leaf: children
+  are newer than their parent. It is the message inserted last (a chain
+  written by :meth:`MessageStore.append_chain` ends with its last new
+  message), and once that is deleted, the newest message left, which has
+  no children either: the newest childless message, in insertion order.
 
 Every lookup is an index seek; nothing here scans a session to append,
 find the leaf or list children (docs/performance.md). Recursive steps and joins
@@ -59,13 +61,10 @@ from typing import Any
 import apsw
 
 from . import fts
-from .context import delete_config, write_config
 from .errors import InvalidInputError, SearchQueryError
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 
-#: ``assistant_config.key`` of the persisted active leaf.
-ACTIVE_LEAF_KEY = "active_leaf"
 #: The porter FTS5 table holding message text (its trigram twin is ``<name>_cjk``).
 FTS_TABLE = "assistant_fts"
 #: :meth:`MessageStore.path_chunks`: most UTF-8 bytes of stored JSON in one chunk
@@ -150,20 +149,9 @@ def to_iso8601(created_at: str) -> str:
 _GET = "SELECT content FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _EXISTS = "SELECT 1 FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 
-_ACTIVE_LEAF = """
-SELECT m.id FROM assistant_config AS c
-JOIN assistant_messages AS m ON m.session_id = c.session_id AND m.id = c.value
-WHERE c.session_id = ?1 AND c.key = 'active_leaf'
-  AND NOT EXISTS (SELECT 1 FROM assistant_messages AS k INDEXED BY idx_assistant_msg_parent
-                  WHERE k.session_id = ?1 AND k.parent_id = m.id)
-"""
-_NEWEST_LEAF = """
-SELECT m.id FROM assistant_messages AS m INDEXED BY idx_assistant_msg_created
-WHERE m.session_id = ?1
-  AND NOT EXISTS (SELECT 1 FROM assistant_messages AS k INDEXED BY idx_assistant_msg_parent
-                  WHERE k.session_id = ?1 AND k.parent_id = m.id)
-ORDER BY m.created_at DESC, m.seq DESC LIMIT 1
-"""
+# The session's newest message: the latest leaf (see the module docstring).
+_LATEST = "SELECT seq FROM assistant_messages INDEXED BY idx_assistant_msg_seq WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1"
+_LATEST_LEAF = f"SELECT m.id FROM ({_LATEST}) AS l CROSS JOIN assistant_messages AS m ON m.seq = l.seq"
 
 # The path from ?2 up to its root: (seq, depth), depth 0 = the leaf, one rowid lookup per
 # step (``parent_seq``). ``m.seq < p.seq`` holds on every real edge (see the module
@@ -262,6 +250,18 @@ CROSS JOIN assistant_messages AS j ON j.seq = coalesce(p.jump_seq, p.seq)
 CROSS JOIN assistant_messages AS jj ON jj.seq = coalesce(j.jump_seq, j.seq)
 """
 _LINK = _LINK_COLUMNS + "WHERE p.session_id = ?1 AND p.id = ?2"
+# The same for the latest leaf, with its id first (``None`` rows: an empty session).
+_LATEST_LINK = f"""
+SELECT p.id, p.seq, p.depth, p.path_bytes, p.path_tokens, j.depth, coalesce(j.jump_seq, j.seq), jj.depth
+FROM ({_LATEST}) AS l CROSS JOIN assistant_messages AS p ON p.seq = l.seq
+CROSS JOIN assistant_messages AS j ON j.seq = coalesce(p.jump_seq, p.seq)
+CROSS JOIN assistant_messages AS jj ON jj.seq = coalesce(j.jump_seq, j.seq)
+"""
+# The latest leaf's running token total, and whether the session has any compaction row.
+_LATEST_TOKENS = f"""
+SELECT p.id, p.path_tokens, EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = ?1)
+FROM ({_LATEST}) AS l CROSS JOIN assistant_messages AS p ON p.seq = l.seq
+"""
 _DEPTH_JUMP = "SELECT depth, coalesce(jump_seq, seq) FROM assistant_messages WHERE seq = ?"
 _OLD_SIZE = "SELECT octet_length(content), tokens FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _UPDATE = """
@@ -335,13 +335,21 @@ _TOP_SESSION_HITS = """
 SELECT h.rowid, h.rank FROM ({hits}) AS h CROSS JOIN assistant_messages AS m ON m.seq = h.rowid
 WHERE m.session_id = ? ORDER BY h.rank, h.rowid LIMIT ?
 """
+#: SQL of the searched text of the message row ``m``, read from its JSON: its text parts
+#: (``type`` ``"text"``) joined by one space, a non-string ``text`` counting as ``""`` --
+#: exactly what was indexed in ``assistant_fts`` (``actors.session_messages.search_text``);
+#: ``''`` for a row that is not JSON.
+TEXT_OF_CONTENT = """coalesce((
+    SELECT group_concat(CASE WHEN json_type(p.value, '$.text') = 'text' THEN json_extract(p.value, '$.text')
+                        ELSE '' END, ' ' ORDER BY p.key)
+    FROM json_each(CASE WHEN json_valid(m.content) THEN m.content ELSE '{}' END, '$.parts') AS p
+    WHERE p.type = 'object' AND json_extract(p.value, '$.type') = 'text'), '')"""
 # ``+m.session_id``: a filter on the few rows named, never a reason to walk a session index.
-# A message found through its tool calls alone has no text row: its content is ''.
-_HIT_ROWS = """
-SELECT m.seq, m.id, m.role, coalesce(f.content, ''), m.created_at
+# A message found through its tool calls alone has no text part: its content is ''.
+_HIT_ROWS = f"""
+SELECT m.seq, m.id, m.role, {TEXT_OF_CONTENT}, m.created_at
 FROM json_each(?2) AS j
 CROSS JOIN assistant_messages AS m ON m.seq = j.value
-LEFT JOIN assistant_fts AS f ON f.rowid = m.seq
 WHERE +m.session_id = ?1
 """
 
@@ -455,9 +463,8 @@ class MessageStore:
         return self._one(_EXISTS, message_id) is not None
 
     def latest_leaf(self) -> str | None:
-        """Id of the latest leaf: the active leaf, else the newest childless message; ``None`` if empty."""
-        leaf = self._one(_ACTIVE_LEAF)
-        return leaf if leaf is not None else self._one(_NEWEST_LEAF)
+        """Id of the latest leaf (the session's newest message, see the module docstring); ``None`` if empty."""
+        return self._one(_LATEST_LEAF)
 
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
@@ -558,6 +565,18 @@ class MessageStore:
         ends = self.token_places({i for r in rows for i in (r.from_message_id, r.to_message_id)})
         return PathTokens(leaf.path_tokens, tuple(self._applied(leaf, rows, ends)))
 
+    def latest_path_tokens(self) -> PathTokens | None:
+        """:meth:`path_tokens` of the latest leaf; ``None`` in an empty session.
+
+        One statement when the session has no compaction row (then no
+        overlay applies): what the token estimate after each append reads.
+        """
+        rows = self._rows(_LATEST_TOKENS).fetchall()
+        if not rows:
+            return None
+        leaf_id, total, compacted = rows[0]
+        return self.path_tokens(leaf_id) if compacted else PathTokens(total, ())
+
     def _applied(
         self, leaf: TokenPlace, rows: list[CompactionRow], ends: dict[str, TokenPlace]
     ) -> list[tuple[CompactionRow, int]]:
@@ -644,7 +663,7 @@ class MessageStore:
         if not seqs:
             return []
         found = {
-            seq: SearchRow(message_id, role, fts.stored_text(content), created_at)
+            seq: SearchRow(message_id, role, content, created_at)
             for seq, message_id, role, content, created_at in self._rows(
                 _HIT_ROWS, "[" + ",".join(map(str, seqs)) + "]"
             )
@@ -664,7 +683,7 @@ class MessageStore:
         tokens: int = 0,
         tools: str = "",
     ) -> tuple[bool, str | None]:
-        """Insert a message (and its search text) and make it the active leaf.
+        """Insert a message (and its search text); being the newest, it is the latest leaf.
 
         Args:
             parent_id: :data:`LATEST_LEAF` -> the latest leaf (``None`` in an
@@ -684,20 +703,22 @@ class MessageStore:
             the first content stays).
         """
         with self.storage.transaction():
-            parent = self._resolve_parent(parent_id)
-            link = None if parent is None else self._rows(_LINK, parent).fetchone()
+            if parent_id is LATEST_LEAF:  # the leaf and what its child needs, in one statement
+                row = self._rows(_LATEST_LINK).fetchone()
+                parent, link = (None, None) if row is None else (row[0], row[1:])
+            else:
+                parent = self._resolve_parent(parent_id)
+                link = None if parent is None else self._rows(_LINK, parent).fetchone()
             place = _child_place(link, _utf8_length(content), tokens)
             parent_seq = None if link is None else link[0]
             seq = self._one(_INSERT, message_id, parent, parent_seq, role, content, *place)
             if seq is None:
                 return False, None
-            self._index(seq, message_id, role, text, tools)
-            write_config(self.storage, self.session_id, ACTIVE_LEAF_KEY, message_id)
+            self._index(seq, text, tools)
             return True, parent
 
-    def _index(self, seq: int, message_id: str, role: str, text: str, tools: str) -> None:
-        extra = {"id": message_id, "session_id": self.session_id, "role": role}
-        self._run(fts.index_rows(FTS_TABLE, seq, text, extra=extra, tools=tools))
+    def _index(self, seq: int, text: str, tools: str) -> None:
+        self._run(fts.index_rows(FTS_TABLE, seq, text, tools=tools))
 
     def append_chain(
         self, messages: Sequence[NewMessage], parent_id: str | None | _LatestLeaf
@@ -720,8 +741,8 @@ class MessageStore:
         columns (``depth``, ``path_bytes``, ``path_tokens``, ``jump_seq``)
         are computed here from the first parent's row, so the cost is one
         insert per message and per search row, whatever the history length.
-        The last new message becomes the active leaf; a chain storing nothing
-        leaves the leaf alone. Any failure (e.g. a constraint) rolls the
+        The last new message is the newest, so the latest leaf; a chain storing
+        nothing leaves the leaf alone. Any failure (e.g. a constraint) rolls the
         whole chain back.
 
         Returns:
@@ -737,7 +758,6 @@ class MessageStore:
                 con.executemany(_INSERT_ROW, rows)
                 for sql, params in search_rows.items():
                     con.executemany(sql, params)
-                write_config(self.storage, self.session_id, ACTIVE_LEAF_KEY, rows[-1][2])
         return results
 
     def _plan_chain(
@@ -758,8 +778,7 @@ class MessageStore:
             parent_seq = places.seq_of(parent)
             place = places.place(seq, m.id, parent, _utf8_length(m.content), m.tokens)
             rows.append((seq, self.session_id, m.id, parent, parent_seq, m.role, m.content, *place))
-            extra = {"id": m.id, "session_id": self.session_id, "role": m.role}
-            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, extra=extra, tools=m.tools):
+            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, tools=m.tools):
                 search_rows[sql].append(params)
             results.append((True, parent))
             taken.add(m.id)
@@ -812,14 +831,14 @@ class MessageStore:
             if byte_delta or token_delta:
                 self._rows(_SHIFT_PATH_TOTALS, message_id, byte_delta, token_delta)
             self._run(fts.unindex_rows(FTS_TABLE, seq, tools=True))
-            self._index(seq, message_id, role, text, tools)
+            self._index(seq, text, tools)
             return True
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
         """Delete messages and their search rows; children move up to the deleted message's parent.
 
-        Ids not stored are skipped. Deleting the active leaf drops it (the
-        next read falls back to the newest leaf). The ``depth`` and
+        Ids not stored are skipped. Deleting the latest leaf makes the newest
+        message left the latest leaf. The ``depth`` and
         ``path_bytes`` of everything below a deleted message are recomputed
         once, at the end: deleting a leaf costs O(1), deleting an inner
         message O(size of its subtree). Returns the ids deleted, in the order
@@ -840,8 +859,6 @@ class MessageStore:
                 deleted.append(message_id)
             gone = set(deleted)
             self._recompute_places([child for child in moved if child not in gone])
-            if deleted and self._one(_ACTIVE_LEAF) is None:
-                delete_config(self.storage, self.session_id, ACTIVE_LEAF_KEY)
         return deleted
 
     def _recompute_places(self, tops: list[str]) -> None:
@@ -856,14 +873,13 @@ class MessageStore:
         self.storage.connection.executemany(_SET_PLACE, updates)
 
     def clear(self) -> None:
-        """Delete every message, compaction and search row of the session and its active leaf."""
+        """Delete every message, compaction and search row of the session."""
         with self.storage.transaction():
             seqs = [row[0] for row in self._rows(_SESSION_SEQS)]
             for seq in seqs:
                 self._run(fts.unindex_rows(FTS_TABLE, seq, tools=True))
             self._rows(_CLEAR_MESSAGES)
             self._rows(_CLEAR_COMPACTIONS)
-            delete_config(self.storage, self.session_id, ACTIVE_LEAF_KEY)
 
     def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
         """Store a compaction row; returns it with its ``seq`` and ``created_at``."""

@@ -28,7 +28,7 @@ import apsw
 
 from . import fts
 from .errors import SearchQueryError
-from .messages import FTS_TABLE
+from .messages import FTS_TABLE, TEXT_OF_CONTENT
 from .schema import NOW_MS
 from .sqlite import SqlStorage
 
@@ -93,11 +93,10 @@ ORDER BY h.rank, h.rowid LIMIT ?
 """
 # The hits among the seqs of the JSON list ?1 that are messages of registered sessions
 # (content '' for a message found through its tool calls alone).
-_HIT_ROWS = """
-SELECT m.seq, m.id, m.role, coalesce(f.content, ''), m.created_at, m.session_id
+_HIT_ROWS = f"""
+SELECT m.seq, m.id, m.role, {TEXT_OF_CONTENT}, m.created_at, m.session_id
 FROM json_each(?1) AS j
 CROSS JOIN assistant_messages AS m ON m.seq = j.value
-LEFT JOIN assistant_fts AS f ON f.rowid = m.seq
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
 """
 _HIT_NAMES = ("id", "role", "content", "created_at", "session_id")
@@ -184,8 +183,8 @@ def delete_session(storage: SqlStorage, session_id: str) -> bool:
     """Delete everything a session owns, in one transaction.
 
     Gone: its messages and their search rows (both indexes), its
-    compactions, its ``assistant_config`` rows (active leaf, loaded
-    skills), its context-block rows -- every ``cf_agents_context_blocks``
+    compactions, its ``assistant_config`` rows (loaded skills;
+    before schema version 3, the active leaf), its context-block rows -- every ``cf_agents_context_blocks``
     label ending in ``_<session_id>``, which is how per-session block rows
     and the cached prompt ``_system_prompt_<session_id>`` are named -- and
     its registry row. Returns ``False`` (and deletes nothing) when
@@ -238,6 +237,4 @@ def _hit_rows(storage: SqlStorage, seqs: list[int]) -> list[dict[str, str]]:
     if not seqs:
         return []
     found = {row[0]: dict(zip(_HIT_NAMES, row[1:])) for row in storage.exec(_HIT_ROWS, json.dumps(seqs))}
-    for hit in found.values():
-        hit["content"] = fts.stored_text(hit["content"])
     return [found[seq] for seq in seqs if seq in found]

@@ -25,12 +25,19 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   O(log depth) row reads; ``parent_seq`` is the parent's ``seq`` (kept
   with ``parent_id``), so a path is walked by rowid lookups;
 * ``assistant_fts`` indexes a message's text parts (``content``), one row
-  per message with text, exactly as the original's (so bm25 ranks text
+  per message with text, as the original's does (so bm25 ranks text
   matches as it does); ``assistant_fts_tools`` holds, for each message with
   tool calls, its text (``content``) and the names and string inputs of its
   tool calls (``tools``), so tool calls are searchable without changing
-  that ranking; it is contentless (nothing reads its text back) (version 2;
-  version 1 kept ``tools`` as a second column of ``assistant_fts``);
+  that ranking (version 2; version 1 kept ``tools`` as a second column of
+  ``assistant_fts``). Both are contentless: a hit's text is read from the
+  message row (version 3; before, ``assistant_fts`` kept a copy of the
+  text and of the message's ``id``, ``session_id`` and ``role``);
+* the latest leaf of a session is its newest message (the highest ``seq``,
+  found through ``idx_assistant_msg_seq``): a message's children are always
+  newer than it, so the newest message has none (version 3; before, the
+  last appended message was also written to ``assistant_config`` as
+  ``active_leaf``, and ``idx_assistant_msg_created`` ordered the fallback);
 * porter indexes are given text split where CJK meets other letters or
   digits (``storage.fts.indexed_text``, version 2);
 * every ``created_at``/``updated_at`` is UTC text with milliseconds,
@@ -222,8 +229,32 @@ def _v2(con: apsw.Connection) -> None:
         )
 
 
+# Version 3: a smaller file and fewer pages written per append (docs/performance.md).
+#
+# * ``assistant_fts`` becomes contentless: it kept a second copy of every
+#   message's text (plus copies of its ``id``, ``session_id`` and ``role``),
+#   which the message row already holds; a hit's text is read from the
+#   message's JSON (``storage.messages.TEXT_OF_CONTENT``). Rowids and ranking
+#   are unchanged (bm25 never counted the unindexed columns).
+# * ``idx_assistant_msg_created`` goes and ``idx_assistant_msg_seq`` (the
+#   session's rows in insertion order) comes: the latest leaf is the
+#   session's newest message, one index seek, so the ``active_leaf`` rows of
+#   ``assistant_config`` are no longer written (each append rewrote one).
+_V3 = """
+DROP INDEX idx_assistant_msg_created;
+CREATE INDEX idx_assistant_msg_seq ON assistant_messages (session_id, seq);
+ALTER TABLE assistant_fts RENAME TO assistant_fts_v2;
+CREATE VIRTUAL TABLE assistant_fts USING fts5(
+    content, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);
+INSERT INTO assistant_fts (rowid, content) SELECT rowid, content FROM assistant_fts_v2;
+DROP TABLE assistant_fts_v2;
+DELETE FROM assistant_config WHERE key = 'active_leaf';
+"""
+
+
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)

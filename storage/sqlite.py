@@ -340,11 +340,16 @@ def _partial_name(path: str) -> str:
 
 
 def _write_template(template: str, migrations: Sequence[Migration]) -> None:
-    """Build a fully migrated, checkpointed database file at ``template`` (replacing it atomically)."""
+    """Build a fully migrated, vacuumed, checkpointed database file at ``template`` (replacing it atomically).
+
+    Vacuumed: the ladder's steps leave pages free (tables renamed, copied
+    and dropped); every file copied from the template would carry them.
+    """
     Path(template).parent.mkdir(parents=True, exist_ok=True)
     partial = _partial_name(template)
     try:
         with SqlStorage.open(partial, migrations=migrations) as built:
+            built.connection.execute("VACUUM")
             built.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
         os.replace(partial, template)
     finally:

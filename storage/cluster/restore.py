@@ -36,7 +36,7 @@ import anyio
 import apsw
 
 from storage.errors import RestoreError, StorageUnavailableError
-from storage.schema import MIGRATIONS
+from storage.schema import MIGRATIONS, Migration
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
 from . import statements as sql
@@ -89,6 +89,7 @@ def restore_file(
     tail: Sequence[bytes],
     marker: Marker,
     durability: Durability = "normal",
+    migrations: Sequence[Migration] = MIGRATIONS,
 ) -> None:
     """Rebuild the file at ``path`` from ``image`` (or ``template``) plus ``tail``.
 
@@ -99,6 +100,8 @@ def restore_file(
         tail: the changesets after the snapshot, in log order.
         marker: what the rebuilt file records about itself.
         durability: ``"full"`` syncs the new file and its folder.
+        migrations: the ladder ``template`` is built with when missing
+            (a log begun at an older schema version: its first steps).
 
     Raises:
         RestoreError: the tail conflicts with the base (the file is left as it was).
@@ -110,7 +113,7 @@ def restore_file(
     _remove(partial, f"{partial}-wal", f"{partial}-shm")
     try:
         if image is None:
-            shutil.copyfile(ensure_template(template, MIGRATIONS), partial)
+            shutil.copyfile(ensure_template(template, migrations), partial)
         else:
             with open(partial, "wb") as out:
                 out.write(image)
@@ -213,10 +216,16 @@ async def restore_actor(
     the file work runs on a worker thread. Returns ``(snapshot seq or 0,
     entries applied)``.
 
+    A log without a snapshot that began at an older schema version (made
+    by an older release) is applied to an empty file of that version: the
+    template built with the first ``base_version`` steps of the ladder,
+    ``v<base_version><suffix>`` beside ``template``. Opening the file then
+    migrates it, and the host ships the migrated file as the log's new base.
+
     Raises:
-        RestoreError: a gap in the log, a log that starts from another schema
-            version than this code's template, a snapshot that is not a
-            database, or a conflict (nothing changed).
+        RestoreError: a gap in the log, a log without a snapshot that starts
+            from a newer schema version than this code's, a snapshot that is
+            not a database, or a conflict (nothing changed).
         StorageUnavailableError: Postgres cannot be reached, or the file could
             not be written here (a fault of the local disk or folder; the
             cause is chained; nothing changed).
@@ -233,16 +242,20 @@ async def restore_actor(
     if seqs != list(range(after + 1, lease.last_seq + 1)):
         raise RestoreError(f"actor {lease.actor}: the cluster log has a gap (snapshot at {after}, entries "
                            f"{_ranges(seqs)}, newest {lease.last_seq}); nothing was changed")
+    migrations: Sequence[Migration] = MIGRATIONS
     if image_blob is None and lease.last_seq > 0 and lease.base_version != current_version:
-        raise RestoreError(f"actor {lease.actor}: its log starts from actor-file schema version "
-                           f"{lease.base_version} and has no snapshot; this host's is {current_version}")
+        if not 1 <= lease.base_version < current_version:
+            raise RestoreError(f"actor {lease.actor}: its log starts from actor-file schema version "
+                               f"{lease.base_version} and has no snapshot; this host's is {current_version}")
+        migrations = MIGRATIONS[:lease.base_version]
+        template = Path(template).with_name(f"v{lease.base_version}{Path(template).suffix}")
     marker = Marker(cluster_id, lease.last_seq, clean=False)
 
     def rebuild() -> None:
         image = None if image_blob is None else decompress_image(bytes(image_blob))
         try:
             restore_file(path, template=template, image=image, tail=[bytes(cs) for _seq, cs in tail],
-                         marker=marker, durability=durability)
+                         marker=marker, durability=durability, migrations=migrations)
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             raise RestoreError(f"actor {lease.actor}: its snapshot at {after} is not a sound database ({exc}); "
                                "nothing was changed") from exc

@@ -52,7 +52,7 @@ async def tau(manager, test_data):
 
 
 async def test_tau_sessions_hold_what_the_data_holds(manager, tau):
-    assert [r["name"] for r in tau] == ["task-0-trial-None", "task-1-trial-None", "task-2-trial-None"]
+    assert [r["name"] for r in tau] == ["task-0", "task-1", "task-2"]
     assert [await manager.get_message_count(r["id"]) for r in tau] == [23, 11, 16]
 
 

@@ -73,7 +73,7 @@ def dump(storage):
         "messages": storage.sql(
             "SELECT seq, session_id, id, parent_id, role, content, depth, path_bytes, tokens, path_tokens, jump_seq "
             "FROM assistant_messages ORDER BY seq"),
-        "fts": storage.sql("SELECT rowid, id, session_id, role, content FROM assistant_fts ORDER BY rowid"),
+        "fts": storage.sql("SELECT rowid FROM assistant_fts ORDER BY rowid"),
         "tools": storage.sql("SELECT rowid, content, tools FROM assistant_fts_tools ORDER BY rowid"),
         "cjk": storage.sql("SELECT rowid, content FROM assistant_fts_cjk ORDER BY rowid"),
         "config": storage.sql("SELECT session_id, key, value FROM assistant_config ORDER BY key"),

@@ -143,3 +143,66 @@ async def test_the_estimate_counts_the_prompt_once_it_exists(recording_agent):
     await session.append_message(msg("m1"))
     # the prompt "SEP\nSOUL [readonly]\nSEP\nBe brief." is 119 UTF-16 units -> 30 tokens
     assert recording_agent.take() == [idle(8 + 30)]
+
+
+async def test_with_no_peer_connected_no_status_is_estimated_or_encoded(recording_agent, monkeypatch):
+    """An actor's broadcast with no peer reaches no one: the append skips the estimate and the
+    payload; once a peer is connected, it gets the very bytes it always got."""
+    import actors.session_compaction as part
+
+    made = {"estimates": 0, "payloads": 0}
+    estimate, encode = part.SessionCompaction.estimate, part.status_broadcast
+
+    async def counted_estimate(self):
+        made["estimates"] += 1
+        return await estimate(self)
+
+    def counted_encode(**kwargs):
+        made["payloads"] += 1
+        return encode(**kwargs)
+
+    monkeypatch.setattr(part.SessionCompaction, "estimate", counted_estimate)
+    monkeypatch.setattr(part, "status_broadcast", counted_encode)
+    peers = recording_agent.ctx.connections
+    peer = peers.pop()
+    session = Session.create(recording_agent).for_session("s1")
+    await session.append_message(msg("m1"))
+    await session.append_message(msg("m2"))
+    await session.delete_messages(["m2"])
+    assert made == {"estimates": 0, "payloads": 0}
+    peers.append(peer)
+    await session.append_message(msg("m3"))
+    assert recording_agent.take() == [idle(16)]
+    assert made == {"estimates": 1, "payloads": 1}
+
+
+async def test_with_no_peer_connected_auto_compaction_still_fires_at_the_same_estimate(recording_agent):
+    seen = []
+
+    def summarize(messages):
+        seen.append([m["id"] for m in messages])
+        return {"fromMessageId": "m1", "toMessageId": "m2", "summary": "x"}
+
+    recording_agent.ctx.connections.clear()
+    session = Session.create(recording_agent).for_session("s1").on_compaction(summarize).compact_after(20)
+    await session.append_message(msg("m1"))
+    await session.append_message(msg("m2"))  # 16 tokens: not above 20
+    assert seen == []
+    await session.append_message(msg("m3"))  # 24 tokens: above 20
+    assert seen == [["m1", "m2", "m3"]]
+    assert [(c["fromMessageId"], c["toMessageId"]) for c in await session.get_compactions()] == [("m1", "m2")]
+
+
+async def test_an_overridden_broadcast_always_counts_as_listening(storage):
+    from tests.support.agents import RecordingAgent
+
+    class Relay(RecordingAgent):
+        def broadcast(self, message, exclude=()):
+            self.relayed.append(message)
+
+    agent = Relay(storage)
+    agent.relayed = []
+    agent.ctx.connections.clear()
+    session = Session.create(agent).for_session("s1")
+    await session.append_message(msg("m1"))
+    assert agent.relayed == [idle(8)]

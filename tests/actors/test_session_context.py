@@ -237,7 +237,6 @@ async def test_for_session_namespaces_block_prompt_and_skill_rows(path, skills):
     rows = life.storage.sql("SELECT label FROM cf_agents_context_blocks ORDER BY label")
     assert rows == [{"label": "_system_prompt_chat-1"}, {"label": "memory_chat-1"}]
     assert life.storage.sql("SELECT session_id, key FROM assistant_config ORDER BY key") == [
-        {"session_id": SID, "key": "active_leaf"},
         {"session_id": SID, "key": "loaded_skills"},
     ]
     life.close()

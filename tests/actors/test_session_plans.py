@@ -58,6 +58,17 @@ def plans(storage, statements):
     return found
 
 
+# The one seek on session_id alone that reads a single entry: the session's newest row
+# (``ORDER BY seq DESC LIMIT 1`` on idx_assistant_msg_seq), i.e. the latest leaf.
+NEWEST_ROW = "SEARCH assistant_messages USING COVERING INDEX idx_assistant_msg_seq (session_id=?)"
+NEWEST_ROW_SQL = "WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1"
+
+
+def walks(sql, plan):
+    """The lines of ``plan`` that walk a whole session."""
+    return [p for p in plan if WHOLE_SESSION.match(p) and not (p == NEWEST_ROW and NEWEST_ROW_SQL in sql)]
+
+
 @pytest.mark.parametrize("analyzed", [False, True])
 async def test_hot_calls_seek_instead_of_walking_the_session(traced, analyzed):
     storage, session, statements = traced
@@ -77,19 +88,23 @@ async def test_hot_calls_seek_instead_of_walking_the_session(traced, analyzed):
     await session.search("flight m42")
     explained = plans(storage, statements)
     assert len(explained) >= 10
-    offenders = {sql: plan for sql, plan in explained.items() if any(WHOLE_SESSION.match(p) for p in plan)}
+    offenders = {sql: plan for sql, plan in explained.items() if walks(sql, plan)}
     assert offenders == {}
 
 
-async def test_newest_leaf_fallback_walks_the_created_index_backwards(traced):
+@pytest.mark.parametrize("analyzed", [False, True])
+async def test_the_latest_leaf_is_one_seek_for_the_sessions_newest_row(traced, analyzed):
     storage, session, statements = traced
-    storage.exec("DELETE FROM assistant_config")  # as after deleting the active leaf
+    if analyzed:
+        storage.exec("ANALYZE")
     assert (await session.get_latest_leaf())["id"] == "m299"
-    [fallback] = [sql for sql, plan in plans(storage, statements).items() if "ORDER BY m.created_at DESC" in sql]
-    plan = [row[3] for row in storage.connection.execute("EXPLAIN QUERY PLAN " + fallback, ("",))]
+    await session.delete_messages(["m299"])  # the newest message left takes over
+    assert (await session.get_latest_leaf())["id"] == "m298"
+    [lookup] = {sql for sql, _ in statements if NEWEST_ROW_SQL in sql and sql.lstrip().startswith("SELECT m.id")}
+    plan = [row[3] for row in storage.connection.execute("EXPLAIN QUERY PLAN " + lookup, ("",))]
     assert plan == [
-        "SEARCH m USING INDEX idx_assistant_msg_created (session_id=?)",
-        "CORRELATED SCALAR SUBQUERY 1",
-        "SEARCH k USING COVERING INDEX idx_assistant_msg_parent (session_id=? AND parent_id=?)",
+        "CO-ROUTINE l",
+        NEWEST_ROW,
+        "SCAN l",
+        "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)",
     ]
-    assert "LIMIT 1" in fallback

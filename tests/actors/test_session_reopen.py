@@ -79,3 +79,23 @@ async def test_the_active_leaf_survives_reopening_even_when_timestamps_disagree(
     await session.delete_messages(["b3"])  # now the newest childless message decides
     assert (await session.get_latest_leaf())["id"] == "m3"
     reopened.close()
+
+
+@pytest.mark.sqlite_only("the file orders by insertion; Postgres still falls back to created_at (docs/deviations.md #3)")
+async def test_once_the_last_append_is_deleted_insertion_order_decides_not_the_clock(storage):
+    # The clock stepped backwards after m3: b3 and c4 were appended later but look older.
+    session = Session.create(storage)
+    for mid in ("m1", "m2", "m3"):
+        await session.append_message(msg(mid))
+    await session.append_message(msg("b3"), "m2")
+    await session.append_message(msg("c4"))
+    storage.exec("UPDATE assistant_messages SET created_at = '2999-01-01 00:00:00.000' WHERE id = 'm3'")
+    await session.delete_messages(["c4"])
+    assert (await session.get_latest_leaf())["id"] == "b3"  # the newest message left, whatever its stamp
+    reopened = reopen(storage)
+    session = Session.create(reopened)
+    assert (await session.get_latest_leaf())["id"] == "b3"
+    assert [m["id"] for m in await session.get_history()] == ["m1", "m2", "b3"]
+    await session.append_message(msg("c5"))
+    assert [m["id"] for m in await session.get_history()] == ["m1", "m2", "b3", "c5"]
+    reopened.close()

@@ -14,7 +14,7 @@ import actors
 from actors import Session
 from actors.session_spec import SessionSpec
 from actors.session_store import HistoryStore
-from storage.messages import MessageStore
+from storage.messages import MessageStore, PathTokens
 
 PROTOCOL = sorted(name for name, value in vars(HistoryStore).items() if callable(value) and not name.startswith("_"))
 ACTORS = Path(actors.__file__).parent
@@ -150,3 +150,20 @@ async def test_session_compaction_runs_on_a_store_and_an_engine_without_a_sessio
     assert stored == [True]
     assert [(p["phase"], p["sessionId"]) for p in sent] == [("compacting", "chat"), ("idle", "chat")]
     assert sent[-1]["compacted"] == {"tokensBefore": 40 + prompt}
+
+
+async def test_latest_path_tokens_is_the_path_tokens_of_the_latest_leaf(storage):
+    store = MessageStore(storage, "s")
+    session = Session(storage, session_id="s")
+    assert store.latest_path_tokens() is None
+    for mid in ("m1", "m2", "m3"):
+        await session.append_message(msg(mid))
+    await session.append_message(msg("b3", "a much longer text on a branch of its own"), "m2")
+    assert store.latest_path_tokens() == store.path_tokens("b3") == PathTokens(8 + 8 + 17, ())
+    await session.add_compaction("short", "m1", "m2")
+    [(row, hidden)] = store.latest_path_tokens().hidden
+    assert store.latest_path_tokens() == store.path_tokens("b3")
+    assert (row.from_message_id, row.to_message_id, hidden) == ("m1", "m2", 16)
+    await session.delete_messages(["b3"])
+    assert store.latest_path_tokens() == store.path_tokens("m3")
+    assert store.latest_path_tokens().total == 24

@@ -187,6 +187,51 @@ async def test_a_file_migrated_on_open_ships_a_snapshot_before_serving(hosts, pg
     assert file_digest(b.path_for(stub.id)) == file_digest(a.path_for(stub.id))
 
 
+async def test_a_log_begun_by_an_older_release_without_a_snapshot_is_rebuilt_at_its_version(hosts, pg, tmp_path):
+    """No snapshot: the changesets of a log begun at schema version 2 apply to an empty version-2
+    file (the ladder's first two steps), which opening then migrates; the migrated file becomes
+    the log's new base."""
+    import json
+
+    from storage.cluster.capture import ChangeCapture
+    from storage.schema import MIGRATIONS, SCHEMA_VERSION
+    from storage.sqlite import SqlStorage
+
+    # What a version-2 host committed for one appended message: its row, the text index's row
+    # with its copy of the text, and the active-leaf row.
+    old = SqlStorage.open(tmp_path / "old.sqlite3", migrations=MIGRATIONS[:2])
+    capture = ChangeCapture(old)
+    words = "baggage allowance for the flight to Zurich"
+    content = json.dumps(text(1, words), separators=(",", ":"))
+    with old.transaction():
+        old.exec("INSERT INTO assistant_messages (session_id, id, role, content, path_bytes, tokens, path_tokens) "
+                 "VALUES ('', 'm1', 'assistant', ?, ?, 15, 15)", content, len(content))
+        old.exec("INSERT INTO assistant_fts (rowid, id, session_id, role, content) VALUES (1, 'm1', '', 'assistant', ?)",
+                 words)
+        old.exec("INSERT INTO assistant_config (session_id, key, value) VALUES ('', 'active_leaf', 'm1')")
+    changeset = capture.cut()
+    old.close()
+    assert changeset
+    async with hosts(2) as (a, b):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("legacy")
+        actor = f"sessions/{stub.id.hex}"
+        pg("INSERT INTO ds_actors (actor_id, epoch, lease_expires, last_seq, base_version) "
+           "VALUES (%s, 1, now(), 1, 2)", actor)
+        pg("INSERT INTO ds_log (actor_id, seq, epoch, changeset) VALUES (%s, 1, 1, %s)", actor, changeset)
+        assert [m["id"] for m in await stub.get_history()] == ["m1"]
+        assert [(h["id"], h["content"]) for h in await stub.search("zurich")] == [("m1", words)]
+        assert pg("SELECT seq, schema_version FROM ds_snapshots") == [(2, SCHEMA_VERSION)]
+        await stub.append_message(text(2, "and back on Friday"))
+        await a.hibernate(na, stub.id)
+        with trio.fail_after(2):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1", "m2"]
+        assert [h["id"] for h in await nb.get(stub.id).search("friday")] == ["m2"]
+
+
 async def test_a_damaged_working_copy_is_set_aside_and_rebuilt_from_postgres(hosts, rich_config, pg):
     """Cluster mode: Postgres holds the truth, so a damaged local file costs a rebuild, not the session."""
     async with hosts(1) as (a,):

@@ -21,7 +21,7 @@ TEXTS = {
 def index():
     s = SqlStorage.open(":memory:")
     for rowid, text in TEXTS.items():
-        for sql, params in index_rows("assistant_fts", rowid, text, extra={"id": str(rowid), "session_id": "", "role": "user"}):
+        for sql, params in index_rows("assistant_fts", rowid, text):
             s.exec(sql, *params)
     yield s
     s.close()

@@ -169,7 +169,7 @@ def test_alarm_being_delivered_is_hidden_until_replaced(kv):
 def test_template_seeds_new_files_at_the_schema_version(tmp_path):
     template = tmp_path / "tpl" / "v.sqlite3"
     with SqlStorage.open(tmp_path / "a" / "x.sqlite3", template=template) as s:
-        assert s.user_version == 2
+        assert s.user_version == 3
         assert s.sql("PRAGMA journal_mode") == [{"journal_mode": "wal"}]
         s.sql("INSERT INTO assistant_config VALUES ('s', 'k', 'v')")
     assert template.exists()
@@ -187,6 +187,16 @@ def test_template_copy_has_the_same_schema_as_the_ladder(tmp_path):
         expected = s.sql(schema)
     with SqlStorage.open(tmp_path / "copy.sqlite3", template=tmp_path / "t.sqlite3") as s:
         assert s.sql(schema) == expected
+
+
+def test_template_copies_carry_no_page_the_ladder_left_free(tmp_path):
+    with SqlStorage.open(tmp_path / "ladder.sqlite3") as s:
+        assert s.scalar("PRAGMA freelist_count") > 0  # version 3 renamed, copied and dropped a table
+        ladder_pages = s.scalar("PRAGMA page_count")
+    with SqlStorage.open(tmp_path / "copy.sqlite3", template=tmp_path / "t.sqlite3") as s:
+        assert s.scalar("PRAGMA freelist_count") == 0
+        assert s.scalar("PRAGMA page_count") < ladder_pages
+        assert s.sql("PRAGMA integrity_check") == [{"integrity_check": "ok"}]
 
 
 def test_skip_checkpoint_on_close_keeps_the_wal_and_the_data(tmp_path):

@@ -49,12 +49,12 @@ def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index(tmp_path, v1_f
 
 
 def test_migration_moves_tool_calls_out_of_the_text_index(migrated):
-    assert migrated.user_version == SCHEMA_VERSION == 2
-    assert [r["name"] for r in migrated.sql("SELECT name FROM pragma_table_info('assistant_fts')")] == [
-        "id", "session_id", "role", "content"]
+    assert migrated.user_version == SCHEMA_VERSION == 3
+    # version 3 leaves the text index only its text (contentless): see test_schema_migration_v2.py
+    assert [r["name"] for r in migrated.sql("SELECT name FROM pragma_table_info('assistant_fts')")] == ["content"]
     assert [r["rowid"] for r in migrated.sql("SELECT rowid FROM assistant_fts ORDER BY rowid")] == [1, 2, 4, 5, 6, 7, 8]
     assert [r["rowid"] for r in migrated.sql("SELECT rowid FROM assistant_fts_tools ORDER BY rowid")] == [1, 3, 6, 8]
-    assert migrated.sql("SELECT name FROM sqlite_master WHERE name LIKE 'assistant_fts_v1%'") == []
+    assert migrated.sql("SELECT name FROM sqlite_master WHERE name LIKE 'assistant_fts_v%'") == []
     for table in ("assistant_fts", "assistant_fts_tools", "cf_agents_search_fts"):
         migrated.exec(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
 

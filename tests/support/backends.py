@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from storage import SqlStorage
+from storage.messages import TEXT_OF_CONTENT
 from storage.postgres import PostgresStorage
 from storage.postgres.connection import _lock_for
 
@@ -113,12 +114,16 @@ def kind_of(storage: Any) -> str:
 def index_rows(storage: Any) -> list[dict[str, Any]]:
     """The messages indexed by their text, oldest first: ``{id, session_id, role, content}``.
 
-    SQLite: the rows of ``assistant_fts`` (a message without text parts has
-    none); Postgres: messages whose searched text (``text_content``) is not
-    empty -- the search columns live in the message row there.
+    SQLite: the messages with a row in ``assistant_fts`` (a message without
+    text parts has none), with the text that row indexes; Postgres: messages
+    whose searched text (``text_content``) is not empty -- the search columns
+    live in the message row there.
     """
     if isinstance(storage, SqlStorage):
-        return storage.sql("SELECT id, session_id, role, content FROM assistant_fts ORDER BY rowid")
+        return storage.sql(
+            f"SELECT m.id, m.session_id, m.role, {TEXT_OF_CONTENT} AS content FROM assistant_fts AS f "
+            "JOIN assistant_messages AS m ON m.seq = f.rowid ORDER BY f.rowid"
+        )
     return storage.sql(
         "SELECT id, session_id, role, text_content AS content FROM assistant_messages "
         "WHERE text_content <> '' ORDER BY seq"

@@ -47,8 +47,9 @@ def cli_env(token: str | None) -> dict[str, str]:
 
 @contextmanager
 def server_process(data_dir: Path, *, token: str | None = None, extra: Sequence[str] = (),
-                   files_dir: Path | None = None) -> Iterator[ServerProcess]:
-    """Run ``durable-sessions serve`` on ``127.0.0.1:0`` over ``data_dir`` until the block ends.
+                   files_dir: Path | None = None, bind: str = "127.0.0.1:0") -> Iterator[ServerProcess]:
+    """Run ``durable-sessions serve`` on ``bind`` (default: any free loopback port) over ``data_dir``
+    until the block ends.
 
     Its ready file and log go beside ``data_dir``, or into ``files_dir`` (a
     data folder on a disk the test fills up).
@@ -58,7 +59,7 @@ def server_process(data_dir: Path, *, token: str | None = None, extra: Sequence[
     ready.unlink(missing_ok=True)
     log = beside.with_name(beside.name + "-server.log").open("w")
     process = subprocess.Popen(
-        [*cli_command(), "--log-level", "WARNING", "serve", "--bind", "127.0.0.1:0", "--data", str(data_dir),
+        [*cli_command(), "--log-level", "WARNING", "serve", "--bind", bind, "--data", str(data_dir),
          "--ready-file", str(ready), *extra],
         env=cli_env(token), stdout=log, stderr=subprocess.STDOUT,
     )

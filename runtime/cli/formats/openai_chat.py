@@ -86,7 +86,8 @@ def load_openai_chat(path: str | os.PathLike[str], *, session_prefix: str = "") 
 def convert_openai_chat(data: Any, *, session_prefix: str = "") -> list[ImportedSession]:
     """Convert any accepted shape (see the module docstring) to sessions.
 
-    Session ids: tau-bench ``"<prefix>task-<task_id>-trial-<trial>"``; a
+    Session ids: tau-bench ``"<prefix>task-<task_id>-trial-<trial>"`` (a field
+    the trajectory lacks is left out; no task id: ``conversation-<i>``); a
     conversation object's own string ``id``; else
     ``"<prefix>conversation-<i>"``. A repeated id gets ``-2``, ``-3``, ...
 
@@ -148,10 +149,18 @@ def _one_of_many(index: int, item: Any) -> tuple[str | None, Any, dict[str, Any]
         return None, item, {}
     if isinstance(item, Mapping) and "traj" in item:
         metadata = {field: item[field] for field in _TAU_FIELDS if field in item}
-        return f"task-{item.get('task_id')}-trial-{item.get('trial')}", item["traj"], {"tauBench": metadata}
+        return _tau_bench_id(index, item), item["traj"], {"tauBench": metadata}
     if isinstance(item, Mapping) and "messages" in item:
         return _conversation_object(item)
     raise FormatError(f"item {index}: not a conversation (a list of messages, or an object with 'messages' or 'traj')")
+
+
+def _tau_bench_id(index: int, item: Mapping[str, Any]) -> str:
+    """``task-<task_id>-trial-<trial>``, leaving out a field the trajectory lacks (or holds as null);
+    ``conversation-<index>`` stands in for a missing task id."""
+    task, trial = item.get("task_id"), item.get("trial")
+    name = f"conversation-{index}" if task is None else f"task-{task}"
+    return name if trial is None else f"{name}-trial-{trial}"
 
 
 def _conversation_object(item: Mapping[str, Any]) -> tuple[str | None, Any, dict[str, Any]]:

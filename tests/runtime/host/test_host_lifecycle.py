@@ -249,8 +249,8 @@ async def test_full_durability_applies_to_actor_files(actor_data_dir):
 
 async def test_new_actor_files_are_copied_from_the_schema_template(actor_host, actor_data_dir):
     stub = actor_host.bind("memo", Memo).get_by_name("a")
-    assert await run_in_actor(stub, lambda agent: agent.storage.user_version) == 2
-    assert sorted(p.name for p in (actor_data_dir / "_template").iterdir()) == ["v2.sqlite3"]
+    assert await run_in_actor(stub, lambda agent: agent.storage.user_version) == 3
+    assert sorted(p.name for p in (actor_data_dir / "_template").iterdir()) == ["v3.sqlite3"]
 
 
 # -- WebSocket peers -------------------------------------------------------------

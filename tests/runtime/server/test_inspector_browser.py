@@ -6,15 +6,14 @@ a compaction, the prompt as the model gets it, broadcasts as they happen, search
 and stored markup that stays text. Screenshots go to a folder named at the end of the run
 (``DURABLE_SESSIONS_SCREENSHOTS`` to choose it).
 
-Needs Chromium and chromedriver (Debian: ``chromium``, ``chromium-driver``); without them the tests are
-skipped, except under ``CI=1`` where they fail (``.ci/run`` installs both).
+Needs Chromium and chromedriver (Debian: ``chromium``, ``chromium-driver``; see ``tests/support/browser.py``);
+without them the tests are skipped, except under ``CI=1`` where they fail (``.ci/run`` installs both).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
+from tests.support.browser import browser_binaries, headless_chromium, wait_until
 from tests.support.data import TEST_DATA
 from tests.support.processes import cli_command, cli_env, server_process
 
@@ -57,21 +57,6 @@ threshold = 100000
 protect_head = 2
 tail_token_budget = 200
 """
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1000")
-
-
-def browser_binaries() -> tuple[str, str]:
-    """``(chromium, chromedriver)``; skips the test without them (fails it under ``CI``)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver") or next((p for p in ("/usr/bin/chromedriver",) if Path(p).exists()), None)
-    if chromium is None or driver is None:
-        missing = "chromium" if chromium is None else "chromedriver"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests: {missing} is not installed (.ci/run installs it)")
-        pytest.skip(f"{missing} is not installed")
-    return chromium, driver
 
 
 # -- the server, its data, the browser ------------------------------------------------------------------------------
@@ -119,21 +104,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
 
 @pytest.fixture(scope="module")
 def driver(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, chromedriver = browser_binaries()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    browser = webdriver.Chrome(options=options, service=Service(chromedriver))
-    try:
+    with headless_chromium(tmp_path_factory.mktemp("chromium-profile")) as browser:
         yield browser
-    finally:
-        browser.quit()
 
 
 @pytest.fixture
@@ -165,19 +137,7 @@ class Page:
 
     def wait(self, check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
         """``check()``'s first true value; an element replaced while it was read counts as not yet."""
-        from selenium.common.exceptions import StaleElementReferenceException
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                found = check()
-            except StaleElementReferenceException:
-                found = None
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
-            time.sleep(0.02)
+        return wait_until(check, timeout, what)
 
     def shown(self, tab: str, timeout: float = 10.0) -> None:
         """Wait until ``tab`` is rendered (its first render done)."""
@@ -264,7 +224,7 @@ def listed(http: httpx.Client, **query: Any) -> list[dict[str, Any]]:
 
 def test_the_imported_sessions_are_listed_with_their_counts_and_a_prefix_narrows_them(page, http, shots):
     sessions = listed(http)
-    assert {"task-0-trial-None", "task-11-trial-None", CLAUDE_BRANCHED} <= {s["id"] for s in sessions}
+    assert {"task-0", "task-11", CLAUDE_BRANCHED} <= {s["id"] for s in sessions}
     page.open()
     page.wait(lambda: len(page.all("#session-list > li")) == len(sessions), what="the list")
     rows = page.js("return [...document.querySelectorAll('#session-list > li')].map(li => "
@@ -274,32 +234,32 @@ def test_the_imported_sessions_are_listed_with_their_counts_and_a_prefix_narrows
 
     page.one("#prefix").send_keys("task-1")
     narrowed = [s["id"] for s in listed(http, prefix="task-1")]
-    assert sorted(narrowed) == ["task-1-trial-None", "task-10-trial-None", "task-11-trial-None"]
+    assert sorted(narrowed) == ["task-1", "task-10", "task-11"]
     page.wait(lambda: page.js("return [...document.querySelectorAll('#session-list > li')].map(li => "
                               "li.dataset.session)") == narrowed, what="the narrowed list")
-    page.click(page.one("#session-list li[data-session='task-11-trial-None'] a"))
+    page.click(page.one("#session-list li[data-session='task-11'] a"))
     page.messages_ready()
-    assert page.text("#session-id") == "task-11-trial-None"
-    assert "current" in page.one("#session-list li[data-session='task-11-trial-None']").get_attribute("class")
+    assert page.text("#session-id") == "task-11"
+    assert "current" in page.one("#session-list li[data-session='task-11']").get_attribute("class")
     page.shot(shots, "session-list")
 
 
 def test_opening_a_mistyped_session_id_says_so_and_creates_nothing(page, http):
-    page.open(s="task-0-trial-Nnoe")
+    page.open(s="task-00")
     page.wait(lambda: page.all("#tab-body > p.error"), what="the refusal")
-    assert page.text("#tab-body > p.error") == 'SessionNotFoundError: There is no session "task-0-trial-Nnoe" on this server.'
+    assert page.text("#tab-body > p.error") == 'SessionNotFoundError: There is no session "task-00" on this server.'
     assert page.attr("#live-pill", "data-state") == "closed"
-    assert listed(http, prefix="task-0-trial-Nn") == []
-    assert http.get(session_url("task-0-trial-Nnoe", "")[:-1]).status_code == 404
+    assert listed(http, prefix="task-00") == []
+    assert http.get(session_url("task-00", "")[:-1]).status_code == 404
 
 
 # -- the tree ------------------------------------------------------------------------------------------------------------
 
 
 def test_a_tau_bench_trajectory_shows_its_whole_path_with_tool_calls_folded(page, http, shots):
-    stored = history(http, "task-0-trial-None")
+    stored = history(http, "task-0")
     tool_parts = [part for m in stored for part in m["parts"] if part["type"].startswith("tool-")]
-    page.open(s="task-0-trial-None")
+    page.open(s="task-0")
     cards = page.messages_ready()
     assert [card.get_attribute("data-id") for card in cards] == [m["id"] for m in stored]
     assert page.text("#fact-path-length .fact-value") == str(len(stored))
@@ -319,7 +279,7 @@ def test_a_tau_bench_trajectory_shows_its_whole_path_with_tool_calls_folded(page
 
 
 def test_a_regeneration_shows_two_branches_and_either_leaf_can_be_selected(page, http, shots):
-    session = "task-2-trial-None"
+    session = "task-2"
     stored = history(http, session)
     last_assistant = max(i for i, m in enumerate(stored) if m["role"] == "assistant")
     original = stored[last_assistant]
@@ -372,7 +332,7 @@ def test_a_claude_code_transcript_with_a_second_prompt_shows_the_branch(page, ht
 
 
 def test_a_compaction_added_through_the_api_appears_as_an_overlay_where_it_cuts(page, http, shots):
-    session = "task-3-trial-None"
+    session = "task-3"
     stored = history(http, session)
     summary = "The traveller wants to change a reservation; the agent checked the booking."
     record = rpc(http, session, "add_compaction", summary, stored[2]["id"], stored[6]["id"])
@@ -446,7 +406,7 @@ def test_a_long_history_is_read_in_pages_newest_first(page, http):
 
 
 def test_the_prompt_is_exactly_what_the_model_gets_and_the_blocks_show_their_usage(page, http, shots):
-    session = "task-4-trial-None"
+    session = "task-4"
     http.put(session_url(session, "context/memory"), json={"content": "Prefers aisle seats.\nFlies on Fridays."})
     loaded = http.post(session_url(session, "tools/load_context"), json={"label": "skills", "key": "pirate"})
     assert loaded.json() == {"result": "Say arr.\n"}
@@ -475,7 +435,7 @@ def test_the_prompt_is_exactly_what_the_model_gets_and_the_blocks_show_their_usa
 
 
 def test_changes_need_the_switch_and_go_through_the_api(page, http):
-    session = "task-5-trial-None"
+    session = "task-5"
     http.post(session_url(session, "tools/load_context"), json={"label": "skills", "key": "pirate"})
     page.open(s=session, tab="context")
     page.one("#blocks")
@@ -520,7 +480,7 @@ def test_changes_need_the_switch_and_go_through_the_api(page, http):
 
 
 def test_a_broadcast_shows_within_a_second_of_an_append_from_another_client(page, http, shots):
-    session = "task-6-trial-None"
+    session = "task-6"
     page.open(s=session, tab="live")
     page.wait(lambda: page.attr("#live-pill", "data-state") == "open", what="the WebSocket")
     assert page.all("#live-log > li") == []
@@ -547,7 +507,7 @@ def test_a_broadcast_shows_within_a_second_of_an_append_from_another_client(page
 
 
 def test_a_broadcast_arriving_while_another_tab_opens_does_not_leave_it_loading(page, http):
-    session = "task-7-trial-None"
+    session = "task-7"
     page.open(s=session, tab="live")
     page.wait(lambda: page.attr("#live-pill", "data-state") == "open", what="the WebSocket")
     tabs = ["search", "live"] * 6 + ["tools", "context", "messages"]
@@ -603,7 +563,7 @@ def test_on_a_server_with_a_token_the_page_asks_for_it_and_sends_it_with_every_c
 
 
 def test_search_hits_lead_to_their_message_in_the_tree(page, http, shots):
-    session = "task-0-trial-None"
+    session = "task-0"
     hits = http.get(session_url(session, "search"), params={"q": "certificate", "limit": 50}).json()["results"]
     assert len(hits) >= 2
     page.open(s=session, tab="search")

@@ -1,9 +1,6 @@
 """``GET /openapi.json`` and ``GET /docs`` of a real server: a valid OpenAPI 3.1 document generated from the
 tables (every route, body, reply and error status), the token rule, and Swagger UI served from package files."""
 
-import os
-import shutil
-
 import httpx
 import jsonschema
 import pytest
@@ -19,6 +16,7 @@ from runtime.server.managers import bind_managers
 from runtime.server.openapi import DOCS_ASSETS, assets_folder, openapi_document
 from runtime.server.transcripts import open_transcripts
 from storage import errors
+from tests.support.browser import chromium_binary
 
 TOKEN = "openapi-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -219,17 +217,8 @@ async def test_the_page_loads_only_files_of_this_server(served):
 # -- Swagger UI in a real browser ------------------------------------------------------------------------------------
 
 
-def chromium():
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the browser test: chromium is not installed (.ci/run installs it)")
-        pytest.skip("chromium is not installed")
-    return found
-
-
 async def test_swagger_ui_renders_the_document_in_headless_chromium_with_no_other_host(tmp_path, nursery):
-    browser = chromium()
+    browser = chromium_binary()
     async with open_host(tmp_path / "data") as host:
         bind_sessions(host)
         bind_managers(host)

@@ -170,6 +170,14 @@ def test_accepted_shapes_and_session_ids():
     ]
 
 
+def test_tau_bench_ids_name_only_the_fields_a_trajectory_has():
+    traj = [{"role": "user", "content": "hi"}]
+    items = [{"task_id": 3, "trial": 0, "traj": traj}, {"task_id": 3, "traj": traj}, {"trial": 1, "traj": traj},
+             {"traj": traj}, {"task_id": 3, "trial": None, "traj": traj}]
+    assert [s.session_id for s in convert_openai_chat(items, session_prefix="t/")] == [
+        "t/task-3-trial-0", "t/task-3", "t/conversation-2-trial-1", "t/conversation-3", "t/task-3-2"]
+
+
 def test_jsonl_files_hold_one_conversation_per_line(tmp_path):
     path = tmp_path / "chats.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "a"}]}\n\n[{"role": "user", "content": "b"}]\n')
