@@ -580,8 +580,13 @@ async def prepare_reads(url: str) -> None:
 
 def bench_served(root: Path, seconds: float, repeats: int, stub_cost: dict[str, float]) -> None:
     cli = Path(sys.executable).with_name("durable-sessions")
+    # As BENCH_CONFIG in-process: the WebSocket's session outgrows the default threshold within a run,
+    # and compactions are not what an append costs.
+    config = root / "sessions.toml"
+    config.write_text(f"[session.compaction]\nthreshold = {BENCH_CONFIG.compaction.threshold}\n", encoding="utf-8")
     server = start_server([str(cli), "--log-level", "WARNING", "serve", "--bind", "127.0.0.1:0",
-                           "--data", str(root / "served"), "--ready-file", str(root / "server.json")],
+                           "--data", str(root / "served"), "--config", str(config),
+                           "--ready-file", str(root / "server.json")],
                           root / "server.json")
     bench_server = Path(__file__).with_name("bench_server.py")
     ceiling = start_server([sys.executable, str(bench_server), "--baseline", str(root / "ceiling.json")],
