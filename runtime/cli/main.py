@@ -78,12 +78,13 @@ from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.cli.logs import LEVELS, LOG_FORMATS, configure_logging
 from runtime.client import SessionsClient
+from runtime.client.http import DEFAULT_URL
 from runtime.host.actor_host import open_host
 from runtime.server.app import bind_sessions, bind_socket, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
-from storage.errors import NotSupportedError
+from storage.errors import NotSupportedError, UnauthorizedError
 from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")
@@ -241,16 +242,31 @@ def main(argv: list[str] | None = None) -> int:
         if interrupt is not None:
             return _interrupted(args.command)
         if rest is not None and len(rest.exceptions) == 1 and isinstance(rest.exceptions[0], Exception):
-            return _failed(args.command, rest.exceptions[0])
+            return _failed(args.command, rest.exceptions[0], _server_url(args))
         raise
     except Exception as exc:  # noqa: BLE001 - one line for the user; details at debug level
-        return _failed(args.command, exc)
+        return _failed(args.command, exc, _server_url(args))
 
 
-def _failed(command: str, exc: Exception) -> int:
+def _failed(command: str, exc: Exception, url: str | None = None) -> int:
     logger.debug("failure", exc_info=exc)
     print(f"durable-sessions {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    hint = _hint(exc, url)
+    if hint:
+        print(f"  {hint}", file=sys.stderr)
     return 1
+
+
+def _hint(exc: Exception, url: str | None) -> str | None:
+    """What to try next after a client command's failure, when the failure says it (else ``None``)."""
+    import httpx  # a client command loaded it already
+
+    if isinstance(exc, UnauthorizedError):
+        return "this server wants its token: pass --token or set DURABLE_SESSIONS_TOKEN"
+    if isinstance(exc, httpx.ConnectError) and url is not None:
+        return (f"no server answers at {url}: start one (durable-sessions serve), or name another "
+                "with --url or DURABLE_SESSIONS_URL")
+    return None
 
 
 def _interrupted(command: str) -> int:
@@ -463,6 +479,17 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 # -- client commands -------------------------------------------------------------------------------
+
+
+#: The commands that talk to a server (``--url``, ``--token``).
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
+
+
+def _server_url(args: argparse.Namespace) -> str | None:
+    """The server a client command talks to, as the client resolves it (``None`` for ``serve``, ``doctor``)."""
+    if args.command not in CLIENT_COMMANDS:
+        return None
+    return getattr(args, "url", None) or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL
 
 
 def _client(args: argparse.Namespace) -> SessionsClient:
