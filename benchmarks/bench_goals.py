@@ -19,8 +19,11 @@ Sections, each printing the goal it measures:
 * **footprint** -- the file a new session actor leaves after one
   activation with nothing written by the caller (goal <= 16 KiB; what 100,000
   of them cost), 10,000 appended messages against the minimal schema holding
-  the same rows and a contentless search index (goal <= 1.3x), and per active
-  actor: open file descriptors and RSS (a fresh process wakes 400 actors).
+  the same rows and a contentless search index (goal <= 1.3x), a session
+  written between wakes (woken, 5 appends, hibernated: what the WAL a
+  hibernation leaves costs the next wake, its appends and the hibernation
+  itself), and per active actor: open file descriptors and RSS (a fresh
+  process wakes 400 actors).
 * **served** -- the real ``durable-sessions serve`` against a bare quart-trio
   app on hypercorn answering constants (the framework's ceiling), both
   driven by ``wrk`` (found on ``PATH``, else reported missing) with 1, 8 and
@@ -305,6 +308,7 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
         await host.hibernate(ns, full.id)
         full_bytes = file_bytes(actor_files(host, full.id))
         wal_bytes = file_bytes([p for p in actor_files(host, full.id) if p.name.endswith("-wal")])
+        cycles = await written_between_wakes(host, ns, make)
     floor = MinimalStore(root / "minimal-footprint.sqlite3")
     for i in range(messages):
         floor.append(make(i))
@@ -316,9 +320,42 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
           f"{floor_bytes / 2**20:.2f} MiB  x{full_bytes / floor_bytes:.2f}")
     print(f"  {'':>28}of which the WAL hibernation leaves {wal_bytes / 2**20:.2f} MiB; the database alone "
           f"x{(full_bytes - wal_bytes) / floor_bytes:.2f}")
+    wake, append, sleep, wal_left = cycles
+    print(f"  a 1,300-message session woken, given 5 appends, hibernated ({len(wake.cpu)} times): wake "
+          f"{wake.cpu_us / 1000:.2f} ms CPU, append {append.cpu_us:.0f} us CPU [{append.wall_us:.0f}], "
+          f"hibernate() {sleep.wall_us / 1000:.2f} ms wall ({sleep.cpu_us / 1000:.2f} ms CPU, worker threads included); "
+          f"WAL left {wal_left / 1024:.1f} KiB")
     verdict("empty actor file", f"{empty_bytes / 1024:.1f} KiB", "<= 16 KiB", empty_bytes <= 16 * 1024)
     verdict(f"bytes per {messages:,} messages", f"x{full_bytes / floor_bytes:.2f} minimal "
             f"({full_bytes / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "<= 1.3x", full_bytes <= 1.3 * floor_bytes)
+
+
+async def written_between_wakes(host: Any, ns: Any, make: Messages, rounds: int = 25) -> tuple[Any, ...]:
+    """Wake a hibernated session (its path length), append 5 messages through the stub, hibernate; repeated.
+
+    Returns per-round timers (wake, append per message, hibernate) and the WAL bytes the last hibernation left.
+    """
+    stub = ns.get_by_name("between-wakes")
+    history = [make(i) for i in range(1000)]
+    await run_in_actor(stub, lambda a: a.session.seed_messages(history))
+    for i in range(1000, 1300):
+        await stub.append_message(make(i))
+    await host.hibernate(ns, stub.id)
+    counter = iter(range(10**6, 10**9))
+    wake, append, sleep = Timer(), Timer(), Timer()
+    for _ in range(rounds):
+        cpu, wall = time.process_time(), time.perf_counter()
+        await stub.get_path_length()
+        wake.add(time.process_time() - cpu, time.perf_counter() - wall, 1)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(5):
+            await stub.append_message(make(next(counter)))
+        append.add(time.process_time() - cpu, time.perf_counter() - wall, 5)
+        cpu, wall = time.process_time(), time.perf_counter()
+        await host.hibernate(ns, stub.id)
+        sleep.add(time.process_time() - cpu, time.perf_counter() - wall, 1)
+    wal_left = file_bytes([p for p in actor_files(host, stub.id) if p.name.endswith("-wal")])
+    return wake, append, sleep, wal_left
 
 
 def bench_active_actors(root: Path, count: int = 400) -> None:

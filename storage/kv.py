@@ -22,6 +22,7 @@ scheduling an alarm only writes the row and tells an optional
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,28 @@ class ActorStorage(SqlStorage):
         there is no ``-shm``).
         """
         self.connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+
+    @property
+    def wal_file_bytes(self) -> int:
+        """Size of the ``-wal`` file on disk in bytes (0 when there is none); one ``stat``."""
+        try:
+            return os.stat(self.path + "-wal").st_size
+        except FileNotFoundError:
+            return 0
+
+    def checkpoint_wal(self) -> None:
+        """Copy every frame of the WAL into the database file and cut the ``-wal`` file to 0 bytes.
+
+        Blocking disk work (at least two syncs: the WAL, then the database):
+        call it off the event loop, on a thread nobody else uses this storage
+        from meanwhile. Changes no content.
+
+        Raises:
+            apsw.FullError: the database file could not grow (full disk); the
+                WAL keeps every frame and nothing is lost.
+            apsw.Error: any other failure of the checkpoint, the WAL intact.
+        """
+        self.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
 
     # -- key-value ---------------------------------------------------------
 

@@ -23,9 +23,12 @@ its stubs route calls to actors by id. The host guarantees:
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
-  an actor takes it out, so its timer restarts on every turn. When
-  ``max_active`` files are open, waking another actor first evicts the
-  least recently idle one (or waits until one is idle).
+  an actor takes it out, so its timer restarts on every turn. A WAL file
+  larger than :data:`WAL_KEEP_BYTES` is first checkpointed into the
+  database in a worker thread; a call arriving meanwhile waits for the
+  close, then wakes the actor. When ``max_active`` files are open, waking
+  another actor first evicts the least recently idle one, closing it at
+  once without a checkpoint (or waits until one is idle).
 * **Alarms** (:mod:`runtime.host.alarms`) run as turns and wake sleeping actors.
 * **Faults** (:mod:`runtime.host.file_guard`): one process per data folder
   (:mod:`runtime.host.folder_lock`); a full disk is answered
@@ -88,6 +91,9 @@ DEFAULT_MAX_PENDING_CALLS = 1000
 _READMISSIONS = 3
 #: Why a counter's closing releases an actor (cluster mode listeners).
 _CLOSE_REASONS = {"hibernations": "hibernated", "evictions": "evicted"}
+#: A hibernating actor's WAL file above this size (bytes) is checkpointed and cut back before its file
+#: closes (off the trio thread); a smaller one is left as it is.
+WAL_KEEP_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +103,10 @@ class HostStatistics:
     Gauges: ``active`` actors with an open file (at most ``max_active``), of
     which ``idle`` have no pending call; ``activating`` actors being woken
     (opening, in ``on_start`` or waiting for a free file); ``hibernated``:
-    actors of bound namespaces with a file on disk and no open file (counted
-    by one folder scan per namespace on the first call, then kept up to date); ``running``
+    actors of bound namespaces with a file on disk and no live instance (counted
+    by one folder scan per namespace on the first call, then kept up to date),
+    including any whose WAL is still being checkpointed (that file counts
+    towards ``max_active`` until it closes); ``running``
     calls executing actor code; ``queued`` calls waiting to start;
     ``connections`` WebSocket peers held. Counters since the host opened:
     ``calls`` answered, ``activations`` (successful), ``failed_activations``,
@@ -180,7 +188,9 @@ class ActorHost:
         self._idle: OrderedDict[ActorKey, float] = OrderedDict()  # key -> trio time it went idle
         self._idle_wakeup = trio.Event()
         self._settled = trio.lowlevel.ParkingLot()  # unparked when a slot goes idle or closes
-        self._open_files = 0
+        self._open_files = 0  # actor files open, including those being checkpointed after hibernation
+        self._closing: dict[ActorKey, trio.Event] = {}  # hibernated, file being checkpointed; set once closed
+        self._checkpoints = trio.CapacityLimiter(1)  # one checkpoint at a time: they are disk-bound
         self._files: dict[str, int] = {}  # namespace -> actor files on disk, once scanned
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._alarm_deliveries: set[ActorKey] = set()
@@ -242,11 +252,12 @@ class ActorHost:
         """A frozen snapshot of gauges and counters (see :class:`HostStatistics`)."""
         running = sum(slot.running for slot in self._slots.values())
         pending = sum(slot.pending for slot in self._slots.values())
+        active = self._open_files - len(self._closing)
         return HostStatistics(
-            active=self._open_files,
+            active=active,
             activating=sum(slot.state is SlotState.ACTIVATING for slot in self._slots.values()),
             idle=len(self._idle),
-            hibernated=max(0, sum(self._count_files(name) for name in self._namespaces) - self._open_files),
+            hibernated=max(0, sum(self._count_files(name) for name in self._namespaces) - active),
             running=running,
             queued=pending - running,
             connections=sum(len(c) for c in self._connections.values()),
@@ -279,23 +290,32 @@ class ActorHost:
         return found
 
     async def hibernate(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
-        """Hibernate one actor now, after its pending calls are answered.
+        """Hibernate one actor now, after its pending calls are answered; return once its file is closed
+        (a large WAL checkpointed first, see :meth:`_hibernate_slot`).
 
         Returns ``True`` if it was active, ``False`` if it was not.
         """
         key = self._key(namespace, actor_id)
         while (slot := self._slots.get(key)) is not None:
             if slot.state is SlotState.ACTIVE and slot.pending == 0:
-                self._close_slot(slot, "hibernations")
+                closed = self._hibernate_slot(slot)
+                if closed is not None:
+                    await closed.wait()
                 return True
             await self._settled.park()
+        closed = self._closing.get(key)
+        if closed is not None:  # asleep already, its WAL being checkpointed: return once the file is closed
+            await closed.wait()
         return False
 
     async def hibernate_all(self) -> int:
-        """Hibernate every active actor (waiting for pending calls); how many were."""
+        """Hibernate every active actor (waiting for pending calls); how many were. Returns once their
+        files (and those still being checkpointed) are closed."""
         count = 0
         for namespace, hex_id in list(self._slots):
             count += await self.hibernate(namespace, hex_id)
+        for closed in list(self._closing.values()):
+            await closed.wait()
         return count
 
     def connections_of(self, actor_id: ActorId) -> Sequence[ConnectionLike]:
@@ -503,6 +523,9 @@ class ActorHost:
     async def _activate(self, slot: ActorSlot) -> None:
         lease = log_version = None
         try:
+            closed = self._closing.get(slot.key)
+            if closed is not None:  # hibernated a moment ago: its file is being checkpointed
+                await closed.wait()
             if self.cluster is not None:
                 lease = await self.cluster.acquire(slot.id)  # NotOwnerError before any file is touched
             await self._reserve_file()
@@ -566,7 +589,7 @@ class ActorHost:
         if not existed and actor_id.namespace in self._files:
             self._files[actor_id.namespace] += 1
         try:
-            storage.skip_checkpoint_on_close()  # hibernating must not wait for the disk
+            storage.skip_checkpoint_on_close()  # closing never waits for the disk (see _hibernate_slot)
             self._guard.after_open(actor_id, storage, entry)
         except BaseException:
             storage.close()
@@ -641,7 +664,73 @@ class ActorHost:
         self._open_files += 1
 
     def _close_slot(self, slot: ActorSlot, counter: str | None, *, reason: str = "closed") -> None:
-        """Drop the instance and close its file (synchronous: nothing can interleave)."""
+        """Drop the instance and close its file (synchronous: nothing can interleave; no disk sync)."""
+        storage = self._drop_slot(slot, counter, reason)
+        if storage is not None:
+            self._close_file(slot.id, storage)
+
+    def _hibernate_slot(self, slot: ActorSlot) -> trio.Event | None:
+        """Hibernate an idle actor: drop the instance now; close its file now, or after a checkpoint.
+
+        A WAL file of more than :data:`WAL_KEEP_BYTES` is copied into the
+        database and cut back in a worker thread (:meth:`FileGuard.checkpoint`)
+        before the file closes, so a sleeping actor leaves no large WAL. The
+        actor counts as hibernated at once; its file counts towards
+        ``max_active`` until it is closed, and a call for it meanwhile waits
+        for the close, then wakes it (:meth:`_activate`). A smaller WAL is
+        left as it is: closing costs no disk sync.
+
+        Returns:
+            an event set once the file is closed, or ``None`` when it already is.
+        """
+        storage = self._drop_slot(slot, "hibernations", "hibernated")
+        if storage is None:
+            return None
+        if storage.wal_file_bytes <= WAL_KEEP_BYTES:
+            self._close_file(slot.id, storage)
+            return None
+        slot.detach(storage)  # the worker thread must not call back into trio objects
+        closed = self._closing[slot.key] = trio.Event()
+        self._nursery.start_soon(self._checkpoint_and_close, slot.id, storage, closed)
+        return closed
+
+    async def _checkpoint_and_close(self, actor_id: ActorId, storage: ActorStorage, closed: trio.Event) -> None:
+        """Checkpoint a hibernated actor's WAL off the trio thread, then close its file.
+
+        A failure loses nothing (the WAL keeps every frame) and is logged; a
+        host shutting down waits for a checkpoint already running, and closes
+        the files still queued for one without it.
+        """
+        error: Exception | None = None
+        try:
+            await trio.to_thread.run_sync(self._guard.checkpoint, storage, limiter=self._checkpoints)
+        except Exception as exc:
+            error = exc
+        finally:
+            del self._closing[(actor_id.namespace, actor_id.hex)]
+            self._close_file(actor_id, storage)
+            closed.set()
+        if error is None:
+            return
+        kind = classify(error)
+        if kind == "full":
+            logger.warning("hibernating %s: the checkpoint of its WAL failed, the disk is full (%s); the WAL "
+                           "stays in place and nothing is lost", describe(actor_id), fault_detail(error))
+        elif kind == "corrupt":
+            logger.error("hibernating %s: SQLite reported damage during the checkpoint of its WAL",
+                         describe(actor_id), exc_info=error)
+            self._guard.refuse(actor_id, f"SQLite reported damage during a checkpoint: {fault_detail(error)}")
+            self._guard.settle(actor_id)
+            self._files.pop(actor_id.namespace, None)  # recount: its file moved
+        else:
+            logger.error("hibernating %s: the checkpoint of its WAL failed; the WAL stays in place",
+                         describe(actor_id), exc_info=error)
+
+    def _drop_slot(self, slot: ActorSlot, counter: str | None, reason: str) -> ActorStorage | None:
+        """Drop the instance: forget the slot, tell the cluster, raise the file's generation.
+
+        Returns the still open file (``None`` if it had none), which the caller closes.
+        """
         if self._slots.get(slot.key) is slot:
             del self._slots[slot.key]
         self._idle.pop(slot.key, None)
@@ -652,16 +741,21 @@ class ActorHost:
             self.cluster.on_close(slot, _CLOSE_REASONS.get(counter or "", reason))
         storage, slot.storage = slot.storage, None
         if storage is not None:
-            self._open_files -= 1
             self._guard.before_close(slot.id, storage)
-            try:
-                storage.close()
-            except Exception:
-                logger.exception("closing the file of %s failed", describe(slot.id))
-            else:
-                self._guard.after_close(slot.id)
         if counter is not None:
             self._counts[counter] += 1
+        self._settled.unpark_all()
+        return storage
+
+    def _close_file(self, actor_id: ActorId, storage: ActorStorage) -> None:
+        """Close an actor's file (no checkpoint) and give back its place among ``max_active``."""
+        self._open_files -= 1
+        try:
+            storage.close()
+        except Exception:
+            logger.exception("closing the file of %s failed", describe(actor_id))
+        else:
+            self._guard.after_close(actor_id)
         self._settled.unpark_all()
 
     async def _reap_idle(self) -> None:
@@ -674,7 +768,7 @@ class ActorHost:
             key, since = next(iter(self._idle.items()))
             deadline = since + self.idle_timeout_s
             if trio.current_time() >= deadline:
-                self._close_slot(self._slots[key], "hibernations")
+                self._hibernate_slot(self._slots[key])
             else:
                 await trio.sleep_until(deadline)
 

@@ -17,7 +17,9 @@ for the checks themselves):
 * **when a call fails** with SQLite reporting damage (:func:`storage.faults.classify`).
 * **when the actor hibernates or closes** after writing: its generation is
   raised and the catalog row updated (never per call: an append pays no
-  second fsync for the catalog).
+  second fsync for the catalog). When the host checkpoints a hibernating
+  actor's WAL (:meth:`FileGuard.checkpoint`, in a worker thread) the
+  generation is raised once more after it, which starts the next WAL there.
 
 In cluster mode (``rebuildable``) Postgres holds the truth and the file is
 a working copy: a damaged copy is moved aside (logged, never silent) and
@@ -199,11 +201,10 @@ class FileGuard:
         behind a file, never run ahead of it.
         """
         key = (actor_id.namespace, actor_id.hex)
-        if key not in self._wrote or key in self._refused:
-            self._wrote.discard(key)
-            return
         try:
-            storage.on_commit(None, key=_HOOK_ID)
+            storage.on_commit(None, key=_HOOK_ID)  # closing: later commits (a checkpoint's thread) are not noted
+            if key not in self._wrote or key in self._refused:
+                return
             if not self.rebuildable:  # a cluster copy is written only inside captured turns
                 bump_generation(storage)
             facts = actor_facts(storage)
@@ -213,6 +214,29 @@ class FileGuard:
                            exc_info=True)
         finally:
             self._wrote.discard(key)
+
+    def checkpoint(self, storage: ActorStorage) -> None:
+        """Copy a hibernating actor's WAL into its database and cut it to 0 bytes, after :meth:`before_close`.
+
+        Runs in a worker thread; nothing else uses ``storage`` meanwhile (its
+        hooks are detached). Outside cluster mode the generation is then
+        raised once more: that small commit starts the next WAL (its header
+        written and synced here), so the first write after the next wake
+        appends to it without a disk sync. The catalog keeps the value
+        :meth:`before_close` recorded: a file may run ahead of its catalog
+        row, never behind it. Losing this WAL loses nothing of the actor's.
+
+        Raises:
+            apsw.Error: the checkpoint failed (``apsw.FullError`` on a full
+                disk); the WAL keeps every frame.
+        """
+        storage.checkpoint_wal()
+        if self.rebuildable:  # cluster mode: nothing is written outside a captured turn
+            return
+        try:
+            bump_generation(storage)
+        except Exception:  # noqa: BLE001 - the first write after the next wake starts the WAL instead
+            logger.info("starting the next WAL of %s failed", storage.path, exc_info=True)
 
     def after_close(self, actor_id: ActorId) -> None:
         """Remember the closed files' identity, size and time: unchanged at the next wake, they need no

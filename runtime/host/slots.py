@@ -90,6 +90,12 @@ class ActorSlot:
         storage.on_commit(self.gate_changed, key=_HOOK_ID)
         storage.on_rollback(self._on_rollback, key=_HOOK_ID)
 
+    def detach(self, storage: ActorStorage) -> None:
+        """Unhook a file this slot adopted, so its commits and rollbacks no longer reach the gate
+        (before a worker thread uses it: the gate's trio objects belong to the trio thread)."""
+        storage.on_commit(None, key=_HOOK_ID)
+        storage.on_rollback(None, key=_HOOK_ID)
+
     def _on_rollback(self) -> None:
         self.rollbacks += 1
         self.gate_changed()

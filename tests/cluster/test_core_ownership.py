@@ -9,7 +9,9 @@ import pytest
 import trio
 
 from actors import Agent, SessionAgent, SessionConfig
+from runtime.host.actor_host import WAL_KEEP_BYTES
 from runtime.host.ids import ActorId
+from runtime.testing import run_in_actor
 from storage.errors import NotOwnerError, OwnershipLostError
 from tests.support.agents import RecordingConnection
 
@@ -276,6 +278,25 @@ class Room(Agent):
         self.storage.put("n", value)
         self.broadcast(f"n={value}")
         return value
+
+
+async def test_an_idle_hibernation_checkpoints_the_wal_and_the_next_wake_keeps_the_file(hosts, pg):
+    """A checkpoint changes no content: the file stays clean at the log's newest entry and is kept, not rebuilt."""
+    async with hosts(1, idle_timeout_s=0.1) as (a,):
+        [na] = bind_counters([a])
+        stub = na.get_by_name("wide")
+        for i in range(40):  # one row of about a page per write: a WAL of well over 64 KiB
+            await run_in_actor(stub, lambda agent, i=i: agent.storage.put(f"row-{i}", "x" * 3000))
+        wal = actor_file(a, stub.id).with_name(actor_file(a, stub.id).name + "-wal")
+        assert wal.stat().st_size > WAL_KEEP_BYTES
+        with trio.fail_after(10):
+            while a.is_active(na, stub.id) or a.statistics().active or wal.stat().st_size:
+                await trio.sleep(0.01)
+        assert wal.stat().st_size == 0  # cut to 0 bytes; nothing written after it outside a captured turn
+        before = a.cluster.statistics()
+        assert await run_in_actor(stub, lambda agent: len(agent.storage.list(prefix="row-"))) == 40
+        after = a.cluster.statistics()
+        assert (after.kept, after.restores) == (before.kept + 1, before.restores)
 
 
 async def test_a_sleeping_actor_keeps_its_lease_while_the_host_holds_its_peers(hosts, pg):
