@@ -89,7 +89,7 @@ async def test_a_ten_thousand_word_query_with_repeats_is_quick(session):
     start = time.perf_counter()
     assert await ids(session, "friday " * 10_000) == ["deploy"]
     assert await ids(session, "東京 " * 5_000) == ["tokyo"]
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10.0  # pathological (quadratic) cost only; speed: benchmarks/
     assert parse_query("a b a " * 1000).terms == parse_query("a b").terms
 
 
@@ -136,7 +136,7 @@ async def test_twenty_thousand_distinct_words_are_answered_quickly(session):
     many = [f"w{i}" for i in range(20_000)]
     start = time.perf_counter()
     assert await ids(session, " ".join(many)) == []
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5.0  # pathological (quadratic) cost only; speed: benchmarks/
     await session.append_message(text_message("words", " ".join(many[:700])))
     assert await ids(session, " ".join(many[:700])) == ["words"]  # three MATCH chunks, all must hold
     assert await ids(session, " ".join(many[:699] + ["friday"])) == []
@@ -152,4 +152,4 @@ def test_cjk_detection_is_exact_and_fast():
     big = "é" * 1_750_000
     start = time.perf_counter()
     assert has_cjk("x" * 1_750_000) is False and has_cjk(big) is False and has_cjk(big + "東") is True
-    assert time.perf_counter() - start < 0.2
+    assert time.perf_counter() - start < 2.0  # pathological (quadratic) cost only; speed: benchmarks/

@@ -83,7 +83,7 @@ def test_a_huge_list_costs_only_what_is_kept():
     items = [{"name": "n" * 100, "index": i} for i in range(100_000)]
     start = time.perf_counter()
     result = truncate_tool_output(items, 500)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10.0  # pathological (quadratic) cost only; speed: benchmarks/
     assert result["truncated"] is True and result["originalLength"] == len(json.dumps(items, separators=(",", ":")))
     kept = truncate_tool_output(["x" * 100] * 1000, 2040)["output"]
     assert kept == ["x" * 100] * 19 + ["Array output truncated ... [truncated 103001 chars]"]
