@@ -14,7 +14,10 @@ quarantined. Two uses:
 * **Listing sessions** without opening their files.
 
 The catalog is written lazily -- when an actor hibernates or closes after
-writing, never per call -- so an append pays no second fsync. It may lag
+writing, never per call -- so an append pays no second fsync. The times it
+records are the actor's own: ``updated_ms`` is when its last write
+committed (the host notes each commit's time in memory), not when it went
+to sleep; a wake that only reads changes nothing. It may lag
 behind the files (never ahead of them): a file without a row, or with an
 older row, is normal after a crash; :meth:`HostCatalog.unlisted` finds the
 files without a row so a rescan can add them.
@@ -170,27 +173,39 @@ class HostCatalog:
         updated, actor = below if below is not None else _TOP
         return [CatalogEntry(*row) for row in self._storage.exec(_PAGE, namespace, updated, actor, prefix, limit)]
 
-    def record(self, namespace: str, actor_id: str, facts: ActorFacts, *, now_ms: int | None = None,
-               wrote: bool = True) -> None:
+    def record(self, namespace: str, actor_id: str, facts: ActorFacts, *, written_ms: int | None = None,
+               first_written_ms: int | None = None, wrote: bool = True) -> None:
         """Store what an actor file holds now (after it hibernated or closed, or a rescan read it).
 
-        The generation only ever rises; ``updated_ms`` becomes ``now_ms`` when
-        the actor ``wrote``, else its newest message's time. A quarantined
-        entry is left as it is.
+        Args:
+            written_ms: when the actor ``wrote``: the epoch milliseconds of its
+                last commit (default: now); it becomes ``updated_ms``.
+            first_written_ms: its first commit since it was opened; bounds
+                ``created_ms`` of a new entry (with the oldest message's time).
+            wrote: ``False`` for a rescan, which saw no commit: ``updated_ms``
+                becomes the newest message's time.
+
+        ``updated_ms`` never goes back; ``created_ms`` is set once, the
+        earliest of the oldest message and the first commit known; the
+        generation only ever rises. A quarantined entry is left as it is.
         """
-        now = _now_ms() if now_ms is None else now_ms
-        created = facts.first_message_ms if facts.first_message_ms is not None else now
-        updated = now if wrote else (facts.last_message_ms or created)
+        if wrote:
+            updated = _now_ms() if written_ms is None else written_ms
+            known = (facts.first_message_ms, first_written_ms, updated)
+        else:
+            updated = facts.last_message_ms or facts.first_message_ms or _now_ms()
+            known = (facts.first_message_ms, updated)
+        created = min(stamp for stamp in known if stamp is not None)
         self._storage.exec(
             _RECORD, namespace, actor_id, facts.name, facts.generation, facts.messages, facts.compactions,
-            facts.compacted_through, min(created, updated), updated,
+            facts.compacted_through, created, updated,
         )
 
-    def record_many(self, rows: Iterable[tuple[str, str, ActorFacts]], *, now_ms: int | None = None) -> None:
-        """:meth:`record` each ``(namespace, actor_id, facts)`` in one transaction (a host closing)."""
+    def record_many(self, rows: Iterable[tuple[str, str, ActorFacts]], *, written_ms: int | None = None) -> None:
+        """:meth:`record` each ``(namespace, actor_id, facts)`` in one transaction, all written at ``written_ms``."""
         with self._storage.transaction():
             for namespace, actor_id, facts in rows:
-                self.record(namespace, actor_id, facts, now_ms=now_ms)
+                self.record(namespace, actor_id, facts, written_ms=written_ms)
 
     def quarantine(self, namespace: str, actor_id: str, *, name: str | None, problem: str,
                    moved_to: str | None, now_ms: int | None = None) -> None:

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="print the messages as JSON")
     _client_options(history)
 
-    listing = commands.add_parser("list", help="list the sessions the server holds, most recently updated first")
+    listing = commands.add_parser("list", help="list the sessions the server holds, most recently written first")
     listing.add_argument("--prefix", help="only session ids starting with this")
     listing.add_argument("--limit", type=_positive, help="at most N sessions (default: all)")
     listing.add_argument("--json", action="store_true", help="print the sessions as JSON")

@@ -289,6 +289,11 @@ class ActorHost:
                 found.append((slot.id, None if storage is None or storage.in_transaction else storage))
         return found
 
+    def last_write_ms(self, actor_id: ActorId) -> int | None:
+        """Epoch milliseconds at which the awake actor's last write committed (``None``: it wrote
+        nothing since it woke). Kept in memory; the catalog gets it when the actor hibernates or closes."""
+        return self._guard.last_write_ms(actor_id)
+
     async def hibernate(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
         """Hibernate one actor now, after its pending calls are answered; return once its file is closed
         (a large WAL checkpointed first, see :meth:`_hibernate_slot`).
@@ -535,7 +540,8 @@ class ActorHost:
             slot.attach(self._open_storage(slot.id))
             storage = slot.storage
             if lease is not None:
-                self.cluster.attach(slot, storage, lease, log_version)  # capture every write from here on
+                with self._guard.host_writes(slot.id):  # its marker is not the actor's write
+                    self.cluster.attach(slot, storage, lease, log_version)  # capture every write from here on
                 slot.alarm_dirty = True  # index the file's alarm here (it may come from another host)
             storage.alarm_listener = partial(self._on_alarm_change, slot)
             namespace = self._namespaces[slot.id.namespace]
@@ -738,7 +744,8 @@ class ActorHost:
         slot.state = SlotState.CLOSED
         slot.agent = None
         if slot.cluster is not None:
-            self.cluster.on_close(slot, _CLOSE_REASONS.get(counter or "", reason))
+            with self._guard.host_writes(slot.id):  # its clean marker is not the actor's write
+                self.cluster.on_close(slot, _CLOSE_REASONS.get(counter or "", reason))
         storage, slot.storage = slot.storage, None
         if storage is not None:
             self._guard.before_close(slot.id, storage)

@@ -17,7 +17,11 @@ for the checks themselves):
 * **when a call fails** with SQLite reporting damage (:func:`storage.faults.classify`).
 * **when the actor hibernates or closes** after writing: its generation is
   raised and the catalog row updated (never per call: an append pays no
-  second fsync for the catalog). When the host checkpoints a hibernating
+  second fsync for the catalog). The row gets the times of the actor's
+  first and last commit since it was opened (noted in memory by a commit
+  hook), not the time of the hibernation; writes of the host itself (the
+  cluster's markers, the generation) do not count, so a wake that only
+  reads leaves the row as it was. When the host checkpoints a hibernating
   actor's WAL (:meth:`FileGuard.checkpoint`, in a worker thread) the
   generation is raised once more after it, which starts the next WAL there.
 
@@ -41,7 +45,8 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,7 +100,7 @@ class FileGuard:
         self._quick_check_max_bytes = quick_check_max_bytes
         self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
         self._settled: set[ActorKey] = set()
-        self._wrote: set[ActorKey] = set()
+        self._written: dict[ActorKey, tuple[int, int]] = {}  # first and last commit (epoch ms) since opened
         self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
 
     # -- refusals ----------------------------------------------------------------------------
@@ -164,7 +169,32 @@ class FileGuard:
             storage.close()
             raise self.quarantine(actor_id, problem, entry=entry)
         key = (actor_id.namespace, actor_id.hex)
-        storage.on_commit(lambda: self._wrote.add(key), key=_HOOK_ID)
+        storage.on_commit(lambda: self._stamp(key), key=_HOOK_ID)
+
+    def _stamp(self, key: ActorKey) -> None:
+        # Inside SQLite's commit hook: one clock read and one dict store per commit.
+        now = time.time_ns() // 1_000_000
+        span = self._written.get(key)
+        self._written[key] = (now, now) if span is None else (span[0], now)
+
+    def last_write_ms(self, actor_id: ActorId) -> int | None:
+        """Epoch milliseconds of the actor's last commit since its file was opened (``None``: none)."""
+        span = self._written.get((actor_id.namespace, actor_id.hex))
+        return None if span is None else span[1]
+
+    @contextmanager
+    def host_writes(self, actor_id: ActorId) -> Iterator[None]:
+        """Commits inside the block are the host's own (cluster markers), not the actor's: they
+        neither make it count as written nor move its write times."""
+        key = (actor_id.namespace, actor_id.hex)
+        span = self._written.get(key)
+        try:
+            yield
+        finally:
+            if span is None:
+                self._written.pop(key, None)
+            else:
+                self._written[key] = span
 
     def set_aside_if_damaged(self, actor_id: ActorId) -> str | None:
         """Cluster mode, before the working copy is made current: check its headers (and a small
@@ -195,25 +225,26 @@ class FileGuard:
     # -- closing -----------------------------------------------------------------------------
 
     def before_close(self, actor_id: ActorId, storage: ActorStorage) -> None:
-        """An actor that wrote since it opened: raise its file's generation and update its catalog row.
+        """An actor that wrote since it opened: raise its file's generation and update its catalog row
+        (with the times of its first and last commit since then).
 
         Failures (a full disk) are logged and skipped: the catalog may lag
         behind a file, never run ahead of it.
         """
         key = (actor_id.namespace, actor_id.hex)
+        storage.on_commit(None, key=_HOOK_ID)  # closing: later commits (the generation, a checkpoint's
+        span = self._written.pop(key, None)  # thread) are not the actor's writes
+        if span is None or key in self._refused:
+            return
         try:
-            storage.on_commit(None, key=_HOOK_ID)  # closing: later commits (a checkpoint's thread) are not noted
-            if key not in self._wrote or key in self._refused:
-                return
             if not self.rebuildable:  # a cluster copy is written only inside captured turns
                 bump_generation(storage)
             facts = actor_facts(storage)
-            self.catalog.record(actor_id.namespace, actor_id.hex, _named(facts, actor_id))
+            self.catalog.record(actor_id.namespace, actor_id.hex, _named(facts, actor_id), written_ms=span[1],
+                                first_written_ms=span[0])
         except Exception:  # noqa: BLE001 - closing must go on; the catalog only lags
             logger.warning("could not record %s/%s in the host catalog", actor_id.namespace, actor_id.hex,
                            exc_info=True)
-        finally:
-            self._wrote.discard(key)
 
     def checkpoint(self, storage: ActorStorage) -> None:
         """Copy a hibernating actor's WAL into its database and cut it to 0 bytes, after :meth:`before_close`.
@@ -272,7 +303,7 @@ class FileGuard:
             return ActorStorageCorruptError(known.session, known.problem)
         session = name or actor_id.name or f"{actor_id.namespace}/{actor_id.hex}"
         self._refused[key] = ActorStorageCorruptError(session, problem)
-        self._wrote.discard(key)
+        self._written.pop(key, None)
         return ActorStorageCorruptError(session, problem)
 
     def refused(self, actor_id: ActorId) -> bool:

@@ -6,11 +6,14 @@ every session's file, and add no work to an append:
 * **The catalog** holds one row per actor file, written when the actor
   hibernates or closes after writing (one small commit then, none per
   call). A listed count is therefore never older than the session's last
-  hibernation.
+  hibernation. Its ``updatedAt`` is the time the session's last write
+  committed (the host notes it in memory at each commit), not the time it
+  went to sleep; reads never change it.
 * **Awake sessions** report fresher numbers: read from their open file
   between turns (:meth:`ActorHost.awake`: never inside an open
-  transaction) -- their sort key from the newest row (one read), their
-  counts only when they are on the page asked for.
+  transaction) -- their sort key from their last commit since they woke
+  (:meth:`ActorHost.last_write_ms`) or their newest message (one read),
+  their counts only when they are on the page asked for.
 * **Files without a row** (written before a crash, or by another tool) are
   found by one rescan of the folder, at the first listing after the server
   starts: each such file is opened read-only, its facts read and recorded
@@ -175,15 +178,18 @@ class SessionListing:
 
     # -- internals --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _awake(actor: ActorId, storage: ActorStorage | None, row: CatalogEntry | None) -> _Candidate | None:
-        """An awake actor as a candidate: sorted by its newest message when that is newer than its row."""
-        if storage is None:  # inside a transaction: what the catalog saw
-            return None if row is None else _Candidate(row.updated_ms, actor, row, awake=True)
+    def _awake(self, actor: ActorId, storage: ActorStorage | None, row: CatalogEntry | None) -> _Candidate | None:
+        """An awake actor as a candidate: sorted by its last write since it woke (or its newest
+        message) when that is newer than its row."""
+        written = self.server.host.last_write_ms(actor)
+        if storage is None:  # inside a transaction: what the catalog and the commits so far saw
+            if row is None:
+                return None
+            return _Candidate(max(row.updated_ms, written or 0), actor, row, awake=True)
         newest = last_write_ms(storage)
-        if newest is None and row is None:
+        if newest is None and row is None and written is None:
             newest = _modified_ms(storage)
-        updated = max(row.updated_ms if row is not None else 0, newest or 0)
+        updated = max(row.updated_ms if row is not None else 0, newest or 0, written or 0)
         return _Candidate(updated, actor, row, awake=True, storage=storage)
 
     async def _rescan(self, namespace: str) -> None:

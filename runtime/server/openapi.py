@@ -340,7 +340,8 @@ class _Builder:
             "operationId": "sessions.list", "tags": ["sessions"],
             "summary": "The sessions this host holds, most recently updated first, a page at a time.",
             "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
-                            "fresher numbers). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
+                            "fresher numbers). ``updatedAt`` is when the session's last write committed (reads "
+                            "do not change it). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
                             "501 in cluster mode and with the sessions in Postgres."),
             "parameters": [
                 {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -101,6 +102,22 @@ async def test_hibernation_releases_and_a_wake_on_the_same_host_keeps_its_file(h
             await stub.read()
         assert caught.value.owner_url == "http://h1"
         assert pg("SELECT epoch, last_seq FROM ds_actors") == [(3, 3)]
+
+
+async def test_the_catalog_row_has_the_last_writes_time_not_the_markers_at_hibernation(hosts):
+    async with hosts(1) as (a,):
+        (na,) = bind_counters([a])
+        stub = na.get_by_name("c")
+        before = time.time_ns() // 1_000_000
+        assert await stub.add(5) == 5
+        after = time.time_ns() // 1_000_000
+        await trio.sleep(1.0)
+        await a.hibernate(na, stub.id)  # the clean marker is the host's write, not the actor's
+        entry = a.catalog.get("counters", stub.id.hex)
+        assert before <= entry.updated_ms <= after
+        assert await stub.read() == 5  # a wake that only reads (the host writes its markers)
+        await a.hibernate(na, stub.id)
+        assert a.catalog.get("counters", stub.id.hex) == entry
 
 
 async def test_eviction_marks_clean_and_releases_the_lease(hosts, pg, tmp_path, pg_empty_dsn):

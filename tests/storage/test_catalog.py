@@ -12,7 +12,7 @@ def facts(generation=1, messages=5, name="chat", first=1_000, last=2_000):
 def test_record_and_read_back(tmp_path):
     catalog = HostCatalog.open(tmp_path)
     try:
-        catalog.record("sessions", "ab" * 32, facts(), now_ms=5_000)
+        catalog.record("sessions", "ab" * 32, facts(), written_ms=5_000)
         entry = catalog.get("sessions", "ab" * 32)
         assert (entry.name, entry.generation, entry.messages, entry.compactions, entry.compacted_through) == \
             ("chat", 1, 5, 1, "m3")
@@ -25,8 +25,8 @@ def test_record_and_read_back(tmp_path):
 
 def test_the_generation_never_goes_down_and_created_stays(tmp_path):
     catalog = HostCatalog.open(tmp_path)
-    catalog.record("s", "a" * 64, facts(generation=4, first=1_000), now_ms=5_000)
-    catalog.record("s", "a" * 64, facts(generation=2, messages=9, name=None, first=3_000), now_ms=6_000)
+    catalog.record("s", "a" * 64, facts(generation=4, first=1_000), written_ms=5_000)
+    catalog.record("s", "a" * 64, facts(generation=2, messages=9, name=None, first=3_000), written_ms=6_000)
     entry = catalog.get("s", "a" * 64)
     assert (entry.generation, entry.messages, entry.name, entry.created_ms, entry.updated_ms) == \
         (4, 9, "chat", 1_000, 6_000)
@@ -35,7 +35,7 @@ def test_the_generation_never_goes_down_and_created_stays(tmp_path):
 
 def test_a_rescan_without_writes_keeps_the_last_message_time(tmp_path):
     catalog = HostCatalog.open(tmp_path)
-    catalog.record("s", "a" * 64, facts(first=1_000, last=2_000), now_ms=9_000, wrote=False)
+    catalog.record("s", "a" * 64, facts(first=1_000, last=2_000), written_ms=9_000, wrote=False)
     assert catalog.get("s", "a" * 64).updated_ms == 2_000
     catalog.close()
 
@@ -56,7 +56,7 @@ def test_quarantine_sticks_until_forgotten(tmp_path):
 def test_entries_list_a_namespace_newest_first(tmp_path):
     catalog = HostCatalog.open(tmp_path)
     for i, hex_id in enumerate(("a" * 64, "b" * 64, "c" * 64)):
-        catalog.record("s", hex_id, facts(name=f"n{i}"), now_ms=10_000 + i)
+        catalog.record("s", hex_id, facts(name=f"n{i}"), written_ms=10_000 + i)
     catalog.record("t", "d" * 64, facts())
     assert [e.name for e in catalog.entries("s")] == ["n2", "n1", "n0"]
     assert [(e.namespace, e.actor_id[0]) for e in catalog.entries()] == [("s", "a"), ("s", "b"), ("s", "c"),
@@ -74,4 +74,15 @@ def test_unlisted_finds_files_without_a_row(tmp_path):
     catalog.record("s", "a" * 64, facts())
     assert list(catalog.unlisted("s")) == ["b" * 64]
     assert list(catalog.unlisted("nothing")) == []
+    catalog.close()
+
+
+def test_a_write_records_its_commit_times_not_the_time_of_recording(tmp_path):
+    catalog = HostCatalog.open(tmp_path)
+    catalog.record("s", "a" * 64, facts(first=None, last=None), written_ms=9_000, first_written_ms=4_000)
+    catalog.record("s", "b" * 64, facts(first=1_000, last=2_000), written_ms=9_000, first_written_ms=4_000)
+    catalog.record("s", "a" * 64, facts(first=None, last=None), written_ms=7_000)  # an older time: kept
+    a, b = catalog.get("s", "a" * 64), catalog.get("s", "b" * 64)
+    assert (a.created_ms, a.updated_ms) == (4_000, 9_000)  # no messages: the first commit is the creation
+    assert (b.created_ms, b.updated_ms) == (1_000, 9_000)  # an older message wins
     catalog.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 
@@ -54,6 +56,42 @@ async def test_hibernating_after_writes_raises_the_generation_and_records_the_ca
         stub = host.bind("box", Box).get_by_name("one")
         assert catalog_entry(host, stub).generation == 2
         assert await run_in_actor(stub, lambda agent: read_generation(agent.storage)) == 2
+
+
+def wall_ms():
+    return time.time_ns() // 1_000_000
+
+
+async def timed(call):
+    before = wall_ms()
+    await call
+    return before, wall_ms()
+
+
+async def test_the_row_has_the_first_and_last_commit_times_not_the_hibernations(actor_data_dir):
+    async with open_host(actor_data_dir, idle_timeout_s=None) as host:
+        stub = host.bind("box", Box).get_by_name("one")
+        first = await timed(stub.put("a", 1))  # no messages: only the commits tell the times
+        await trio.sleep(0.3)
+        last = await timed(stub.put("b", 2))
+        await trio.sleep(1.0)
+        await host.hibernate("box", stub.id)
+        entry = catalog_entry(host, stub)
+        assert first[0] <= entry.created_ms <= first[1]
+        assert last[0] <= entry.updated_ms <= last[1] < wall_ms() - 900
+        assert await stub.get("a") == 1  # a wake that only reads
+        await trio.sleep(0.3)
+        await host.hibernate("box", stub.id)
+        assert catalog_entry(host, stub) == entry
+        again = await timed(stub.put("c", 3))
+        await trio.sleep(0.3)
+    catalog = HostCatalog.open(actor_data_dir)  # closing the host records the write's time too
+    try:
+        closed = catalog.get("box", stub.id.hex)
+    finally:
+        catalog.close()
+    assert (closed.created_ms, closed.generation) == (entry.created_ms, 2)
+    assert again[0] <= closed.updated_ms <= again[1]
 
 
 async def test_a_session_row_has_its_name_message_count_and_compaction_state(actor_data_dir):

@@ -1,10 +1,13 @@
 """Finding sessions: ``GET /v1/sessions`` and ``GET /v1/sessions/{id}`` against a real server, from the host
 catalog (runtime/server/listing.py)."""
 
+import datetime
 import os
+import time
 
 import httpx
 import pytest
+import trio
 
 from runtime import open_host
 from runtime.client import SessionsClient
@@ -186,3 +189,96 @@ async def test_sessions_kept_in_postgres_are_not_listed_and_say_why(tmp_path, nu
     assert listed.json() == {"error": {"type": "NotSupportedError", "message": (
         "listing sessions is not supported with the sessions in Postgres (serve --postgres): it reads the host "
         "catalog of actor files")}}
+
+
+def wall_ms():
+    return time.time_ns() // 1_000_000
+
+
+def epoch_ms(iso):
+    """``YYYY-MM-DDTHH:MM:SS.mmmZ`` as epoch milliseconds."""
+    moment = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+async def timed_write(client, name, count=1, tag="m"):
+    """Append to ``name``; the wall-clock window (ms) the commit happened in."""
+    before = wall_ms()
+    await client.session(name).append_messages([msg(f"{name}-{tag}{i}") for i in range(count)])
+    return before, wall_ms()
+
+
+GAP_S = 1.0  # between a write and a hibernation: far above the clock's and the test's own jitter
+
+
+async def test_updated_at_is_the_last_writes_time_not_the_hibernations(tmp_path, nursery):
+    async with open_host(tmp_path / "data", idle_timeout_s=None) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            first = await timed_write(client, "p", 2, "a")
+            await trio.sleep(GAP_S / 2)
+            last = await timed_write(client, "p", 1, "b")
+            await trio.sleep(GAP_S)
+            slept_at = wall_ms()
+            assert await client.hibernate("p") == 1
+            hibernated = await client.describe_session("p")
+            await client.session("p").get_history()  # a wake that only reads
+            await trio.sleep(GAP_S)
+            assert await client.hibernate("p") == 1
+            after_read = await client.describe_session("p")
+    assert last[0] <= epoch_ms(hibernated["updatedAt"]) <= last[1] < slept_at - 900
+    assert first[0] <= epoch_ms(hibernated["createdAt"]) <= first[1]
+    assert (hibernated["messages"], hibernated["active"]) == (3, False)
+    assert after_read == hibernated  # reading changed nothing
+
+
+async def test_the_list_orders_by_the_last_write_not_by_when_sessions_went_to_sleep(tmp_path, nursery):
+    async with open_host(tmp_path / "data", idle_timeout_s=None) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            written_a = await timed_write(client, "A")
+            await trio.sleep(0.05)
+            written_b = await timed_write(client, "B")
+            await trio.sleep(GAP_S / 2)
+            assert await client.hibernate("B") == 1
+            await trio.sleep(GAP_S / 2)
+            assert await client.hibernate("A") == 1
+            listed = (await client.list_sessions())["sessions"]
+    assert [e["id"] for e in listed] == ["B", "A"]
+    assert written_b[0] <= epoch_ms(listed[0]["updatedAt"]) <= written_b[1]
+    assert written_a[0] <= epoch_ms(listed[1]["updatedAt"]) <= written_a[1]
+
+
+async def test_a_shutdown_records_each_sessions_own_write_time(tmp_path, nursery):
+    data = tmp_path / "data"
+    async with open_host(data, idle_timeout_s=None) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            written_b = await timed_write(client, "B")
+            await trio.sleep(0.05)
+            written_a = await timed_write(client, "A")
+            await client.session("B").get_history()  # B is used last, but not written
+            await trio.sleep(GAP_S)
+    catalog = HostCatalog.open(data)
+    try:
+        rows = {entry.name: entry for entry in catalog.entries("sessions")}
+    finally:
+        catalog.close()
+    assert [entry.name for entry in sorted(rows.values(), key=lambda e: -e.updated_ms)] == ["A", "B"]
+    assert written_a[0] <= rows["A"].updated_ms <= written_a[1]
+    assert written_b[0] <= rows["B"].updated_ms <= written_b[1]
+
+
+async def test_an_awake_session_moves_up_on_a_write_that_adds_no_message(tmp_path, nursery):
+    async with open_host(tmp_path / "data", idle_timeout_s=None) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            await write(client, {"quiet": 2, "other": 1})
+            await client.hibernate()
+            await trio.sleep(0.05)
+            before = wall_ms()
+            await client.session("quiet").add_compaction("both", "quiet-0", "quiet-1")
+            after = wall_ms()
+            listed = (await client.list_sessions())["sessions"]
+    assert [e["id"] for e in listed] == ["quiet", "other"]
+    assert before <= epoch_ms(listed[0]["updatedAt"]) <= after
