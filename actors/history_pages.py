@@ -13,6 +13,14 @@ Paging back from the newest page: pass the first entry's ``id`` of a page as
 ``before`` for the next, older one; a page shorter than ``limit`` (``[]``
 included) reached the root.
 
+A ``before`` that is not an entry of that history is refused, never read as
+an empty page (which would say "the root was reached"): an id no stored
+message (and no compaction overlay) has is :class:`MessageNotFoundError`
+(404), in an empty session or under an unknown leaf too; a stored one off
+the path (another branch), hidden inside an overlay that applies, or an
+overlay that does not apply on this path is :class:`InvalidInputError`
+(``field="before"``, 400).
+
 Cost: the rows of the page, walked up from ``before`` (or the leaf) in
 bounded chunks (:meth:`storage.messages.MessageStore.path_chunks`: at most
 ``limit`` + 1 rows and 1 MiB per statement), plus, with overlays, the
@@ -28,7 +36,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from storage.errors import InvalidInputError
+from storage.errors import InvalidInputError, MessageNotFoundError
 from storage.messages import OVERLAY_PREFIX, CompactionRow
 
 from .session_messages import overlay_message, parse
@@ -61,21 +69,25 @@ async def history_page(store: AsyncHistoryStore, leaf: str, limit: int | None, b
                        overlays: bool) -> list[Message]:
     """The page of the history root -> ``leaf`` described in the module docstring (root-side first).
 
-    ``[]`` for an unknown ``leaf``.
+    ``[]`` for an unknown ``leaf`` (when ``before`` is ``None``).
 
     Raises:
-        InvalidInputError: (``field="before"``) ``before`` is not an entry of
-            that history: not on the path, or hidden inside an overlay that
-            applies (read with ``overlays=False`` to page the stored messages).
+        MessageNotFoundError: ``before`` is the id of no stored message and of
+            no compaction overlay of this session.
+        InvalidInputError: (``field="before"``) ``before`` is stored but not an
+            entry of that history: not on the path (another branch, or an
+            unknown ``leaf``), hidden inside an overlay that applies (read with
+            ``overlays=False`` to page the stored messages), or an overlay that
+            does not apply on this path.
     """
     applied: list[CompactionRow] = []
     if overlays:
         tokens = await store.path_tokens(leaf)
         if tokens is None:
-            return []
+            return await _no_page(store, before, leaf)
         applied = [row for row, _ in tokens.hidden]
     elif await store.place(leaf) is None:
-        return []
+        return await _no_page(store, before, leaf)
     by_end = {row.to_message_id: row for row in applied}
     anchor, skip = leaf, False
     if before is not None:
@@ -103,6 +115,25 @@ async def history_page(store: AsyncHistoryStore, leaf: str, limit: int | None, b
     return newest_first
 
 
+async def _no_page(store: AsyncHistoryStore, before: str | None, leaf: str) -> list[Message]:
+    """The page of an unknown ``leaf``: ``[]``, or the error for a ``before`` that cannot be on its path."""
+    if before is None:
+        return []
+    raise await _off_path(store, before, f"the leaf {leaf!r} is not stored")
+
+
+async def _off_path(store: AsyncHistoryStore, before: str, why: str) -> Exception:
+    """The error for a ``before`` not on the path: not found when nothing has that id, else ``why``."""
+    if before.startswith(OVERLAY_PREFIX):
+        prefix = len(OVERLAY_PREFIX)
+        if not any(row.id == before[prefix:] for row in await store.compactions()):
+            return MessageNotFoundError(before)
+        return _not_in_history(before, "no compaction overlay with that id applies on this path")
+    if await store.place(before) is None:
+        return MessageNotFoundError(before)
+    return _not_in_history(before, why)
+
+
 async def _anchor(store: AsyncHistoryStore, leaf: str, before: str,
                   applied: list[CompactionRow]) -> tuple[str, bool]:
     """Where the walk of a page ``before`` starts, and whether that row itself is left out."""
@@ -110,10 +141,10 @@ async def _anchor(store: AsyncHistoryStore, leaf: str, before: str,
         for row in applied:
             if OVERLAY_PREFIX + row.id == before:
                 return row.from_message_id, True
-        raise _not_in_history(before, "no compaction overlay with that id applies on this path")
+        raise await _off_path(store, before, "no compaction overlay with that id applies on this path")
     depth = await _depth_on_path(store, before, leaf)
     if depth is None:
-        raise _not_in_history(before, "it is not a stored message on the path to the leaf")
+        raise await _off_path(store, before, "it is not a stored message on the path to the leaf")
     for row in applied:
         start, end = await store.place(row.from_message_id), await store.place(row.to_message_id)
         if start is not None and end is not None and start[0] <= depth <= end[0]:

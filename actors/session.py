@@ -717,18 +717,27 @@ class Session:
         first id as ``before`` reads the page before it; ``overlays=False``
         reads the stored messages without compaction overlays. A page reads
         only its own rows. Each page is root-side first; a page shorter than
-        ``limit`` reached the root.
+        ``limit`` reached the root. A ``before`` that is not an entry of this
+        history is refused, never answered with an empty page.
 
         Raises:
+            MessageNotFoundError: ``before`` is the id of no stored message and
+                of no compaction overlay (an empty session included).
             InvalidInputError: a bad ``leaf_id``, ``limit`` (an int >= 1),
                 ``overlays`` (a bool) or ``before`` (``field="before"`` also when
-                it is not an entry of this history).
+                it is stored but not an entry of this history: on another
+                branch, hidden inside an applied overlay, an overlay that does
+                not apply here).
         """
         if limit is None and before is None and overlays is True:
             return await read_history(self._messages, await self._leaf(leaf_id))
         check_page_options(limit, before, overlays)
         leaf = await self._leaf(leaf_id)
-        return [] if leaf is None else await history_page(self._messages, leaf, limit, before, overlays)
+        if leaf is None:  # an empty session: no id can be an entry of its history
+            if before is not None:
+                raise MessageNotFoundError(before)
+            return []
+        return await history_page(self._messages, leaf, limit, before, overlays)
 
     async def raw_path_messages(self) -> list[Message]:
         """The stored messages root -> latest leaf, *without* compaction overlays.

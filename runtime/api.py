@@ -300,6 +300,10 @@ class ApiMethod:
     ``actor_only``: the actor implements it itself (no Session method of
     that name). ``empty``: what it answers for a session never written,
     without creating it, or :data:`NO_EMPTY` when it must wake the actor.
+    ``empty_missing``: a parameter naming a message that must be an entry
+    (``get_history``'s ``before``): given, a session never written answers
+    :class:`MessageNotFoundError` for it instead of ``empty``, as the empty
+    actor would.
     The client uses the first route; a method without routes is called
     through ``POST /rpc``.
     """
@@ -312,6 +316,7 @@ class ApiMethod:
     http: tuple[HttpRoute, ...] = ()
     empty: Any = NO_EMPTY
     actor_only: bool = False
+    empty_missing: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "http", tuple(self._resolved(route) for route in self.http))
@@ -377,9 +382,10 @@ SESSION_API: tuple[ApiMethod, ...] = (
                       result_key="inserted", echo=(("id", "message.id"),), created=True)),
     _method("get_history", "The path root -> leaf (default: the latest leaf), compaction overlays applied; "
             "or one page of it: the newest limit entries before the entry before, root-side first.",
-            (_LEAF_ID, *_PAGE_PARAMS), _MESSAGES, (InvalidInputError,),
+            (_LEAF_ID, *_PAGE_PARAMS), _MESSAGES, (InvalidInputError, MessageNotFoundError),
             HttpRoute("GET", "messages", (query("leaf", "leaf_id"), query("limit", schema=PAGE_LIMIT),
-                                          query("before"), query("overlays")), result_key="messages"), empty=[]),
+                                          query("before"), query("overlays")), result_key="messages"), empty=[],
+            empty_missing="before"),
     _method("clear_messages", "Delete every message and compaction; unload all skills; refresh the prompt.",
             (), NULL, (),
             HttpRoute("DELETE", "messages", constant=(("cleared", True),))),

@@ -78,14 +78,15 @@ def test_the_listing_and_paging_walk_through_runs(server, tmp_path):
     address = address_of(server)
     setup = block("sh", "S=http://127.0.0.1:8787/v1/sessions/") + block("sh", "/v1/actors:hibernate")
     listing = "".join(line + "\necho\n" for line in block("sh", "/v1/sessions?limit=10").splitlines())  # one per line
-    answers = [json.loads(line) for line in bash(setup + "echo\n" + listing, address, tmp_path).splitlines()[-6:]]
+    answers = [json.loads(line) for line in bash(setup + "echo\n" + listing, address, tmp_path).splitlines()[-7:]]
     assert answers[0]["cursor"] is None and [e["id"] for e in answers[0]["sessions"]] == ["chat-42"]
     assert answers[0]["sessions"][0]["messages"] >= 2
     assert [e["id"] for e in answers[1]["sessions"]] == ["chat-42"]
     assert answers[2]["session"]["id"] == "chat-42"
     newest, before = answers[3]["messages"], answers[4]["messages"]
     assert len(newest) == 1 and [m["id"] for m in before] == ["m1"]
-    assert [m["id"] for m in answers[5]["messages"]][:2] == ["m1", "m2"]
+    assert answers[5] == {"error": {"type": "MessageNotFoundError", "message": "message 'm9' not found"}}
+    assert [m["id"] for m in answers[6]["messages"]][:2] == ["m1", "m2"]
     cli = bash(f"export DURABLE_SESSIONS_URL=http://{address}\n" + block("sh", "durable-sessions list --prefix"),
                address, tmp_path)
     assert cli.splitlines()[0].endswith("  chat-42")

@@ -84,7 +84,7 @@ from runtime.server.app import bind_sessions, bind_socket, require_token_for, se
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
-from storage.errors import NotSupportedError, UnauthorizedError
+from storage.errors import MessageNotFoundError, NotSupportedError, UnauthorizedError
 from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")
@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--leaf", help="print the path to this message instead of the latest leaf")
     history.add_argument("--limit", type=_positive, help="only the newest N entries (a page)")
     history.add_argument("--before", metavar="ID", help="only entries older than this one (page back with the "
-                                                        "first id of the page before)")
+                                                        "first id of the page before); an id not in this "
+                                                        "history is an error (exit status 1)")
     history.add_argument("--raw", action="store_true", help="the stored messages, without compaction overlays")
     history.add_argument("--json", action="store_true", help="print the messages as JSON")
     _client_options(history)
@@ -498,8 +499,12 @@ def _client(args: argparse.Namespace) -> SessionsClient:
 
 async def _history(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        messages = await client.session(args.session_id).get_history(
-            args.leaf, limit=args.limit, before=args.before, overlays=not args.raw)
+        try:
+            messages = await client.session(args.session_id).get_history(
+                args.leaf, limit=args.limit, before=args.before, overlays=not args.raw)
+        except MessageNotFoundError:  # --before names no message: an unknown session says so first
+            await _known(client, args.session_id)
+            raise
         if not messages and args.leaf is None and args.before is None:
             await _known(client, args.session_id)
     if args.json:

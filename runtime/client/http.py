@@ -453,6 +453,12 @@ class SessionHandle(TableHandle):
         the one with this id (an overlay's included): pass a page's first id to read the
         page before it; a page shorter than ``limit`` reached the root. ``overlays=False``:
         the stored messages, without compaction overlays.
+
+        Raises:
+            MessageNotFoundError: ``before`` is the id of no stored message or overlay
+                (404; never an empty page, which would read as "the root was reached").
+            InvalidInputError: a bad option; ``before`` stored but not an entry of this
+                history (another branch, inside an applied overlay) has ``field="before"``.
         """
         return await self._invoke("get_history", leaf_id, limit=limit, before=before, overlays=overlays)
 

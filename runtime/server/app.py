@@ -222,6 +222,9 @@ class SessionsServer:
         self.draining = trio.Event()
         self.closing = trio.Event()
         self.shortcut = True
+        #: endpoint of a catch-all rule -> the methods of the path it matched (its ``view_args``), so a 405
+        #: of the router for a verb the rule does not take lists that path's methods, not the rule's.
+        self.path_methods: dict[str, Callable[..., list[str]]] = {"sessions": _session_path_methods}
         self.app = self._build_app()
 
     # -- the app -------------------------------------------------------------------------------
@@ -313,11 +316,27 @@ class SessionsServer:
             return self._error(RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s"))
         if error.code == 404:
             return self._error(RouteNotFoundError(f"no route for {request.path}"))
-        if error.code == 405:
-            refused = MethodNotAllowedError(f"{request.method} is not allowed on {request.path}")
-            refused.allowed = sorted(getattr(error, "valid_methods", None) or ())  # RFC 9110: a 405 lists them
-            return self._error(refused)
+        if error.code == 405:  # RFC 9110: a 405 lists the path's methods
+            return self._error(_no_route(request.path, self._allowed_methods(error)))
         return self._respond(error.code or 500, error_payload(type(error).__name__, error.description or ""))
+
+    def _allowed_methods(self, error: HTTPException) -> list[str]:
+        """The methods of the path of the router's 405 ``error`` (``[]``: no route has that path).
+
+        The router knows only its rule's methods; a catch-all rule (``/v1/sessions/<rest>``, the
+        managers') takes every verb of its table, so its path's own methods come from
+        :attr:`path_methods` (else a ``PATCH`` of ``.../search`` would list them all).
+        """
+        valid = sorted(getattr(error, "valid_methods", None) or ())
+        adapter = request.url_rule is None and valid and self.app.create_url_adapter(request)
+        if not adapter:
+            return valid
+        try:
+            rule, values = adapter.match(method=valid[0], return_rule=True)
+        except HTTPException:
+            return valid
+        methods = self.path_methods.get(rule.endpoint or "")
+        return valid if methods is None else methods(**values)
 
     # -- responses -----------------------------------------------------------------------------------
 
@@ -466,9 +485,9 @@ class SessionsServer:
             if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
                 return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
-            route, values = match(request.method, segments)
+            route, values = match(request.method, segments) if segments else (None, None)
             if route is None:
-                raise _no_route(request.path, values)
+                raise _no_route(request.path, _session_path_methods(rest))
             g.route = route.name
             if self.forwarder is not None:
                 return await self._session_in_cluster(actor_id, route, values)
@@ -625,6 +644,13 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
         if key.lower() == name:
             return value.decode("latin-1")
     return None
+
+
+def _session_path_methods(rest: str) -> list[str]:
+    """The methods of ``/v1/sessions/`` + ``rest`` (still percent-encoded): the listing's ``GET`` of
+    ``/v1/sessions/{id}``, else those of the session table's routes with that path (``[]``: none)."""
+    _, *segments = rest.split("/")
+    return match("", segments)[1] if segments else ["GET"]
 
 
 def _no_route(path: str, allowed: list[str]) -> Exception:

@@ -180,6 +180,14 @@ class ManagerRoutes:
         return f"{verb} {MANAGERS_PREFIX}{{id}}/{'/'.join(route.pattern)}", route, Call(stub, values, query)
 
 
+def path_methods(rest: str) -> list[str]:
+    """The methods of ``MANAGERS_PREFIX + rest`` (still percent-encoded); ``[]`` when no route has that path."""
+    _, *segments = rest.split("/")
+    if segments[:1] == ["sessions"] and len(segments) >= 3:
+        return routes.match("", segments[2:], routes.ROUTES)[1]
+    return routes.match("", segments, MANAGER_ROUTES)[1]
+
+
 def _matched(verb: str, segments: list[str], table: tuple[Route, ...], rest: str) -> tuple[Route, dict[str, str]]:
     route, found = routes.match(verb, segments, table)
     if route is not None:
@@ -214,4 +222,5 @@ def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
         return server._respond(status, payload)
 
     app.add_url_rule(f"{MANAGERS_PREFIX}<rest:rest>", "managers", managers, methods=list(METHODS))
+    server.path_methods["managers"] = path_methods  # an unknown verb's 405 lists the path's own methods
     return manager_routes

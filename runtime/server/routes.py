@@ -56,13 +56,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.api import NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
+from runtime.api import METHODS, NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
 from runtime.host.namespace import ActorStub
 from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
 from storage.errors import (
     ActorStorageCorruptError,
     InternalServerError,
     InvalidInputError,
+    MessageNotFoundError,
     RestoreError,
     RouteNotFoundError,
     StorageFullError,
@@ -105,12 +106,18 @@ class Call:
         When the actor class lists ``method`` in ``EMPTY_READS`` and the
         session was never written (no file, not awake), that answer stands
         in and no file is created: a mistyped session id leaves nothing on disk.
+
+        Raises:
+            MessageNotFoundError: (never written) the method's ``empty_missing``
+                argument names a message (``get_history(before=)``): the empty
+                session holds none, and an empty page would say "the root".
         """
         namespace = self.stub.namespace
         empty = getattr(namespace.agent_class, "EMPTY_READS", None)
         if empty and method in empty:
             found = namespace.exists(self.stub.id) if self.exists is None else await self.exists()
             if not found:
+                _refuse_missing(method, args, kwargs)
                 return copy.deepcopy(empty[method])
         return await self.stub.call(method, *args, **kwargs)
 
@@ -205,6 +212,19 @@ def match(
             return route, values
         allowed.append(route.method)
     return None, allowed
+
+
+def _refuse_missing(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise :class:`MessageNotFoundError` when ``method``'s ``empty_missing`` argument names a message."""
+    api = METHODS.get(method)
+    if api is None or api.empty_missing is None:
+        return
+    try:
+        value = api.signature().bind(*args, **kwargs).arguments.get(api.empty_missing)
+    except TypeError:  # arguments that do not fit: the empty answer stands, as before
+        return
+    if isinstance(value, str) and value:
+        raise MessageNotFoundError(value)
 
 
 # -- the routes of the table -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from actors import InvalidInputError
+from actors import InvalidInputError, MessageNotFoundError
 from actors.session import Session
 
 pytestmark = pytest.mark.both_storages
@@ -89,12 +89,35 @@ async def test_a_before_that_is_not_an_entry_of_the_history_is_refused_by_name(s
     with pytest.raises(InvalidInputError, match=f"compaction {record['id']} hides it"):
         await session.get_history(limit=2, before="m5", leaf_id="m10")
     with pytest.raises(InvalidInputError, match="no compaction overlay with that id applies"):
-        await session.get_history(limit=2, before="compaction_nope")
-    with pytest.raises(InvalidInputError, match="not an entry"):
-        await session.get_history(limit=2, before="unknown")
+        await session.get_history(limit=2, before="compaction_" + record["id"], leaf_id="b1")
     # the branch's own history: b1 under m3, which the overlay does not cover on this path
     assert ids(await session.get_history(limit=2, before="b1")) == ["m2", "m3"]
     assert ids(await session.get_history(limit=2, before="m5", leaf_id="m10", overlays=False)) == ["m3", "m4"]
+
+
+@pytest.mark.parametrize("options", [
+    {"limit": 1}, {}, {"overlays": False}, {"leaf_id": "m4"}, {"leaf_id": "nope"}, {"limit": 1, "leaf_id": "nope"},
+])
+@pytest.mark.parametrize("before", ["zzz", "compaction_nope"])
+async def test_a_before_that_names_no_message_is_not_found_not_an_empty_page(session, options, before):
+    # an empty page says "the root was reached": an unknown id answered [] could not be told from it
+    with pytest.raises(MessageNotFoundError, match=f"message '{before}' not found") as caught:
+        await session.get_history(before=before, **options)
+    assert (caught.value.kind, caught.value.key) == ("message", before)
+
+
+async def test_a_before_stored_off_the_path_of_an_unknown_leaf_is_refused_as_not_on_it(session):
+    with pytest.raises(InvalidInputError, match="before 'm3' is not an entry of this history") as caught:
+        await session.get_history(leaf_id="nope", limit=2, before="m3")
+    assert caught.value.field == "before"
+    assert await session.get_history(leaf_id="nope", limit=2) == []
+
+
+async def test_an_empty_session_refuses_any_before_as_not_found(storage):
+    empty = Session.create(storage)
+    with pytest.raises(MessageNotFoundError, match="message 'm1' not found"):
+        await empty.get_history(limit=1, before="m1")
+    assert await empty.get_history(limit=1) == []
 
 
 @pytest.mark.parametrize(("options", "field"), [

@@ -83,9 +83,18 @@ def test_bad_paging_options_are_usage_errors(server):
     result = cli(server, "history", "chat-1", "--limit", "0")
     assert result.returncode == 2
     assert "--limit: must be a whole number >= 1, not '0'" in result.stderr
-    result = cli(server, "history", "chat-1", "--before", "nope")
+    result = cli(server, "history", "chat-1", "--before", "chat-1-m2")  # inside the compaction m1..m3
     assert result.returncode == 1
-    assert "before 'nope' is not an entry of this history" in result.stderr
+    assert "before 'chat-1-m2' is not an entry of this history: compaction " in result.stderr
+
+
+def test_a_before_no_message_has_is_an_error_not_an_empty_page(server):
+    result = cli(server, "history", "chat-1", "--limit", "1", "--before", "nope")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "durable-sessions history: MessageNotFoundError: message 'nope' not found\n"
+    unknown = cli(server, "history", "no-such-chat", "--before", "nope")
+    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert unknown.stderr == "durable-sessions history: SessionNotFoundError: no session 'no-such-chat' on this host\n"
 
 
 def test_history_into_a_closed_pipe_exits_quietly(server):

@@ -8,7 +8,7 @@ from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
-from storage.errors import InvalidInputError
+from storage.errors import InvalidInputError, MessageNotFoundError
 
 TOKEN = "paging-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -84,18 +84,30 @@ async def test_the_client_pages_back_to_the_root(session):
     ({"limit": "10001"}, "limit", "limit must be between 1 and 10000, not 10001"),
     ({"limit": "many"}, "limit", "limit must be an integer, not 'many'"),
     ({"overlays": "perhaps"}, "overlays", "overlays must be true or false, not 'perhaps'"),
-    ({"before": "zz"}, "before", ("before 'zz' is not an entry of this history: it is not a stored message "
-                                  "on the path to the leaf")),
+    ({"before": "m3", "leaf": "b1"}, "before", ("before 'm3' is not an entry of this history: it is not a stored "
+                                                "message on the path to the leaf")),
 ])
 async def test_bad_paging_queries_get_a_400_naming_the_field(url, session, query, field, message):
+    await session.append_message(msg("b1"), None)  # another root: m3 is stored, not on b1's path
     answer = await get(url, query)
     assert answer.status_code == 400
     assert answer.json() == {"error": {"type": "InvalidInputError", "message": message, "field": field}}
 
 
+@pytest.mark.parametrize("query", [{"limit": "1", "before": "zzz"}, {"before": "zzz"}, {"before": "zzz", "leaf": "m4"},
+                                   {"before": "zzz", "overlays": "false"}, {"before": "zzz", "leaf": "nope"}])
+async def test_a_before_no_message_has_is_a_404_naming_it_not_an_empty_page(url, session, query):
+    answer = await get(url, query)
+    assert (answer.status_code, answer.json()) == (
+        404, {"error": {"type": "MessageNotFoundError", "message": "message 'zzz' not found"}})
+
+
 async def test_the_client_raises_the_servers_error_for_a_bad_before(session):
-    with pytest.raises(InvalidInputError, match="before 'nope' is not an entry") as caught:
+    with pytest.raises(MessageNotFoundError, match="message 'nope' not found") as caught:
         await session.get_history(limit=2, before="nope")
+    await session.append_message(msg("b1"), "m2")
+    with pytest.raises(InvalidInputError, match="before 'm5' is not an entry of this history") as caught:
+        await session.get_history(limit=2, before="m5")  # stored, on the other branch
     assert caught.value.field == "before"
 
 
@@ -103,4 +115,10 @@ async def test_a_never_written_session_pages_nothing_and_stays_unwritten(url, tm
     async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
         answer = await http.get("/v1/sessions/never/messages", params={"limit": "5", "overlays": "false"})
     assert answer.json() == {"messages": []}
+    async with SessionsClient(url, token=TOKEN) as client:
+        with pytest.raises(MessageNotFoundError, match="message 'm1' not found"):  # not an empty page
+            await client.session("never").get_history(limit=5, before="m1")
+    async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+        refused = await http.get("/v1/sessions/never/messages", params={"limit": "1", "before": "m1", "leaf": "x"})
+    assert (refused.status_code, refused.json()["error"]["type"]) == (404, "MessageNotFoundError")
     assert not list((tmp_path / "data" / "sessions").glob("*/*.sqlite3"))

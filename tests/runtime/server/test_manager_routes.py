@@ -204,6 +204,17 @@ async def test_managed_sessions_survive_hibernation(http, host):
     assert (await http.get(f"{M}/sessions/{a['id']}/messages/m1")).json()["message"] == text("m1", "Remember ZFA04Y")
 
 
+async def test_a_verb_no_route_takes_gets_the_paths_own_methods_over_a_real_server(http):
+    a = await create(http)
+    for path, allowed in [(f"{M}/sessions/{a['id']}/search", "GET"), (f"{M}/sessions", "POST, GET"),
+                          ("/v1/sessions/x/search", "GET"), ("/v1/sessions/x/messages", "POST, GET, DELETE")]:
+        for verb in ("MADEUP", "PATCH", "PUT"):
+            answer = await http.request(verb, path)
+            assert (answer.status_code, answer.headers["Allow"]) == (405, allowed), (verb, path)
+            assert answer.json()["error"]["message"] == f"{verb} is not allowed on {path}; use {allowed}"
+    assert (await http.request("MADEUP", f"{M}/sessions/{a['id']}/nothing")).status_code == 404
+
+
 async def test_wrong_verbs_unknown_routes_and_bad_ids(http):
     a = await create(http)
     wrong = await http.patch(f"{M}/sessions/{a['id']}/messages")

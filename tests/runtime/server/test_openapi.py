@@ -126,6 +126,12 @@ async def test_each_operation_lists_the_statuses_of_the_errors_its_method_raises
                     assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
 
 
+async def test_the_history_route_declares_the_404_of_a_before_no_message_has(document):
+    responses = document["paths"]["/v1/sessions/{session_id}/messages"]["get"]["responses"]
+    assert "MessageNotFoundError" in responses["404"]["description"]
+    assert "InvalidInputError" in responses["400"]["description"]
+
+
 async def test_the_managed_session_routes_declare_the_404_of_an_unknown_session(document):
     responses = document["paths"]["/v1/managers/{manager_id}/sessions/{session_id}/messages"]["get"]["responses"]
     assert "NotFoundError" in responses["404"]["description"]

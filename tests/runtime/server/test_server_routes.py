@@ -105,7 +105,23 @@ async def test_unknown_routes_and_methods(client):
 ])
 async def test_a_wrong_method_on_a_plain_route_is_405_with_allow(client, method, path, allowed):
     status, body, response = await call(client, method, path)
-    assert (status, body) == (405, error("MethodNotAllowedError", f"{method} is not allowed on {path}"))
+    assert (status, body) == (405, error("MethodNotAllowedError", f"{method} is not allowed on {path}; use {allowed}"))
+    assert response.headers["Allow"] == allowed
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    # a verb no session route uses went to the catch-all rule's 405 and got the union of all routes' methods
+    ("PATCH", f"{S}/search", "GET"),
+    ("MADEUP", f"{S}/search", "GET"),
+    ("PUT", f"{S}/search", "GET"),
+    ("PATCH", f"{S}/messages", "POST, GET, DELETE"),
+    ("OTHER", f"{S}/messages/m1", "GET, PUT, DELETE"),
+    ("PATCH", "/v1/sessions/a%2Fb/context/x%3Ay", "GET, PUT"),
+    ("PUT", S, "GET"),  # the session's listing entry
+])
+async def test_every_405_on_a_session_path_lists_that_paths_methods(client, method, path, allowed):
+    status, body, response = await call(client, method, path)
+    assert (status, body) == (405, error("MethodNotAllowedError", f"{method} is not allowed on {path}; use {allowed}"))
     assert response.headers["Allow"] == allowed
 
 
