@@ -232,8 +232,9 @@ class FileGuard:
         behind a file, never run ahead of it.
         """
         key = (actor_id.namespace, actor_id.hex)
-        storage.on_commit(None, key=_HOOK_ID)  # closing: later commits (the generation, a checkpoint's
-        span = self._written.pop(key, None)  # thread) are not the actor's writes
+        # Closing: later commits (the generation, a checkpoint's thread) are not the actor's writes.
+        storage.on_commit(None, key=_HOOK_ID)
+        span = self._written.pop(key, None)
         if span is None or key in self._refused:
             return
         try:
