@@ -78,7 +78,7 @@ from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.cli.logs import LEVELS, LOG_FORMATS, configure_logging
 from runtime.client import SessionsClient
-from runtime.client.http import DEFAULT_URL
+from runtime.client.http import server_url
 from runtime.host.actor_host import open_host
 from runtime.server.app import bind_sessions, bind_socket, require_token_for, serve
 from runtime.server.config import ConfigError, HostConfig, load_config
@@ -490,7 +490,7 @@ def _server_url(args: argparse.Namespace) -> str | None:
     """The server a client command talks to, as the client resolves it (``None`` for ``serve``, ``doctor``)."""
     if args.command not in CLIENT_COMMANDS:
         return None
-    return getattr(args, "url", None) or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL
+    return server_url(getattr(args, "url", None))
 
 
 def _client(args: argparse.Namespace) -> SessionsClient:

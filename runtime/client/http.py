@@ -83,6 +83,12 @@ __all__ = ["DEFAULT_URL", "LATEST_LEAF", "SessionHandle", "SessionSocket", "Sess
 
 #: Where ``durable-sessions serve`` listens by default.
 DEFAULT_URL = "http://127.0.0.1:8787"
+
+
+def server_url(url: str | Sequence[str] | None = None) -> str | Sequence[str]:
+    """The server(s) a client talks to: ``url`` when given, else ``$DURABLE_SESSIONS_URL``, else :data:`DEFAULT_URL`."""
+    return url or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL
+
 #: Seconds an idle pooled connection is kept; shorter than the server's keep-alive
 #: timeout (``ServerSettings.keep_alive_timeout_s``), so the client always closes first.
 KEEPALIVE_EXPIRY_S = 5.0
@@ -132,7 +138,7 @@ class SessionsClient:
     ) -> None:
         if encoding not in ("json", "msgpack"):
             raise ValueError(f"encoding must be 'json' or 'msgpack', not {encoding!r}")
-        self.urls = parse_urls(url or os.environ.get("DURABLE_SESSIONS_URL") or DEFAULT_URL)
+        self.urls = parse_urls(server_url(url))
         self.url = self.urls[0]
         if retries is None:
             retries = 0 if len(self.urls) == 1 else 3 * len(self.urls)
