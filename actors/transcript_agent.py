@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.errors import ConflictError, InvalidInputError
+from common.errors import ConflictError, InvalidInputError
 from storage.transcripts import MAIN_SUBPATH, TranscriptCatalog, TranscriptFile, parse_session_key
 
 from .agent import Agent, AgentContext
@@ -48,8 +48,8 @@ class TranscriptAgent(Agent):
     Raises:
         TypeError: ``env`` is not a ``TranscriptCatalog``.
 
-    Every method raises :class:`~storage.errors.InvalidInputError` (HTTP 400)
-    for a malformed key or entry, and :class:`~storage.errors.ConflictError`
+    Every method raises :class:`~common.errors.InvalidInputError` (HTTP 400)
+    for a malformed key or entry, and :class:`~common.errors.ConflictError`
     (409) for a key whose pair differs from the one this actor holds (a
     routing bug, never a client mistake).
     """

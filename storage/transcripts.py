@@ -35,9 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .shapes import MAIN_SUBPATH, encode_entry, parse_session_key
+from common.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
+from common.transcript_summary import fold_session_summary
+
 from .sqlite import Durability, SqlStorage
-from .transcript_summary import fold_session_summary
 
 #: File name of the catalog inside a data directory.
 CATALOG_FILE_NAME = "transcripts-catalog.sqlite3"

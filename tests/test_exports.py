@@ -49,11 +49,11 @@ PUBLIC_SURFACE = {
 #: Packages whose ``__init__`` resolves names lazily (PEP 562).
 LAZY_PACKAGES = ["runtime", "storage"]
 
-PROJECT_PACKAGES = ("storage", "actors", "runtime")
+PROJECT_PACKAGES = ("common", "storage", "actors", "runtime")
 
 
 def project_modules() -> list[str]:
-    """Every module of the three packages except ``__main__`` (importing it runs the command)."""
+    """Every module of the four packages except ``__main__`` (importing it runs the command)."""
     names = []
     for package in PROJECT_PACKAGES:
         names.append(package)

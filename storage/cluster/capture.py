@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from storage.errors import StorageError, StorageUnavailableError
+from common.errors import StorageError, StorageUnavailableError
 from storage.sqlite import SqlStorage
 
 __all__ = ["MARKER_TABLE", "ChangeCapture", "Marker", "ensure_marker", "read_marker", "start_capture", "write_marker"]

@@ -35,7 +35,7 @@ from pathlib import Path
 import anyio
 import apsw
 
-from storage.errors import RestoreError, StorageUnavailableError
+from common.errors import RestoreError, StorageUnavailableError
 from storage.schema import MIGRATIONS, Migration
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 

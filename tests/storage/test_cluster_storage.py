@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from actors.session import Session
+from common.errors import OwnershipLostError, SchemaTooNewError, StorageError, StorageUnavailableError
 from storage.cluster import (
     ActorLog,
     ChangeCapture,
@@ -23,7 +24,6 @@ from storage.cluster import (
 )
 from storage.cluster.capture import ensure_marker
 from storage.cluster.driver import PgConnection
-from storage.errors import OwnershipLostError, SchemaTooNewError, StorageError, StorageUnavailableError
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 from tests.support.agents import RecordingAgent
