@@ -298,6 +298,8 @@ class ActorOverloadedError(ActorRuntimeError):
 
     status = 429
     retryable = True
+    #: ``max_pending_calls`` when the mailbox was full; ``None`` for :class:`ActorBusyError` (a wait, not a count).
+    limit: int | None
 
     def __init__(self, actor: str, limit: int) -> None:
         super().__init__(f"actor {actor} is overloaded: {limit} calls are already pending")

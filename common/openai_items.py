@@ -148,7 +148,8 @@ def _tool_part(part: Any) -> bool:
 def _text_field(entry: Any) -> str | None:
     """The field of a content entry that becomes a ``text`` part, or ``None``."""
     if isinstance(entry, Mapping):
-        name = TEXT_CONTENT.get(entry.get("type"))
+        kind: Any = entry.get("type")  # any JSON value; a str names a text field
+        name = TEXT_CONTENT.get(kind)
         if name is not None and isinstance(entry.get(name), str):
             return name
     return None
@@ -173,7 +174,8 @@ def _is_reasoning(item: Mapping[str, Any]) -> bool:
 
 def _call_name(item: Mapping[str, Any]) -> str | None:
     """The tool name of a call item this module turns into a tool part, else ``None``."""
-    shape = CALLS.get(item.get("type"))
+    kind: Any = item.get("type")
+    shape = CALLS.get(kind)
     if shape is None or not (isinstance(item.get("call_id"), str) and item["call_id"]):
         return None
     if shape.json_input and not isinstance(item.get(shape.input, ""), str):
@@ -201,7 +203,8 @@ def _message_parts(item: Item) -> tuple[list[dict[str, Any]], Item]:
     if isinstance(content, str):
         skeleton["content"] = None
         return [{"type": "text", "text": content}], skeleton
-    parts, entries = [], []
+    parts: list[dict[str, Any]] = []
+    entries: list[dict[str, Any] | None] = []
     for entry in content:
         name = _text_field(entry)
         if name is None:
@@ -227,7 +230,7 @@ def _reasoning_parts(item: Item) -> tuple[list[dict[str, Any]], Item]:
 def _call_part(item: Item, name: str) -> tuple[dict[str, Any], Item]:
     shape = CALLS[item["type"]]
     skeleton = dict(item)
-    value = item.get(shape.input)
+    value: Any = item.get(shape.input)  # JSON text when shape.json_input (_call_name checked it)
     if shape.input in item:
         moved = True
         if shape.json_input:
@@ -247,7 +250,7 @@ class _Group:
     base: Message
     parts: list[dict[str, Any]] = field(default_factory=list)
     entries: list[dict[str, Any]] = field(default_factory=list)
-    pending: dict[tuple[str, str], int] = field(default_factory=dict)
+    pending: dict[tuple[Any, Any], int] = field(default_factory=dict)  # (call type, call_id) as the items say
     size: int = 0
     changed: bool = False
 

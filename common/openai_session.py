@@ -196,7 +196,7 @@ class AgentsItemsSession:
                         popped = plan_pop(message)
                     if popped is not None:
                         break
-            if popped is None:
+            if popped is None or message is None:  # popped implies message; mypy cannot see it
                 return None
             item, rest = popped
             if rest is None:

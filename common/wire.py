@@ -23,7 +23,6 @@ percent-encoded as one path segment (:func:`quote_segment`) under
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 from urllib.parse import quote, unquote
@@ -92,6 +91,7 @@ def error_from_payload(status: int, payload: Any) -> Exception:
     anything else an :class:`HttpError` carrying ``status``.
     """
     body = payload.get("error") if isinstance(payload, dict) else None
+    error: errors.DurableSessionsError
     if not isinstance(body, dict):
         error = errors.HttpError(f"HTTP {status}: {str(payload)[:200]}")
         error.status = status
@@ -172,7 +172,8 @@ def _has_lone_surrogate(value: Any) -> bool:
 def encode_body(value: Any, kind: str) -> bytes:
     """Serialise a response body as ``kind`` (:data:`JSON` or :data:`MSGPACK`)."""
     if kind == MSGPACK:
-        return msgpack.packb(value, use_bin_type=True)
+        packed: bytes = msgpack.packb(value, use_bin_type=True)
+        return packed
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default).encode("utf-8")
 
 
@@ -182,10 +183,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     raise TypeError(f"{type(value).__name__} is not JSON data")
-
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # -- ids in paths ---------------------------------------------------------------------------
