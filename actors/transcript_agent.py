@@ -39,7 +39,7 @@ KEY_RECORD = "transcripts.key"
 
 
 class TranscriptAgent(Agent):
-    """The transcripts of one ``(project_key, session_id)`` (spec: ``../shared/seeds/002_*``).
+    """The transcripts of one ``(project_key, session_id)`` (contract: :mod:`storage.transcripts`).
 
     Args:
         ctx: the runtime context.

@@ -2,10 +2,10 @@
 
 A ``SessionStore`` that implements ``list_session_summaries`` keeps one
 summary per main transcript, updated inside every ``append`` by folding the
-new entries into the previous summary (``../shared/seeds/002_*``). The SDK
-ships that fold as ``claude_agent_sdk.fold_session_summary``; the server must
+new entries into the previous summary (the contract: :mod:`storage.transcripts`).
+The SDK ships that fold as ``claude_agent_sdk.fold_session_summary``; the server must
 not depend on the SDK (it bundles a whole CLI), so this module carries the
-same rule. ``tests/test_transcripts_store.py`` pins it against the SDK's own
+same rule. ``tests/storage/test_transcripts_store.py`` pins it against the SDK's own
 function on every real transcript we have, so an SDK upgrade that changes
 the rule fails loudly.
 
@@ -76,6 +76,7 @@ def fold_session_summary(
         A new ``{"session_id", "mtime", "data"}`` dict; ``mtime`` is copied
         from ``prev`` (``0`` for a new summary) for the caller to stamp.
     """
+    summary: dict[str, Any]
     if prev is None:
         summary = {"session_id": session_id, "mtime": 0, "data": {}}
     else:

@@ -1,7 +1,7 @@
 """The public surface of each package, pinned (as trio's ``test_exports.py`` and httpx's ``test_exported_members.py``).
 
 What users import is what a package's ``__init__.py`` lists in ``__all__``
-(docs: DESIGN "Public surface"). Adding or removing a name is an API change:
+(docs/architecture.md, "The public surface"). Adding or removing a name is an API change:
 it must show up here as a one-line diff. ``runtime`` and ``storage`` resolve
 their names on first use (PEP 562 ``__getattr__``), so resolution is also
 checked in a fresh interpreter where nothing was imported before.

@@ -1,7 +1,7 @@
 """``DurableSessionStore``: the Claude Agent SDK ``SessionStore`` over a durable-sessions server.
 
 Pass it to the SDK and every transcript batch the agent writes is mirrored
-to the server (``../shared/seeds/002_*``)::
+to the server (the contract: :mod:`storage.transcripts`)::
 
     from claude_agent_sdk import ClaudeAgentOptions, query
     from runtime import DurableSessionStore

@@ -7,8 +7,8 @@ and connects through ``waiting.wait_conn_async``, so it cannot run under
 waiting: :meth:`_AnyioConnection.wait` drives psycopg's generators with
 :func:`anyio.wait_readable` / :func:`anyio.wait_writable`, and
 :meth:`PgConnection.connect` drives the private ``_connect_gen`` the same way.
-Measured (FINDINGS Q4): 2-3x less client CPU per statement than the sync API
-on worker threads.
+Measured (docs/cluster.md "Measured in the prototype", Q4): 2-3x less client
+CPU per statement than the sync API on worker threads.
 
 Two private hooks of psycopg are used: ``AsyncConnection.wait`` (overridden)
 and ``AsyncConnection._connect_gen``. Both exist with these shapes in the

@@ -297,7 +297,7 @@ async def test_a_deposed_writer_is_refused_and_poisoned(pg_empty_dsn, tmp_path, 
 
 
 async def test_a_takeover_waits_for_an_append_holding_the_fence(pg_empty_dsn, tmp_path, template):
-    """The fence is a row lock: a takeover racing an append either sees it or refuses it (FINDINGS Q5A)."""
+    """The fence is a row lock: a takeover racing an append either sees it or refuses it (docs/cluster.md, Q5A)."""
     async with storage_side(pg_empty_dsn, "h1", lease_s=0.4) as a:
         storage = open_file(tmp_path / "a.sqlite3", template)
         log = await new_log(a, storage)
