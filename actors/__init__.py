@@ -2,7 +2,7 @@
 tools), the SessionManager and the Agent base class. Uses ``storage`` only.
 """
 
-from storage.errors import (
+from common.errors import (
     CompactionError,
     ConflictError,
     ContextBlockError,

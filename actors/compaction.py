@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypedDict
 
-from storage.errors import CompactionError, InvalidInputError
+from common.errors import CompactionError, InvalidInputError
 
 from .summary import build_summary_prompt, extractive_summarize
 from .tokens import estimate_message_tokens, estimate_string_tokens, js_stringify, message_parts

@@ -38,8 +38,8 @@ from collections.abc import KeysView
 from dataclasses import replace
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
+from common.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage import context as sql
-from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage.sqlite import SqlStorage
 
 from .session_spec import BlockSpec, ContextSpec, PerSession, has_method
@@ -350,7 +350,7 @@ class ContextBlocks:
     Builder calls (:meth:`with_context`, :meth:`with_cached_prompt`,
     :meth:`for_session`) are plain and chainable; everything else is async
     and resolves the configuration on first use, after which the builder
-    raises :class:`~storage.errors.ConflictError`.
+    raises :class:`~common.errors.ConflictError`.
 
     After each stored message the host calls :meth:`note_appended` (or
     :meth:`note_updated`); after clearing messages :meth:`note_cleared`.
@@ -556,7 +556,7 @@ class ContextBlocks:
 
         The frozen prompt is not touched (call :meth:`refresh_system_prompt`).
 
-        Raises (:class:`~storage.errors.ContextBlockError`, nothing written):
+        Raises (:class:`~common.errors.ContextBlockError`, nothing written):
             ``Block "<label>" is readonly`` -- unknown or not writable;
             ``Block "<label>" is a keyed provider. Use setSkill() or setSearchEntry() instead.``;
             ``Block "<label>" exceeds maxTokens: <tokens> > <maxTokens>``.

@@ -34,11 +34,11 @@ Differences from the original, on purpose (docs/deviations.md):
   session after theirs, then run one auto-compaction check (the original
   appends, and broadcasts, message by message);
 * a session id with no registry row is an error
-  (:class:`~storage.errors.NotFoundError`, HTTP 404) for every method but
+  (:class:`~common.errors.NotFoundError`, HTTP 404) for every method but
   :meth:`SessionManager.get`, which returns ``None``; the original quietly
   wrote rows for such ids;
 * :meth:`SessionManager.fork` of a message the session does not hold raises
-  :class:`~storage.errors.MessageNotFoundError` instead of creating an empty
+  :class:`~common.errors.MessageNotFoundError` instead of creating an empty
   fork; fork and compact-and-split write all their rows in one transaction.
 
 ``updated_at`` follows every write that changes a managed session, whether
@@ -57,7 +57,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from storage.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
+from common.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from storage.fts import parse_query
 from storage.messages import to_iso8601
 
@@ -140,7 +140,7 @@ class SessionManager:
 
     Build with :meth:`create` and the chainable builders; builders touch no
     SQL and must all come before the first session is opened (after that
-    they raise :class:`~storage.errors.ConflictError`, since open sessions
+    they raise :class:`~common.errors.ConflictError`, since open sessions
     would not see the change). Every method that reads or writes is
     ``async``; :meth:`tools` is plain.
 

@@ -26,10 +26,10 @@ The method list is the manager table ``runtime.manager_api.MANAGER_API``
 keeps this class, :class:`ManagedSession` and the table equal.
 
 Errors are those of :class:`~actors.manager.SessionManager` (a session id
-without a registry row is :class:`~storage.errors.NotFoundError`, 404) and
+without a registry row is :class:`~common.errors.NotFoundError`, 404) and
 of the Session methods; an unknown session method is
-:class:`~storage.errors.UnknownMethodError` and arguments that do not fit it
-:class:`~storage.errors.InvalidArgumentsError`, as for any stub call.
+:class:`~common.errors.UnknownMethodError` and arguments that do not fit it
+:class:`~common.errors.InvalidArgumentsError`, as for any stub call.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from storage.errors import InvalidArgumentsError, InvalidInputError, NotFoundError, UnknownMethodError
+from common.errors import InvalidArgumentsError, InvalidInputError, NotFoundError, UnknownMethodError
 
 from .agent import Agent, AgentContext
 from .manager import SessionManager

@@ -4,7 +4,7 @@ The SDK (PyPI ``openai-agents``) remembers a conversation through an object
 with ``get_items``, ``add_items``, ``pop_item`` and ``clear_session``. This
 one keeps the items in a :class:`actors.Session` on your own SQLite file, as
 messages every other reader understands (text parts for search, tool calls
-as tool parts; layout: :mod:`storage.openai_items`)::
+as tool parts; layout: :mod:`common.openai_items`)::
 
     from agents import Agent, Runner
     from actors import Session
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.openai_session import TARGET_METHODS, AgentsItemsSession
+from common.openai_session import TARGET_METHODS, AgentsItemsSession
 
 from .session import Session
 
@@ -37,7 +37,7 @@ class EmbeddedAgentsSession(AgentsItemsSession):
 
     Args:
         session: the Session holding the items (any object with its message
-            methods, :data:`storage.openai_session.TARGET_METHODS`); its
+            methods, :data:`common.openai_session.TARGET_METHODS`); its
             ``session_id`` is this object's. What its builder configured
             applies: blocks, compaction (overlays show in ``get_items``), the
             row limit.

@@ -14,7 +14,7 @@
   existed or by the original) walks its history once, and the result is
   stored. The walk goes latest leaf -> root a bounded chunk at a time, so
   its memory does not grow with the history; a failure raises
-  :class:`~storage.errors.SkillRestoreError` and the next call walks again.
+  :class:`~common.errors.SkillRestoreError` and the next call walks again.
 * :class:`DirectorySkillProvider` -- a folder of Markdown files, one per
   skill: the local stand-in for the original's R2 bucket.
 """
@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 import anyio
 
+from common.errors import InvalidInputError, SkillRestoreError
 from storage.context import read_config, write_config
-from storage.errors import InvalidInputError, SkillRestoreError
 from storage.sqlite import SqlStorage
 
 logger = logging.getLogger("actors.skills")

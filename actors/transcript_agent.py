@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.errors import ConflictError, InvalidInputError
+from common.errors import ConflictError, InvalidInputError
 from storage.transcripts import MAIN_SUBPATH, TranscriptCatalog, TranscriptFile, parse_session_key
 
 from .agent import Agent, AgentContext
@@ -39,7 +39,7 @@ KEY_RECORD = "transcripts.key"
 
 
 class TranscriptAgent(Agent):
-    """The transcripts of one ``(project_key, session_id)`` (spec: ``../shared/seeds/002_*``).
+    """The transcripts of one ``(project_key, session_id)`` (contract: :mod:`storage.transcripts`).
 
     Args:
         ctx: the runtime context.
@@ -48,8 +48,8 @@ class TranscriptAgent(Agent):
     Raises:
         TypeError: ``env`` is not a ``TranscriptCatalog``.
 
-    Every method raises :class:`~storage.errors.InvalidInputError` (HTTP 400)
-    for a malformed key or entry, and :class:`~storage.errors.ConflictError`
+    Every method raises :class:`~common.errors.InvalidInputError` (HTTP 400)
+    for a malformed key or entry, and :class:`~common.errors.ConflictError`
     (409) for a key whose pair differs from the one this actor holds (a
     routing bug, never a client mistake).
     """

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from storage.errors import InvalidInputError, InvalidMessageError
+from common.errors import InvalidInputError, InvalidMessageError
 
 from .tokens import MAX_SAFE_INTEGER, js_stringify
 

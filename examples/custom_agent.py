@@ -54,7 +54,7 @@ class NotesAgent(Agent):
     def add_note(self, author: str, body: str) -> dict[str, Any]:
         """Store a note; returns it as ``{"id", "author", "body"}``."""
         if not isinstance(body, str) or not body.strip():
-            # Errors of storage.errors carry an HTTP status (400 here) and are
+            # Errors of common.errors carry an HTTP status (400 here) and are
             # raised again, as the same class, in the client. Any other
             # exception is a bug: the client sees a 500 with a log reference.
             raise InvalidInputError("body must be a non-empty string", field="body")

@@ -5,8 +5,10 @@
 * :mod:`runtime.server` -- the HTTP/WebSocket server;
 * :mod:`runtime.client` -- the Python clients (no server imports);
 * :mod:`runtime.cli` -- the ``durable-sessions`` command and importers;
-* :mod:`runtime.wire` -- the bodies, errors and paths server and client share;
 * :mod:`runtime.testing` -- pytest helpers for your own actors.
+
+The bodies, errors and paths server and client share are :mod:`common.wire`
+(with the errors of :mod:`common.errors`).
 
 The names below are imported on first use, so ``import runtime.client``
 loads no server code.
@@ -30,15 +32,15 @@ _EXPORTS = {
     "DurableAgentsSession": "runtime.client",
     "DurableSessionStore": "runtime.client",
     "SessionsClient": "runtime.client",
-    "ActorOverloadedError": "storage.errors",
-    "ActorRuntimeError": "storage.errors",
-    "HostClosedError": "storage.errors",
-    "InvalidActorIdError": "storage.errors",
-    "InvalidArgumentsError": "storage.errors",
-    "InvalidNamespaceError": "storage.errors",
-    "TransactionLeftOpenError": "storage.errors",
-    "UnknownMethodError": "storage.errors",
-    "UnknownNamespaceError": "storage.errors",
+    "ActorOverloadedError": "common.errors",
+    "ActorRuntimeError": "common.errors",
+    "HostClosedError": "common.errors",
+    "InvalidActorIdError": "common.errors",
+    "InvalidArgumentsError": "common.errors",
+    "InvalidNamespaceError": "common.errors",
+    "TransactionLeftOpenError": "common.errors",
+    "UnknownMethodError": "common.errors",
+    "UnknownNamespaceError": "common.errors",
 }
 
 __all__ = sorted(_EXPORTS)

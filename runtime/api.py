@@ -41,8 +41,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from runtime.wire import quote_segment
-from storage.errors import (
+from common.errors import (
     CompactionError,
     ContextBlockError,
     DurableSessionsError,
@@ -52,7 +51,8 @@ from storage.errors import (
     NotFoundError,
     SearchQueryError,
 )
-from storage.shapes import LATEST_LEAF
+from common.shapes import LATEST_LEAF
+from common.wire import quote_segment
 
 __all__ = [
     "DEFAULT", "EMPTY_READS", "LIST_DEFAULT_LIMIT", "LIST_LIMIT", "METHODS", "NO_EMPTY", "OMIT", "REQUIRED",
@@ -538,7 +538,7 @@ def request_for(method: ApiMethod, route: HttpRoute, arguments: Mapping[str, Any
     ones take their defaults), or ``None`` when a ``fallback`` path value cannot be one path segment.
 
     Raises:
-        TypeError: a path value that is not a string (from :func:`~runtime.wire.quote_segment`).
+        TypeError: a path value that is not a string (from :func:`~common.wire.quote_segment`).
     """
     values = {p.name: p.default for p in method.params} | dict(arguments)
     segments = []

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from common.errors import InvalidInputError, MessageNotFoundError, NotFoundError, SearchQueryError
+from common.shapes import LATEST_LEAF
 from runtime.api import (
     COMPACTION,
     INTEGER,
@@ -55,8 +57,6 @@ from runtime.api import (
     query,
     whole_body,
 )
-from storage.errors import InvalidInputError, MessageNotFoundError, NotFoundError, SearchQueryError
-from storage.shapes import LATEST_LEAF
 
 __all__ = [
     "MANAGERS_PREFIX", "MANAGER_API", "MANAGER_EMPTY_READS", "MANAGER_EXCLUDED", "MANAGER_HIT", "MANAGER_METHODS",

@@ -3,7 +3,7 @@
 It runs under trio and asyncio alike (anyio picks the running loop), which
 is what :class:`runtime.client.SessionsClient` needs; the server's relay
 between hosts of a cluster (:mod:`runtime.server.relay`) uses it too, which
-is why it sits beside :mod:`runtime.wire` rather than in the client
+is why it sits in :mod:`runtime` itself rather than in the client
 package. No third-party WebSocket package is required. It speaks what the server needs: text and
 binary messages (fragmented ones reassembled), answering pings, the close
 handshake, and the HTTP error a server sends instead of accepting.
@@ -33,7 +33,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError
 
-from runtime.wire import error_from_payload
+from common.wire import error_from_payload
 
 __all__ = ["ConnectionClosed", "WebSocketConnection"]
 
@@ -83,7 +83,7 @@ class WebSocketConnection:
             ValueError: an unsupported scheme.
             OSError: the connection failed.
             Exception: the server refused with an HTTP error: the error its body
-                describes (see :func:`runtime.wire.error_from_payload`).
+                describes (see :func:`common.wire.error_from_payload`).
         """
         parts = urlsplit(url)
         secure = {"ws": False, "http": False, "wss": True, "https": True}.get(parts.scheme)

@@ -1,10 +1,11 @@
 """Persistence for durable-sessions: one SQLite file per actor (apsw, FTS5), and Postgres.
 
 Synchronous SQLite code with no trio import; knows nothing of actors or the
-runtime. The public surface is what this module re-exports.
-:mod:`storage.errors` (the project's one exception tree) and
-:mod:`storage.shapes` load without SQLite; the rest is imported on first
-use, so ``import storage`` loads neither apsw nor psycopg.
+runtime. The public surface is what this module re-exports. Its errors come
+from :mod:`common.errors` (the project's one exception tree, which loads
+without SQLite); the rest is imported on first use, so ``import storage``
+loads neither apsw nor psycopg. The vocabulary every layer shares (errors,
+shapes, the wire format, the SDK adapters) lives in :mod:`common`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from storage.errors import SchemaTooNewError, SearchQueryError, StorageClosedError, StorageError
+from common.errors import SchemaTooNewError, SearchQueryError, StorageClosedError, StorageError
 
 _LAZY = {
     "SqlStorage": "storage.sqlite",

@@ -3,7 +3,7 @@
 SQLite reports a full disk as ``apsw.FullError`` (or the OS as ``ENOSPC``
 when a file is created or copied) and damage as ``apsw.CorruptError`` /
 ``apsw.NotADBError``, possibly wrapped by the layer that called it (a
-search wraps its SQLite error in :class:`~storage.errors.SearchQueryError`).
+search wraps its SQLite error in :class:`~common.errors.SearchQueryError`).
 :func:`classify` looks through the chain of causes and names the fault, so
 the runtime can answer 507 or quarantine the actor without importing apsw.
 """

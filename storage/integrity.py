@@ -26,7 +26,7 @@ means fewer commits. So the host keeps three lines of defence:
 
 SQLite reporting corruption during a call (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``)
 is the last line: :mod:`storage.faults` turns it into
-:class:`~storage.errors.ActorStorageCorruptError`.
+:class:`~common.errors.ActorStorageCorruptError`.
 
 Everything here is synchronous and imports nothing of the runtime.
 """

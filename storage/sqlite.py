@@ -31,7 +31,8 @@ from typing import Any, Literal
 import apsw
 import apsw.bestpractice
 
-from .errors import SchemaTooNewError, StorageClosedError
+from common.errors import SchemaTooNewError, StorageClosedError
+
 from .schema import MIGRATIONS, Migration
 
 Durability = Literal["normal", "full"]

@@ -1,11 +1,16 @@
 """Transcript storage for the Claude Agent SDK ``SessionStore`` contract.
 
-The contract (``../shared/seeds/002_*``): a transcript is addressed by a
-``SessionKey`` ``{project_key, session_id, subpath?}``; ``append`` mirrors a
-batch of opaque JSON entries, ``load`` returns them deep-equal in append
-order (``None`` for a key never written), entries carrying a ``uuid`` already
-stored under the same key are skipped (the SDK retries failed batches), and
-deleting a main transcript removes its sub-transcripts and its summary.
+The contract (the SDK's ``SessionStore`` protocol, as its session-storage
+documentation states it; this paragraph is the project's copy): a transcript
+is addressed by a ``SessionKey`` ``{project_key, session_id, subpath?}``;
+``append`` mirrors a batch of opaque JSON entries, ``load`` returns them
+deep-equal in append order (``None`` for a key never written), entries
+carrying a ``uuid`` already stored under the same key are skipped (the SDK
+retries failed batches), and deleting a main transcript removes its
+sub-transcripts and its summary. ``list_session_summaries`` answers one
+summary per main transcript, folded inside each ``append`` of a main
+transcript (:mod:`common.transcript_summary`; sub-transcripts never count),
+its ``mtime`` the store's write time on the clock ``list_sessions`` uses.
 
 Three pieces, all synchronous:
 
@@ -35,9 +40,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .shapes import MAIN_SUBPATH, encode_entry, parse_session_key
+from common.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
+from common.transcript_summary import fold_session_summary
+
 from .sqlite import Durability, SqlStorage
-from .transcript_summary import fold_session_summary
 
 #: File name of the catalog inside a data directory.
 CATALOG_FILE_NAME = "transcripts-catalog.sqlite3"

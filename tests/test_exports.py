@@ -1,7 +1,7 @@
 """The public surface of each package, pinned (as trio's ``test_exports.py`` and httpx's ``test_exported_members.py``).
 
 What users import is what a package's ``__init__.py`` lists in ``__all__``
-(docs: DESIGN "Public surface"). Adding or removing a name is an API change:
+(docs/architecture.md, "The public surface"). Adding or removing a name is an API change:
 it must show up here as a one-line diff. ``runtime`` and ``storage`` resolve
 their names on first use (PEP 562 ``__getattr__``), so resolution is also
 checked in a fresh interpreter where nothing was imported before.
@@ -49,11 +49,11 @@ PUBLIC_SURFACE = {
 #: Packages whose ``__init__`` resolves names lazily (PEP 562).
 LAZY_PACKAGES = ["runtime", "storage"]
 
-PROJECT_PACKAGES = ("storage", "actors", "runtime")
+PROJECT_PACKAGES = ("common", "storage", "actors", "runtime")
 
 
 def project_modules() -> list[str]:
-    """Every module of the three packages except ``__main__`` (importing it runs the command)."""
+    """Every module of the four packages except ``__main__`` (importing it runs the command)."""
     names = []
     for package in PROJECT_PACKAGES:
         names.append(package)

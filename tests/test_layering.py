@@ -1,23 +1,31 @@
-"""Layering (DESIGN.md): imports point one way, runtime -> actors -> storage;
+"""Layering (docs/architecture.md): imports point one way, runtime -> actors -> storage -> common;
 SQL text and apsw live only in storage.
 
 Every rule reads the source with :mod:`ast` (nothing is imported) and names
 each offence as ``path:line``. The rules:
 
+* ``common`` (the shared vocabulary: errors, shapes, the wire format, the
+  SDK adapters) imports nothing of ``storage``, ``actors`` or ``runtime``,
+  nor apsw, psycopg, trio, quart or hypercorn; every layer may import it;
 * ``storage`` imports neither ``actors`` nor ``runtime`` nor ``trio``;
   ``actors`` does not import ``runtime``;
+* ``storage`` no longer holds the vocabulary: its old modules
+  (``storage/errors.py``, ``shapes.py``, ``openai_items.py``,
+  ``openai_session.py``, ``transcript_summary.py``, and ``runtime/wire.py``)
+  only re-export :mod:`common`;
 * only ``storage`` imports ``apsw``;
-* ``actors`` and ``runtime`` hold no SQL text (a string constant that reads
+* ``common``, ``actors`` and ``runtime`` hold no SQL text (a string constant that reads
   as a SQL statement; docstrings and other bare string statements are
   documentation and are skipped);
-* ``actors`` and ``runtime`` never reach a storage's apsw connection
+* ``common``, ``actors`` and ``runtime`` never reach a storage's apsw connection
   (``storage.connection``, apsw connection methods such as
   ``set_commit_hook``) and run no query on a storage (``storage.sql``,
   ``.exec``, ``.scalar``) -- except :meth:`actors.Agent.sql`, the public
   pass-through of a user's own SQL (a Durable Object's ``ctx.storage.sql``);
 * inside ``runtime``, each room imports only the rooms below it
-  (docs/architecture.md): the client neither the host nor the server, the
-  host not the server, and ``runtime.wire``/``runtime.api``/``runtime.manager_api`` none of them.
+  (docs/architecture.md): the client neither the host nor the server nor
+  ``storage``, the host not the server, and ``runtime.api``/``runtime.manager_api``
+  none of them.
 """
 
 from __future__ import annotations
@@ -30,9 +38,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FORBIDDEN = {"storage": {"actors", "runtime", "trio"}, "actors": {"runtime"}}
+FORBIDDEN = {
+    "common": {"storage", "actors", "runtime", "apsw", "psycopg", "psycopg_pool", "trio", "quart", "quart_trio",
+               "hypercorn"},
+    "storage": {"actors", "runtime", "trio"},
+    "actors": {"runtime"},
+}
 #: Packages that reach SQLite only through storage's functions and classes.
-SQL_FREE = ("actors", "runtime")
+SQL_FREE = ("common", "actors", "runtime")
+#: The vocabulary's old homes: each only re-exports the module of ``common`` it moved to.
+MOVED_TO_COMMON = {
+    "storage/errors.py": "common.errors",
+    "storage/shapes.py": "common.shapes",
+    "storage/openai_items.py": "common.openai_items",
+    "storage/openai_session.py": "common.openai_session",
+    "storage/transcript_summary.py": "common.transcript_summary",
+    "runtime/wire.py": "common.wire",
+}
 
 #: apsw ``Connection`` methods no other project code has a reason to call.
 APSW_CONNECTION_METHODS = frozenset({
@@ -193,11 +215,12 @@ def test_package_imports_point_one_way(package):
 
 #: Inside runtime, the rooms of docs/architecture.md: module prefix -> prefixes it must not import.
 RUNTIME_ROOMS = {
-    "runtime.wire": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
-    "runtime.api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
-    "runtime.manager_api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors"),
-    "runtime.wsclient": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors"),
-    "runtime.client": ("runtime.host", "runtime.server", "runtime.cli", "actors", "quart", "hypercorn", "apsw"),
+    "runtime.api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors", "storage"),
+    "runtime.manager_api": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "actors", "storage"),
+    "runtime.wsclient": ("runtime.host", "runtime.server", "runtime.client", "runtime.cli", "runtime.api", "actors",
+                         "storage"),
+    "runtime.client": ("runtime.host", "runtime.server", "runtime.cli", "actors", "storage", "quart", "hypercorn",
+                       "apsw"),
     "runtime.host": ("runtime.server", "runtime.client", "runtime.cli"),
     "runtime.server": ("runtime.client", "runtime.cli"),
 }
@@ -224,6 +247,34 @@ def test_runtime_rooms_import_down_only(room):
         if any(name == banned or name.startswith(banned + ".") for banned in RUNTIME_ROOMS[room])
     ]
     assert not offenders, f"{room} imports a room it must not:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("path", sorted(MOVED_TO_COMMON))
+def test_the_vocabulary_old_homes_only_re_export_common(path):
+    """An old module holds a docstring, ``from common.<module> import ...`` and ``__all__``; nothing else."""
+    tree = parse(ROOT / path)
+    kept = []
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom) and node.module in ("__future__", MOVED_TO_COMMON[path]):
+            continue
+        if isinstance(node, ast.Assign) and [dotted(target) for target in node.targets] == ["__all__"]:
+            continue
+        kept.append(f"{where(ROOT / path, node)}: {type(node).__name__}")
+    assert kept == [], f"{path} must only re-export {MOVED_TO_COMMON[path]}:\n" + "\n".join(kept)
+
+
+def test_storage_holds_no_module_of_common():
+    """No module of ``common`` is also a module of ``storage`` or ``runtime`` except the old homes above."""
+    names = {path.name for path in python_files("common")} - {"__init__.py"}
+    twins = sorted(
+        path.relative_to(ROOT).as_posix()
+        for package in ("storage", "runtime")
+        for path in python_files(package)
+        if path.name in names
+    )
+    assert twins == sorted(MOVED_TO_COMMON)
 
 
 @pytest.mark.parametrize("package", SQL_FREE)

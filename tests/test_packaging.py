@@ -7,7 +7,7 @@ import zipfile
 
 from tests.support.data import REPO_ROOT
 
-PACKAGES = ("storage", "actors", "runtime")
+PACKAGES = ("common", "storage", "actors", "runtime")
 
 
 def test_the_license_file_is_the_license_pyproject_names():

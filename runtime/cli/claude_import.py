@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import anyio
 from tqdm import tqdm
 
+from common.errors import ConflictError
 from runtime.cli.formats import ImportedSession
 from runtime.cli.formats.claude_code import (
     ClaudeCodeFile,
@@ -54,7 +55,6 @@ from runtime.client.transcripts import DurableSessionStore
 from runtime.host.actor_host import open_host
 from runtime.server.app import bind_sessions
 from runtime.server.transcripts import open_transcripts
-from storage.errors import ConflictError
 
 __all__ = [
     "TARGETS",
@@ -170,7 +170,7 @@ async def push_claude_code_transcripts(
 
     A file fails as a whole, with nothing of it sent, when a line is not a
     JSON object, or when the stored transcript is not a prefix of the file
-    (:class:`~storage.errors.ConflictError`; delete the key to push it again).
+    (:class:`~common.errors.ConflictError`; delete the key to push it again).
     """
 
     async def one(file: ClaudeCodeFile, report: ClaudeImportReport) -> None:

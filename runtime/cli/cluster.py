@@ -21,7 +21,7 @@ The order of a start, and why:
 
 Claude Agent SDK transcripts (``/v1/transcripts``) are not served in cluster
 mode: their host-level catalog is local to one host; the routes answer 501
-:class:`~storage.errors.NotSupportedError` (docs/cluster.md says why).
+:class:`~common.errors.NotSupportedError` (docs/cluster.md says why).
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
 from actors.agent import Agent
+from common.errors import StorageUnavailableError
 from runtime.host.actor_host import ActorHost, open_host
 from runtime.server.app import bind_sessions, bind_socket, serve
 from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings
 from runtime.server.forwarding import Forwarder
 from runtime.server.managers import bind_managers
-from storage.errors import StorageUnavailableError
 
 __all__ = ["ClusterUnreachableError", "describe_database", "new_host_id", "serve_cluster"]
 

@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import InvalidActorIdError, InvalidNamespaceError
 from runtime.host.file_guard import FileGuard
 from runtime.host.folder_lock import DataFolderLock
 from runtime.host.ids import ActorId, check_namespace_name, id_from_name, id_from_string
 from storage.catalog import CatalogEntry, HostCatalog, actor_files
-from storage.errors import InvalidActorIdError, InvalidNamespaceError
 from storage.integrity import examine
 
 __all__ = ["Finding", "run_doctor"]

@@ -71,6 +71,7 @@ from tqdm import tqdm
 from actors.agent import Agent
 from actors.session_agent import SessionAgent
 from actors.session_agent_postgres import PostgresSessionAgent, PostgresSessionEnv
+from common.errors import MessageNotFoundError, NotSupportedError, UnauthorizedError
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
 from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
 from runtime.cli.doctor import run_doctor
@@ -84,7 +85,6 @@ from runtime.server.app import bind_sessions, bind_socket, require_token_for, se
 from runtime.server.config import ConfigError, HostConfig, load_config
 from runtime.server.managers import bind_managers
 from runtime.server.transcripts import open_transcripts
-from storage.errors import MessageNotFoundError, NotSupportedError, UnauthorizedError
 from storage.postgres import describe_dsn, open_postgres_storage
 
 logger = logging.getLogger("durable_sessions")

@@ -27,8 +27,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from common.shapes import parse_session_key
 from runtime.client.transcripts import DurableSessionStore
-from storage.shapes import parse_session_key
 
 __all__ = ["IsolatedSessionStore", "PrefixedProjects", "check_session_store_conformance"]
 

@@ -4,7 +4,7 @@ A :class:`~runtime.client.SessionsClient` given several URLs (a list, or a
 comma-separated string such as ``$DURABLE_SESSIONS_URL``) keeps an
 :class:`Endpoints`: the URLs in the order given, the ones that failed
 recently, and for each session the owner's URL a host named in its answer
-(the ``X-Durable-Sessions-Owner`` header, :data:`runtime.wire.OWNER_HEADER`),
+(the ``X-Durable-Sessions-Owner`` header, :data:`common.wire.OWNER_HEADER`),
 so a session's requests go straight to its owner and no host has to
 forward them.
 

@@ -24,9 +24,9 @@ A :class:`SessionHandle` has the Session's method names and returns what
 the in-process :class:`actors.session_agent.SessionAgent` returns (lists,
 dicts, strings, booleans; ``None`` where the Session gives ``None``).
 Server errors are raised again as the same exception classes
-(:class:`storage.errors.MessageNotFoundError`,
-:class:`storage.errors.ActorOverloadedError`, ...; HTTP-level ones from
-:mod:`runtime.wire`).
+(:class:`common.errors.MessageNotFoundError`,
+:class:`common.errors.ActorOverloadedError`, ...; HTTP-level ones from
+:mod:`common.wire`).
 
 A request the server refused before doing anything for it (503
 ``ServerBusyError``: admission control, see ``runtime.server.admission``) is
@@ -53,6 +53,17 @@ import anyio
 import httpx
 import msgpack
 
+from common.shapes import LATEST_LEAF
+from common.wire import (
+    CLOSE_RECONNECT,
+    JSON,
+    MSGPACK,
+    OWNER_HEADER,
+    SESSIONS_PREFIX,
+    encode_body,
+    error_from_payload,
+    quote_segment,
+)
 from runtime.api import METHODS, ApiMethod, request_for
 from runtime.client.failover import (
     IDEMPOTENT_HTTP,
@@ -63,18 +74,7 @@ from runtime.client.failover import (
     parse_urls,
 )
 from runtime.manager_api import MANAGERS_PREFIX
-from runtime.wire import (
-    CLOSE_RECONNECT,
-    JSON,
-    MSGPACK,
-    OWNER_HEADER,
-    SESSIONS_PREFIX,
-    encode_body,
-    error_from_payload,
-    quote_segment,
-)
 from runtime.wsclient import ConnectionClosed, WebSocketConnection
-from storage.shapes import LATEST_LEAF
 
 if TYPE_CHECKING:
     from runtime.client.managers import ManagerHandle
@@ -582,7 +582,7 @@ class SessionSocket:
     kept, up to ``max_buffered`` (the oldest are dropped beyond).
 
     Reconnection: a socket the server closes with 1012 (the session's owner
-    moved or stopped; :data:`runtime.wire.CLOSE_RECONNECT`) connects again, to
+    moved or stopped; :data:`common.wire.CLOSE_RECONNECT`) connects again, to
     another host when the client has several URLs, and iteration goes on;
     with several URLs a socket that drops (1006), or whose host goes away
     (1001) or fails (1011), does too. Broadcasts sent while it was away are

@@ -16,8 +16,8 @@ in-process :class:`actors.manager.SessionManager` (checked against
 manager actor returns: registry rows as dicts with the ``assistant_sessions``
 column names, search hits with their ``sessionId``. ``tools`` is async here
 (one request) and takes ``format`` like a session's. Errors are raised as
-the classes of :mod:`storage.errors` (an unknown session id is
-:class:`~storage.errors.NotFoundError`).
+the classes of :mod:`common.errors` (an unknown session id is
+:class:`~common.errors.NotFoundError`).
 
 Each managed session is a :class:`ManagedSessionHandle`: a
 :class:`~runtime.client.http.SessionHandle` whose routes live under
@@ -30,11 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from common.errors import NotFoundError
+from common.shapes import LATEST_LEAF
+from common.wire import quote_segment
 from runtime.client.http import SessionHandle, SessionSocket, TableHandle
 from runtime.manager_api import MANAGER_METHODS, MANAGERS_PREFIX
-from runtime.wire import quote_segment
-from storage.errors import NotFoundError
-from storage.shapes import LATEST_LEAF
 
 if TYPE_CHECKING:
     from runtime.client.http import SessionsClient

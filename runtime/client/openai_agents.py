@@ -3,7 +3,7 @@
 Pass it to the SDK's runner and the conversation lives in a session of a
 running host (``durable-sessions serve``), where it survives restarts and
 every other client reads it as Session messages (search finds its text,
-tool calls are tool parts; layout: :mod:`storage.openai_items`)::
+tool calls are tool parts; layout: :mod:`common.openai_items`)::
 
     from agents import Agent, Runner
     from runtime.client import DurableAgentsSession
@@ -17,14 +17,14 @@ It implements the SDK's ``Session`` protocol (``get_items``,
 ``add_items``, ``pop_item``, ``clear_session``, ``session_id``,
 ``session_settings``) structurally; the SDK itself is imported only to
 coerce ``session_settings``. Each operation is one or two HTTP requests
-(:mod:`storage.openai_session` lists them). It works under asyncio (the
+(:mod:`common.openai_session` lists them). It works under asyncio (the
 SDK's loop) and trio, and from ``Runner.run_sync``'s loop in another
 thread: each event loop gets its own connection pool, made on first use,
 which keeps no idle connection (so a loop that ends leaves nothing open).
 
 Errors: a bad item raises ``TypeError``/``ValueError`` before anything is
 sent; the server's errors come back as their own classes
-(:mod:`storage.errors`); an unreachable host raises
+(:mod:`common.errors`); an unreachable host raises
 ``httpx.TransportError``.
 """
 
@@ -39,8 +39,8 @@ from typing import Any
 import httpx
 import sniffio
 
+from common.openai_session import AgentsItemsSession
 from runtime.client.http import SessionHandle, SessionsClient
-from storage.openai_session import AgentsItemsSession
 
 __all__ = ["DurableAgentsSession"]
 

@@ -1,7 +1,7 @@
 """``DurableSessionStore``: the Claude Agent SDK ``SessionStore`` over a durable-sessions server.
 
 Pass it to the SDK and every transcript batch the agent writes is mirrored
-to the server (``../shared/seeds/002_*``)::
+to the server (the contract: :mod:`storage.transcripts`)::
 
     from claude_agent_sdk import ClaudeAgentOptions, query
     from runtime import DurableSessionStore
@@ -25,8 +25,8 @@ close when the process ends.
 
 Errors: a bad key or entry raises :class:`ValueError` before anything is
 sent; the server's errors are raised again as their own classes
-(:class:`~storage.errors.InvalidInputError` is a ``ValueError``,
-:class:`~runtime.wire.UnauthorizedError`, ...); an unreachable server
+(:class:`~common.errors.InvalidInputError` is a ``ValueError``,
+:class:`~common.errors.UnauthorizedError`, ...); an unreachable server
 raises ``httpx.TransportError``. The SDK retries a failed ``append`` and
 the server skips entries whose ``uuid`` it already stored, so a retried
 batch is never stored twice.
@@ -41,9 +41,9 @@ from typing import Any
 import httpx
 import sniffio
 
+from common.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
+from common.wire import TRANSCRIPTS_PREFIX
 from runtime.client.http import SessionsClient
-from runtime.wire import TRANSCRIPTS_PREFIX
-from storage.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
 
 __all__ = ["DEFAULT_MAX_BATCH_BYTES", "DurableSessionStore"]
 

@@ -3,7 +3,8 @@
 :class:`ChangeCapture` keeps one SQLite session (``apsw.Session``) attached to
 every table of the actor's connection, so each committed write is recorded
 as a *changeset*: the physical rows changed, FTS5 shadow tables included
-(FINDINGS Q1). :meth:`~ChangeCapture.cut` takes the changes recorded so far
+(docs/cluster.md "Measured in the prototype", Q1).
+:meth:`~ChangeCapture.cut` takes the changes recorded so far
 and starts a new session; it runs only while no transaction is open, because
 a session reads the rows' *current* values when it builds the changeset and
 would otherwise ship uncommitted ones.
@@ -16,7 +17,7 @@ What the capture guarantees, and how:
   is attached (after :meth:`~ChangeCapture.detach`, or after the log refused
   the actor's writes): the write is rolled back and the error raised, instead
   of being lost silently -- a write outside the capture makes a later
-  changeset fail to apply (FINDINGS Q1).
+  changeset fail to apply (docs/cluster.md "Measured in the prototype", Q1).
 * **DDL is not in changesets** (and a replica silently skips changes of a
   table it lacks): the capture notices a changed ``PRAGMA schema_version``
   after a commit, and the log then ships a snapshot instead (:attr:`schema_changed`).
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from storage.errors import StorageError, StorageUnavailableError
+from common.errors import StorageError, StorageUnavailableError
 from storage.sqlite import SqlStorage
 
 __all__ = ["MARKER_TABLE", "ChangeCapture", "Marker", "ensure_marker", "read_marker", "start_capture", "write_marker"]

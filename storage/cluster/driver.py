@@ -7,8 +7,8 @@ and connects through ``waiting.wait_conn_async``, so it cannot run under
 waiting: :meth:`_AnyioConnection.wait` drives psycopg's generators with
 :func:`anyio.wait_readable` / :func:`anyio.wait_writable`, and
 :meth:`PgConnection.connect` drives the private ``_connect_gen`` the same way.
-Measured (FINDINGS Q4): 2-3x less client CPU per statement than the sync API
-on worker threads.
+Measured (docs/cluster.md "Measured in the prototype", Q4): 2-3x less client
+CPU per statement than the sync API on worker threads.
 
 Two private hooks of psycopg are used: ``AsyncConnection.wait`` (overridden)
 and ``AsyncConnection._connect_gen``. Both exist with these shapes in the
@@ -23,15 +23,15 @@ connection.
 **Deadlines and cancellation.** Every call takes ``timeout_s``. A call that
 is cancelled or runs out of time while a statement is on the wire closes the
 connection (it may be mid-statement; psycopg's own cancel path only runs for
-``asyncio.CancelledError``) and raises :class:`~storage.errors.StorageUnavailableError`;
+``asyncio.CancelledError``) and raises :class:`~common.errors.StorageUnavailableError`;
 whether a write in flight committed is then *unknown* (the caller resolves
 that with a query on a fresh connection). The server side is bounded too:
 connections set ``statement_timeout`` and ``lock_timeout`` to the same limit.
 
 **Errors.** Lost connections, a server that is down, restarting or too slow
 (``OperationalError``, ``InterfaceError``, a timeout) and serialization
-failures become :class:`~storage.errors.StorageUnavailableError` (503,
-retryable); any other psycopg error :class:`~storage.errors.DatabaseError`.
+failures become :class:`~common.errors.StorageUnavailableError` (503,
+retryable); any other psycopg error :class:`~common.errors.DatabaseError`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.waiting import Ready, Wait
 
-from storage.errors import DatabaseError, StorageUnavailableError
+from common.errors import DatabaseError, StorageUnavailableError
 
 __all__ = ["PgConnection", "PgPool", "translate_error"]
 

@@ -22,12 +22,12 @@ Outcomes of an entry:
 
 * **appended** -- the cut numbers it covers are durable; the lease deadline moves;
 * **refused** -- another host took the actor (or its epoch is stale): the
-  actor is *poisoned*; its waiting outputs get :class:`~storage.errors.OwnershipLostError`;
+  actor is *poisoned*; its waiting outputs get :class:`~common.errors.OwnershipLostError`;
 * **unknown** -- the statement failed or ran out of time. A diagnose query
   (:data:`~storage.cluster.statements.DIAGNOSE`, on a fresh connection)
   decides: logged with our epoch (and the same bytes) is appended; not
   logged and still ours is sent again; anything else, or Postgres still
-  unreachable, poisons the actor with :class:`~storage.errors.StorageUnavailableError`.
+  unreachable, poisons the actor with :class:`~common.errors.StorageUnavailableError`.
 
 A poisoned actor's capture refuses further commits, and its file is left
 *unclean* (its marker is not rewritten), so the next activation rebuilds it
@@ -55,7 +55,7 @@ from typing import Any
 import anyio
 import apsw
 
-from storage.errors import (
+from common.errors import (
     DatabaseError,
     HostClosedError,
     OwnershipLostError,
@@ -193,7 +193,7 @@ class ActorLog:
 
         Raises:
             the poisoning error, when the log failed (also when this very cut
-            failed: :class:`~storage.errors.StorageUnavailableError`).
+            failed: :class:`~common.errors.StorageUnavailableError`).
         """
         if self.poisoned is not None:
             raise self.poisoned

@@ -2,7 +2,8 @@
 
 A snapshot is ``zlib`` (level 1) of ``sqlite3_serialize`` of the file: the
 bytes a copy on disk would hold. Compression runs on a worker thread
-(:func:`compress_image`); 6 MB take 45-113 ms (FINDINGS Q3).
+(:func:`compress_image`); 6 MB take 45-113 ms
+(docs/cluster.md "Measured in the prototype", Q3).
 
 :func:`restore_file` rebuilds an actor's file as the log says it is:
 
@@ -12,7 +13,8 @@ bytes a copy on disk would hold. Compression runs on a worker thread
    changeset (``apsw.ChangesetBuilder``: 10k entries in ~30 ms instead of
    applying each, 2 s) and applied once, on a *fresh* connection -- FTS5
    caches its index structure per connection, and changes applied under a
-   connection that already read an FTS table corrupt it (FINDINGS Q1).
+   connection that already read an FTS table corrupt it
+   (docs/cluster.md "Measured in the prototype", Q1).
    Any conflict aborts the restore with an error naming it: a log that does
    not fit its snapshot is damage, never patched over;
 3. the marker (:data:`~storage.cluster.capture.MARKER_TABLE`) records the
@@ -35,7 +37,7 @@ from pathlib import Path
 import anyio
 import apsw
 
-from storage.errors import RestoreError, StorageUnavailableError
+from common.errors import RestoreError, StorageUnavailableError
 from storage.schema import MIGRATIONS, Migration
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 

@@ -29,7 +29,7 @@ of a newer cluster schema is refused.
 
 from __future__ import annotations
 
-from storage.errors import SchemaTooNewError
+from common.errors import SchemaTooNewError
 
 from .driver import PgConnection
 

@@ -13,7 +13,7 @@ waits for the write to commit and then sees it (``last_seq``), or commits
 first, and the write then re-checks the new row version and matches nothing.
 A check that only reads the row (``WHERE EXISTS``) is not safe: it reads the
 statement's snapshot, and a takeover committing between that snapshot and the
-write's commit goes unnoticed (FINDINGS Q5A).
+write's commit goes unnoticed (docs/cluster.md "Measured in the prototype", Q5A).
 
 Changesets and images travel in binary (``%(name)b``): the text form of ``bytea``
 doubles them in hex, which cost the client and the server about as much

@@ -19,7 +19,7 @@ from actors.compaction import (
     status_broadcast,
 )
 from actors.tokens import estimate_message_tokens
-from storage.errors import CompactionError, InvalidInputError
+from common.errors import CompactionError, InvalidInputError
 
 
 def text(message_id, body, role="user"):

@@ -12,7 +12,7 @@ import pytest
 
 from actors.compaction import create_compact_function, normalize_token_count
 from actors.session import Session
-from storage.errors import CompactionError
+from common.errors import CompactionError
 
 pytestmark = pytest.mark.both_storages
 

@@ -3,9 +3,9 @@
 import pytest
 
 from actors.context import ContextBlocks, row_provider
+from common.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage import SqlStorage
 from storage.context import read_block, read_config
-from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 
 pytestmark = pytest.mark.both_storages
 

@@ -13,8 +13,8 @@ import pytest
 from actors.context import ContextBlocks, render_header, search_provider_for
 from actors.session import Session
 from actors.tools import context_entry_key, slugify, stable_hash
+from common.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage.context import read_block
-from storage.errors import ConflictError, ContextBlockError, InvalidInputError
 from tests.support.backends import kind_of, refusing_inserts
 
 pytestmark = pytest.mark.both_storages

@@ -13,8 +13,8 @@ import pytest
 
 from actors.context import search_provider_for
 from actors.session import Session
+from common.errors import SearchQueryError
 from storage import SqlStorage
-from storage.errors import SearchQueryError
 from storage.fts import parse_query
 
 pytestmark = pytest.mark.both_storages

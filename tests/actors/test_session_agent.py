@@ -6,8 +6,7 @@ import pytest
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionAgent, SessionConfig, resolve_summarizer
 from actors.summary import extractive_summarize
-from runtime import open_host
-from storage.errors import (
+from common.errors import (
     CompactionError,
     ContextBlockError,
     InvalidInputError,
@@ -15,6 +14,7 @@ from storage.errors import (
     MessageNotFoundError,
     NotFoundError,
 )
+from runtime import open_host
 
 SEP = "═" * 46
 DEFAULT_PROMPT = (

@@ -14,7 +14,7 @@ import pytest
 
 from actors.manager import SessionManager
 from actors.session import Session
-from storage.errors import InvalidInputError, InvalidMessageError, MessageNotFoundError
+from common.errors import InvalidInputError, InvalidMessageError, MessageNotFoundError
 from tests.support.backends import index_rows, kind_of
 
 pytestmark = pytest.mark.both_storages

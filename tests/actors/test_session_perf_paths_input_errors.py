@@ -6,7 +6,7 @@ import pytest
 
 from actors.manager import SessionManager
 from actors.session import Session
-from storage.errors import InvalidInputError, InvalidMessageError
+from common.errors import InvalidInputError, InvalidMessageError
 
 pytestmark = pytest.mark.both_storages
 

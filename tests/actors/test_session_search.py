@@ -9,8 +9,8 @@ import pytest
 
 from actors import InvalidInputError
 from actors.session import Session
+from common.errors import DatabaseError
 from storage import SearchQueryError
-from storage.errors import DatabaseError
 from tests.support.backends import index_rows, kind_of, write_counts
 
 pytestmark = pytest.mark.both_storages

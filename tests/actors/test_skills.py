@@ -8,9 +8,9 @@ import pytest
 
 from actors.context import ContextBlocks
 from actors.skills import DirectorySkillProvider, rewrite_unloaded, skill_events, validate_skill_key
+from common.errors import InvalidInputError
 from storage import SqlStorage
 from storage.context import read_config
-from storage.errors import InvalidInputError
 
 pytestmark = pytest.mark.both_storages
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from actors.skills import DirectorySkillProvider, validate_skill_key
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 pytestmark = pytest.mark.both_storages
 

@@ -14,7 +14,7 @@ from actors.session_messages import serialise
 from actors.summary import build_summary_prompt
 from actors.tokens import estimate_message_tokens, estimate_string_tokens, js_number, js_stringify
 from actors.truncation import truncate_tool_output
-from storage.errors import InvalidMessageError
+from common.errors import InvalidMessageError
 
 NODE = [
     (0, "0"), (-0.0, "0"), (0.0, "0"), (1, "1"), (-1, "-1"), (1.0, "1"), (1.5, "1.5"),

@@ -11,7 +11,7 @@ from actors.truncation import (
     truncate_tool_output,
     truncated_suffix,
 )
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 OBJECT_NOTE = "Tool output omitted because it was too large to preserve structurally."
 

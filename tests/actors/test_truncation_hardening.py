@@ -15,8 +15,8 @@ import pytest
 from actors.session import Session
 from actors.tokens import estimate_message_tokens
 from actors.truncation import enforce_row_size_limit, row_bytes, truncate_older_messages, truncate_tool_output
+from common.errors import InvalidInputError, InvalidMessageError
 from storage import SqlStorage
-from storage.errors import InvalidInputError, InvalidMessageError
 
 pytestmark = pytest.mark.both_storages
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from actors.truncation import ROW_MAX_BYTES, enforce_row_size_limit, row_bytes
-from storage.errors import InvalidInputError, InvalidMessageError
+from common.errors import InvalidInputError, InvalidMessageError
 
 pytestmark = pytest.mark.both_storages
 

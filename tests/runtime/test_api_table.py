@@ -12,6 +12,8 @@ import pytest
 from actors.agent import callable_method
 from actors.session import Session
 from actors.session_agent import TOOL_FORMATS, SessionAgent
+from common import errors
+from common.shapes import LATEST_LEAF
 from runtime import api, open_host
 from runtime.api import METHODS, SESSION_API, SESSION_EXCLUDED, ApiMethod, HttpRoute, Param
 from runtime.client import SessionsClient
@@ -19,8 +21,6 @@ from runtime.client.http import SessionHandle
 from runtime.server import routes
 from runtime.server.app import bind_sessions, create_app, serve
 from runtime.server.config import ServerSettings
-from storage import errors
-from storage.shapes import LATEST_LEAF
 
 TOKEN = "table-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

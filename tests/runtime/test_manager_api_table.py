@@ -11,6 +11,7 @@ from actors.agent import callable_method
 from actors.manager import SessionManager
 from actors.manager_agent import MANAGED_METHODS, ManagedSession, ManagerAgent
 from actors.session_agent import BlockConfig, SessionConfig
+from common import errors
 from runtime import api, open_host
 from runtime.api import METHODS, SESSION_API
 from runtime.client import ManagedSessionHandle, ManagerHandle, SessionsClient
@@ -26,7 +27,7 @@ from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
 from runtime.server.managers import MANAGER_ROUTES, bind_managers
 from runtime.testing import run_in_actor
-from storage import SqlStorage, errors
+from storage import SqlStorage
 
 TOKEN = "manager-table-token"
 VALIDATOR = jsonschema.Draft202012Validator

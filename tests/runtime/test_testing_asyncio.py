@@ -15,6 +15,7 @@ import trio
 import trio.lowlevel
 
 from actors import AlarmInfo, BlockConfig, SessionAgent, SessionConfig
+from common.errors import UnknownMethodError
 from runtime.testing_asyncio import (
     ThreadedHost,
     list_actor_ids,
@@ -24,7 +25,6 @@ from runtime.testing_asyncio import (
     threaded_actor_host,  # noqa: F401 (fixture)
     threaded_host,
 )
-from storage.errors import UnknownMethodError
 
 SKILLS = Path(__file__).resolve().parents[2] / "examples" / "skills"
 CONFIG = SessionConfig(

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 import trio
 
+from common.errors import DatabaseError, StorageUnavailableError
 from storage.cluster.driver import PgConnection, PgPool
-from storage.errors import DatabaseError, StorageUnavailableError
 
 
 async def connect(dsn: str, **kwargs) -> PgConnection:

@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from actors.session import Session
+from common.errors import OwnershipLostError, SchemaTooNewError, StorageError, StorageUnavailableError
 from storage.cluster import (
     ActorLog,
     ChangeCapture,
@@ -23,7 +24,6 @@ from storage.cluster import (
 )
 from storage.cluster.capture import ensure_marker
 from storage.cluster.driver import PgConnection
-from storage.errors import OwnershipLostError, SchemaTooNewError, StorageError, StorageUnavailableError
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 from tests.support.agents import RecordingAgent
@@ -297,7 +297,7 @@ async def test_a_deposed_writer_is_refused_and_poisoned(pg_empty_dsn, tmp_path, 
 
 
 async def test_a_takeover_waits_for_an_append_holding_the_fence(pg_empty_dsn, tmp_path, template):
-    """The fence is a row lock: a takeover racing an append either sees it or refuses it (FINDINGS Q5A)."""
+    """The fence is a row lock: a takeover racing an append either sees it or refuses it (docs/cluster.md, Q5A)."""
     async with storage_side(pg_empty_dsn, "h1", lease_s=0.4) as a:
         storage = open_file(tmp_path / "a.sqlite3", template)
         log = await new_log(a, storage)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from common.errors import InvalidInputError
 from storage import SqlStorage
-from storage.errors import InvalidInputError
 from storage.messages import LATEST_LEAF, MessageStore
 
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from actors.session_messages import apply_overlays, parse_all
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, MessageStore, NewMessage, to_iso8601
 from storage.postgres import PostgresSessionProvider

@@ -15,8 +15,8 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk.testing import run_session_store_conformance
 
+from common.transcript_summary import fold_session_summary
 from runtime.cli.formats.claude_code import find_claude_code_files, read_transcript_entries
-from storage.transcript_summary import fold_session_summary
 from storage.transcripts import CATALOG_FILE_NAME, TRANSCRIPTS_DIR_NAME, LocalTranscriptStore, session_file_id
 
 MAIN = {"project_key": "proj", "session_id": "sess"}

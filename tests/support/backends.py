@@ -148,7 +148,7 @@ def refusing_inserts(storage: Any, table: str, message: str, when: str = "TRUE")
     """A trigger refusing inserts into ``table`` (where ``when``, SQL on ``NEW``) with ``message``.
 
     Yields the exception class a write then raises (apsw's on SQLite, our
-    :class:`~storage.errors.DatabaseError` on Postgres); the trigger is
+    :class:`~common.errors.DatabaseError` on Postgres); the trigger is
     dropped on exit (the Postgres database is shared by the whole run).
     """
     if isinstance(storage, SqlStorage):
@@ -161,7 +161,7 @@ def refusing_inserts(storage: Any, table: str, message: str, when: str = "TRUE")
         finally:
             storage.exec("DROP TRIGGER IF EXISTS refuse")
         return
-    from storage.errors import DatabaseError
+    from common.errors import DatabaseError
 
     storage.exec(f"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
                  f"$$ BEGIN IF {when} THEN RAISE EXCEPTION '{message}'; END IF; RETURN NEW; END $$")

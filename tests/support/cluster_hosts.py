@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from runtime.wire import OWNER_HEADER, quote_segment
+from common.wire import OWNER_HEADER, quote_segment
 from tests.support.processes import cli_command, cli_env
 
 #: Seconds a host may take to start (imports, Postgres, binding).

@@ -24,6 +24,7 @@ import apsw
 import httpx
 import pytest
 
+from common.errors import InvalidInputError
 from runtime import DurableSessionStore, open_host
 from runtime.cli.claude_import import import_claude_code_sessions, push_claude_code_transcripts, session_metadata
 from runtime.cli.formats import RESULT_STATES, is_tool_part
@@ -32,7 +33,6 @@ from runtime.client import SessionsClient
 from runtime.host.ids import id_from_name
 from runtime.server.app import DEFAULT_NAMESPACE, bind_sessions
 from runtime.server.transcripts import open_transcripts
-from storage.errors import InvalidInputError
 from tests.runtime.cli.formats.test_claude_code import reference_counts
 from tests.support.data import CLAUDE_CODE_LOG, TEST_DATA, shared_data_dir
 from tests.support.processes import cli_command, cli_env, server_process

@@ -8,12 +8,7 @@ import pytest
 import trio
 
 from actors.session_agent import SessionAgent
-from runtime import ActorOverloadedError, UnknownMethodError, open_host
-from runtime.client import SessionsClient
-from runtime.client.websocket import ConnectionClosed
-from runtime.server.app import bind_sessions, serve
-from runtime.server.config import ServerSettings
-from storage.errors import (
+from common.errors import (
     ActorOverloadedError,
     ContextBlockError,
     InvalidInputError,
@@ -22,6 +17,11 @@ from storage.errors import (
     UnauthorizedError,
     UnknownMethodError,
 )
+from runtime import ActorOverloadedError, UnknownMethodError, open_host
+from runtime.client import SessionsClient
+from runtime.client.websocket import ConnectionClosed
+from runtime.server.app import bind_sessions, serve
+from runtime.server.config import ServerSettings
 
 TOKEN = "client-token"
 

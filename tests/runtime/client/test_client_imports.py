@@ -1,8 +1,8 @@
 """The client imports without the server: ``import runtime.client`` in a fresh interpreter.
 
-A program that only talks to a host needs httpx, wsproto, msgpack and anyio;
-it must not pay for (or depend on) the web framework, the ASGI server,
-SQLite, trio or the actor code. Each check runs in a new interpreter because
+A program that only talks to a host needs httpx, wsproto, msgpack, anyio and
+the shared vocabulary (``common``); it must not pay for (or depend on) the
+web framework, the ASGI server, SQLite, trio, the actor code or ``storage``. Each check runs in a new interpreter because
 this test process has long since imported all of them.
 """
 
@@ -11,7 +11,8 @@ import json
 from tests.support.processes import run_fresh_python
 
 #: Top-level packages and project sub-packages that only the server side uses.
-SERVER_ONLY = ["quart", "hypercorn", "werkzeug", "apsw", "trio", "actors", "runtime.server", "runtime.host"]
+SERVER_ONLY = ["quart", "hypercorn", "werkzeug", "apsw", "psycopg", "trio", "actors", "storage", "runtime.server",
+               "runtime.host"]
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -27,7 +28,7 @@ def loaded_of(modules: list[str], packages: list[str]) -> list[str]:
 
 def test_import_runtime_client_loads_no_server_module():
     modules = loaded_after("import runtime.client")
-    assert "runtime.client" in modules
+    assert {"runtime.client", "common.errors", "common.wire"} <= set(modules)
     assert loaded_of(modules, SERVER_ONLY) == []
 
 

@@ -17,13 +17,13 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from actors.session_agent import SessionAgent
+from common.errors import ServiceUnavailableError, StorageUnavailableError
+from common.wire import CLOSE_RECONNECT
 from runtime import open_host
 from runtime.api import METHODS
 from runtime.client import SessionsClient
 from runtime.client.failover import NOT_RETRY_SAFE, RETRY_SAFE, Endpoints, parse_retry_after, parse_urls
 from runtime.server.app import bind_sessions, create_app
-from runtime.wire import CLOSE_RECONNECT
-from storage.errors import ServiceUnavailableError, StorageUnavailableError
 from tests.support.postgres import free_port
 from tests.support.processes import kill_hard, server_process
 

@@ -3,11 +3,11 @@ against a real server on a loopback port."""
 
 import pytest
 
+from common.errors import InvalidInputError, SessionNotFoundError
 from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
-from storage.errors import InvalidInputError, SessionNotFoundError
 
 TOKEN = "client-pages-token"
 

@@ -2,12 +2,12 @@
 
 import pytest
 
+from common.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from runtime import open_host
 from runtime.client import ManagedSessionHandle, ManagerHandle, SessionsClient
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
 from runtime.server.managers import bind_managers
-from storage.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 
 TOKEN = "manager-client-token"
 

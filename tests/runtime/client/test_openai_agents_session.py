@@ -15,9 +15,9 @@ import pytest
 from agents import Runner
 from agents.memory import Session as SdkSession
 
+from common.errors import UnauthorizedError
 from runtime import DurableAgentsSession as FromRuntime
 from runtime.client import DurableAgentsSession, SessionsClient
-from storage.errors import UnauthorizedError
 from tests.support.agents_sdk import (
     catalogue_items,
     check_against_sqlite_session,

@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK items as Session messages (storage/openai_items.py): exact round trips, readable parts.
+"""OpenAI Agents SDK items as Session messages (common/openai_items.py): exact round trips, readable parts.
 
 "Through storage" below means what a Session does to a message: JSON as
 JavaScript writes it (``actors.tokens.js_stringify``), parsed again.
@@ -14,8 +14,8 @@ import pytest
 
 from actors.session_messages import search_text, tool_search_text
 from actors.tokens import js_stringify
-from storage import openai_items
-from storage.openai_items import FORMAT_KEY, items_of, message_views, needs_leaf, plan_add, plan_pop
+from common import openai_items
+from common.openai_items import FORMAT_KEY, items_of, message_views, needs_leaf, plan_add, plan_pop
 from tests.support.agents_sdk import CATALOGUE, catalogue_items, input_item_types
 
 
