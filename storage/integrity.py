@@ -387,7 +387,9 @@ def open_for_inspection(path: str | os.PathLike[str]) -> SqlStorage:
     return SqlStorage(con, os.fspath(path), "normal")
 
 
-def examine(path: str | os.PathLike[str], known_generation: int | None = None) -> tuple[str | None, ActorFacts | None]:
+def examine(
+    path: str | os.PathLike[str], known_generation: int | None = None
+) -> tuple[str, None] | tuple[None, ActorFacts]:
     """The thorough check of one closed actor file (``doctor``): ``(problem, None)`` or ``(None, facts)``.
 
     Headers, every WAL frame checksum, the full integrity check, and the

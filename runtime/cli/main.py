@@ -59,7 +59,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -189,7 +189,7 @@ class _Commands:
 
 def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """``--log-level`` and ``--log-format``; after the subcommand they override what came before it."""
-    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
     parser.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
                         help=f"logging level: {', '.join(LEVELS)} (default INFO)", **(keep or {"default": "INFO"}))
     parser.add_argument("--log-format", choices=LOG_FORMATS, help="text (default) or json: one object per line",
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(args.command, exc, _server_url(args))
 
 
-def _failed(command: str, exc: Exception, url: str | None = None) -> int:
+def _failed(command: str, exc: Exception, url: str | Sequence[str] | None = None) -> int:
     logger.debug("failure", exc_info=exc)
     print(f"durable-sessions {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
     hint = _hint(exc, url)
@@ -258,7 +258,7 @@ def _failed(command: str, exc: Exception, url: str | None = None) -> int:
     return 1
 
 
-def _hint(exc: Exception, url: str | None) -> str | None:
+def _hint(exc: Exception, url: str | Sequence[str] | None) -> str | None:
     """What to try next after a client command's failure, when the failure says it (else ``None``)."""
     import httpx  # a client command loaded it already
 
@@ -486,7 +486,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
 
 
-def _server_url(args: argparse.Namespace) -> str | None:
+def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
     """The server a client command talks to, as the client resolves it (``None`` for ``serve``, ``doctor``)."""
     if args.command not in CLIENT_COMMANDS:
         return None
