@@ -31,21 +31,7 @@ from .errors import SearchQueryError
 from .messages import FTS_TABLE, TEXT_OF_CONTENT
 from .schema import NOW_MS
 from .sqlite import SqlStorage
-
-#: Columns of a registry row, in the order rows are returned.
-SESSION_COLUMNS = (
-    "id",
-    "name",
-    "parent_session_id",
-    "model",
-    "source",
-    "input_tokens",
-    "output_tokens",
-    "estimated_cost",
-    "end_reason",
-    "created_at",
-    "updated_at",
-)
+from .tree.registry import SESSION_COLUMNS
 
 _COLUMNS = ", ".join(SESSION_COLUMNS)
 _NEXT_UPDATE = "(SELECT coalesce(max(updated_seq), 0) + 1 FROM assistant_sessions)"

@@ -1,4 +1,4 @@
-"""Layering (DESIGN.md): imports point one way, runtime -> actors -> storage;
+"""Layering (docs/architecture.md): imports point one way, runtime -> actors -> storage;
 SQL text and apsw live only in storage.
 
 Every rule reads the source with :mod:`ast` (nothing is imported) and names
@@ -17,7 +17,11 @@ each offence as ``path:line``. The rules:
   pass-through of a user's own SQL (a Durable Object's ``ctx.storage.sql``);
 * inside ``runtime``, each room imports only the rooms below it
   (docs/architecture.md): the client neither the host nor the server, the
-  host not the server, and ``runtime.wire``/``runtime.api``/``runtime.manager_api`` none of them.
+  host not the server, and ``runtime.wire``/``runtime.api``/``runtime.manager_api`` none of them;
+* the message-tree engine (``storage.tree``) is dialect-free and loads no
+  database driver, and ``storage.postgres`` loads no apsw: neither imports
+  apsw nor a SQLite module of ``storage``, and importing them in a fresh
+  interpreter leaves apsw (and, for the engine, psycopg) unloaded.
 """
 
 from __future__ import annotations
@@ -259,6 +263,40 @@ def test_no_storage_connection_or_query_outside_storage(package):
             f"{where(path, node)}: {what}" for node, what, scope in use.found if (relative, scope) not in QUERY_ALLOWED
         ]
     assert not offenders, "storage connection or query outside storage:\n" + "\n".join(offenders)
+
+
+#: The modules of ``storage`` that load apsw (SQLite), directly or through each other.
+SQLITE_MODULES = ("storage.sqlite", "storage.schema", "storage.messages", "storage.context", "storage.registry",
+                  "storage.kv", "storage.integrity", "storage.catalog", "storage.transcripts")
+
+
+@pytest.mark.parametrize("package", ["storage/postgres", "storage/tree"])
+def test_the_tree_engine_and_postgres_import_no_sqlite_module(package):
+    offenders = [
+        f"{where(path, node)}: import {name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name, node in module_imports(parse(path))
+        if name == "apsw" or name.startswith("apsw.") or name in SQLITE_MODULES
+    ]
+    offenders += [  # relative imports of a SQLite module (``from ..messages import``)
+        f"{where(path, node)}: from {'.' * node.level}{node.module} import ..."
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(parse(path))
+        if isinstance(node, ast.ImportFrom) and node.level > 1
+        and f"storage.{node.module}".split(".")[:2] in [m.split(".") for m in SQLITE_MODULES]
+    ]
+    assert not offenders, f"{package} imports SQLite:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(("module", "unloaded"), [
+    ("storage.postgres", ["apsw"]),
+    ("storage.tree.reads, storage.tree.writes, storage.tree.sqlite, storage.tree.postgres", ["apsw", "psycopg"]),
+])
+def test_importing_leaves_drivers_unloaded(module, unloaded):
+    from tests.support.processes import run_fresh_python
+
+    code = f"import sys, {module}\nprint(sorted(m for m in {unloaded!r} if m in sys.modules))"
+    assert run_fresh_python(code).strip() == "[]"
 
 
 # -- the rules catch what they are for ---------------------------------------------------

@@ -25,8 +25,8 @@ from typing import Any
 from storage.errors import InvalidInputError
 
 from ..fts import parse_query
+from ..tree.postgres import NOW_MS
 from .connection import Operation, Query, runner_for
-from .message_sql import NOW_MS
 from .search import match
 from .values import MAX_VALUE_BYTES, check_text
 

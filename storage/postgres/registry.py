@@ -9,13 +9,13 @@ UTC ``YYYY-MM-DD HH:MM:SS.SSS`` text -- and the same rules:
   session first; every write that sets ``updated_at`` (creation included)
   takes the next ``updated_seq`` from a sequence, so sessions touched
   within one millisecond list in the order of those writes, the later
-  first (DEVIATIONS 2);
+  first (docs/deviations.md #2);
 * :meth:`~PostgresRegistry.delete_session` removes everything the session
   owns -- messages, compactions, ``assistant_config`` rows, the block rows
   named ``<something>_<session id>`` (auto-wired blocks, the cached
-  prompt) -- and its registry row, in one transaction (DEVIATIONS 15);
+  prompt) -- and its registry row, in one transaction (docs/deviations.md #15);
 * :meth:`~PostgresRegistry.search_messages` looks only at messages of
-  registered sessions, with the one query syntax (DEVIATIONS 9-11; how
+  registered sessions, with the one query syntax (docs/deviations.md #9-#11; how
   terms match: :mod:`storage.postgres.search`).
 
 :meth:`~PostgresRegistry.insert_session` can end another session and store
@@ -29,19 +29,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..fts import ParsedQuery
-from ..messages import NewMessage
-from ..registry import SESSION_COLUMNS
-from .connection import Operation, Query, runner_for
-from .message_sql import NOW_MS, _stamp
-from .messages import PostgresSessionProvider
+from ..tree import writes
+from ..tree.postgres import NOW_MS, POSTGRES, stamp
+from ..tree.registry import SESSION_COLUMNS
+from ..tree.rows import NewMessage
+from .connection import Operation, Query, on_postgres, runner_for
+from .messages import check_messages
 from .search import match
-from .values import check_int, check_optional_text, check_text
+from .values import MAX_VALUE_BYTES, check_int, check_optional_text, check_text
 
 #: The sequence numbering registry writes (see the module docstring).
 UPDATED_SEQ = "assistant_sessions_updated_seq"
 
 _COLUMNS = ", ".join(
-    _stamp(name) + f" AS {name}" if name in ("created_at", "updated_at") else name for name in SESSION_COLUMNS
+    stamp(name) + f" AS {name}" if name in ("created_at", "updated_at") else name for name in SESSION_COLUMNS
 )
 _TOUCH = f"updated_at = {NOW_MS}, updated_seq = nextval('{UPDATED_SEQ}')"
 
@@ -71,7 +72,7 @@ blocks AS (DELETE FROM cf_agents_context_blocks WHERE length(label) > %(n)s AND 
 DELETE FROM assistant_sessions WHERE id = %(id)s RETURNING id
 """
 _SEARCH = f"""
-SELECT m.id, m.role, m.text_content AS content, {_stamp('m.created_at')} AS created_at, m.session_id
+SELECT m.id, m.role, m.text_content AS content, {stamp('m.created_at')} AS created_at, m.session_id
 FROM assistant_messages AS m
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = m.session_id) AND {{where}}
 ORDER BY {{rank}} DESC, m.seq LIMIT %(limit)s
@@ -172,10 +173,7 @@ class PostgresRegistry:
             "model": check_optional_text(model, "model"),
             "source": check_optional_text(source, "source"),
         }
-        store = PostgresSessionProvider(self._runner, session_id)
-        if max_value_bytes is not None:
-            store.max_value_bytes = max_value_bytes
-        rows = [store._chain_row(i, m) for i, m in enumerate(messages)]
+        rows = check_messages(messages, MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes)
         if end is not None:
             end = (check_text(end[0], "session_id"), check_text(end[1], "reason"))
 
@@ -184,7 +182,7 @@ class PostgresRegistry:
                 yield Query(_END, {"id": end[0], "reason": end[1]})
             [row] = yield Query(_INSERT, params)
             if rows:
-                yield from store._chain(rows, None)
+                yield from on_postgres(writes.append_chain(POSTGRES, params["id"], rows, None))
             return dict(row)
 
         return await self._runner.run(op(), write=True)

@@ -1,9 +1,9 @@
-"""Dates of compaction records (session-behaviours §8, DEVIATIONS 2).
+"""Dates of compaction records (docs/behaviours.md §8, docs/deviations.md #2).
 
 The original's ``getCompactions()`` gives ``createdAt`` as SQLite writes
 ``CURRENT_TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS``, UTC); its ``addCompaction()``
 and its overlay messages give JavaScript ``Date`` text (ISO-8601, ms, ``Z``).
-Ours keep those two shapes, with the millisecond resolution of DEVIATIONS 2
+Ours keep those two shapes, with the millisecond resolution of docs/deviations.md #2
 in the SQLite one (``YYYY-MM-DD HH:MM:SS.SSS``, as session rows'
 ``created_at``), and all three name the one stored instant.
 """

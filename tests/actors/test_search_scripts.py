@@ -1,4 +1,4 @@
-"""Words glued to Chinese or Japanese text are found (DEVIATIONS 10).
+"""Words glued to Chinese or Japanese text are found (docs/deviations.md #10).
 
 ``unicode61`` makes ``重跑gen-itgc后`` the tokens ``重跑gen`` and ``itgc后``,
 so neither ``gen`` nor ``itgc`` matched anywhere. Text is split where CJK and
