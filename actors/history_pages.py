@@ -38,7 +38,8 @@ from contextlib import aclosing
 from typing import Any
 
 from storage.errors import InvalidInputError, MessageNotFoundError
-from storage.messages import OVERLAY_PREFIX, CompactionRow
+from storage.shapes import OVERLAY_PREFIX
+from storage.tree.rows import CompactionRow
 
 from .session_messages import overlay_message, parse
 from .session_store import AsyncHistoryStore

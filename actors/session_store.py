@@ -43,7 +43,7 @@ from .session_messages import apply_overlays, compaction_record, parse_all, pars
 
 if TYPE_CHECKING:
     from storage.fts import ParsedQuery
-    from storage.messages import CompactionRow, NewMessage, PathTokens, SearchRow
+    from storage.tree.rows import CompactionRow, NewMessage, PathTokens, SearchRow
 
 __all__ = [
     "AsyncHistoryStore",
