@@ -176,7 +176,8 @@ _DROP_CONFIG = "DELETE FROM assistant_config WHERE session_id = ? AND key = ?"
 
 def read_config(storage: SqlStorage, session_id: str, key: str) -> str | None:
     """The value stored under ``(session_id, key)``, or ``None``."""
-    return storage.scalar(_GET_CONFIG, session_id, key)
+    value: str | None = storage.scalar(_GET_CONFIG, session_id, key)
+    return value
 
 
 def write_config(storage: SqlStorage, session_id: str, key: str, value: str) -> None:

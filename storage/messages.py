@@ -29,6 +29,7 @@ from .errors import SearchQueryError
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree import reads, writes
+from .tree import sqlite as SQLITE
 from .tree.places import ancestor_at_depth, token_places
 from .tree.reads import check_chunk_limits
 from .tree.rows import (
@@ -42,7 +43,7 @@ from .tree.rows import (
     to_iso8601,
 )
 from .tree.search import search_query, search_records
-from .tree.sqlite import FTS_TABLE, SQLITE, TEXT_OF_CONTENT
+from .tree.sqlite import FTS_TABLE, TEXT_OF_CONTENT
 from .tree.steps import Operation, drive
 
 __all__ = [

@@ -26,9 +26,10 @@ from .errors import SearchQueryError
 from .schema import NOW_MS
 from .sqlite import SqlStorage
 from .tree import registry as rules
+from .tree import sqlite as SQLITE
 from .tree.registry import SESSION_COLUMNS
 from .tree.rows import NewMessage
-from .tree.sqlite import FTS_TABLE, SQLITE, TEXT_OF_CONTENT
+from .tree.sqlite import FTS_TABLE, TEXT_OF_CONTENT
 from .tree.steps import Operation, drive
 
 __all__ = [

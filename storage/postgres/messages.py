@@ -36,10 +36,11 @@ from storage.errors import InvalidInputError
 from storage.shapes import LATEST_LEAF, _LatestLeaf
 
 from ..fts import ParsedQuery
+from ..tree import postgres as POSTGRES
 from ..tree import reads, writes
 from ..tree import steps as tree
 from ..tree.places import ancestor_at_depth, token_places
-from ..tree.postgres import POSTGRES, stamp
+from ..tree.postgres import stamp
 from ..tree.reads import check_chunk_limits
 from ..tree.rows import PATH_CHUNK_BYTES, PATH_CHUNK_ROWS, CompactionRow, NewMessage, PathTokens, SearchRow, TokenPlace
 from ..tree.search import search_query, search_records

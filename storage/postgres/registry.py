@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..fts import ParsedQuery
+from ..tree import postgres as POSTGRES
 from ..tree import registry as rules
 from ..tree import steps as tree
-from ..tree.postgres import NOW_MS, POSTGRES, pg, stamp
+from ..tree.postgres import NOW_MS, pg, stamp
 from ..tree.registry import SESSION_COLUMNS
 from ..tree.rows import NewMessage
 from .connection import Operation, Query, on_postgres, runner_for

@@ -64,8 +64,8 @@ from typing import Any
 from storage.errors import DatabaseError, SchemaTooNewError
 
 from ..fts import _CJK_RANGES
+from ..tree import postgres as POSTGRES
 from ..tree.places import place_subtrees
-from ..tree.postgres import POSTGRES
 from .connection import Operation, Query, on_postgres, runner_for
 
 #: Version of the schema this code writes; stored in ``durable_sessions_meta``.

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from .rows import NewMessage
 from .steps import Many, Operation, Place
 
-__all__ = ["ACTIVE_LEAF_KEY", "NOW_MS", "POSTGRES", "PgStatement", "PostgresTree", "stamp"]
+__all__ = ["ACTIVE_LEAF_KEY", "NOW_MS", "PgStatement", "pg", "stamp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,93 +312,53 @@ RELTUPLES = pg("SELECT reltuples FROM pg_class WHERE oid = 'assistant_messages':
 ANALYZE = pg("ANALYZE assistant_messages")
 
 
-class PostgresTree:
-    """The Postgres :class:`~storage.tree.steps.Dialect`: the statements above and Postgres' own steps."""
+def id_list(ids: Iterable[str]) -> list[str]:
+    """A ``text[]`` value, each id once."""
+    return sorted(set(ids))
 
-    LOCK = LOCK
-    GET = GET
-    EXISTS = EXISTS
-    COUNT = COUNT
-    LATEST_LEAF = LATEST_LEAF
-    PATH_CONTENT = PATH_CONTENT
-    PATH_JSON = PATH_JSON
-    PATH_STATS = PATH_STATS
-    CHUNK_FROM_LEAF = CHUNK_FROM_LEAF
-    CHUNK_FROM_ROW = CHUNK_FROM_ROW
-    WINDOW = WINDOW
-    PLACE = PLACE
-    CHILDREN = CHILDREN
-    COMPACTIONS = COMPACTIONS
-    COMPACTION_END = COMPACTION_END
-    ADD_COMPACTION = ADD_COMPACTION
-    TOKEN_PLACES = TOKEN_PLACES
-    CLIMB = CLIMB
-    LATEST_TOKENS = LATEST_TOKENS
-    LINK = LINK
-    LATEST_LINK = LATEST_LINK
-    DEPTH_JUMP = DEPTH_JUMP
-    STORED_IDS = STORED_IDS
-    OLD_SIZE = OLD_SIZE
-    SHIFT = SHIFT
-    ROW_FOR_DELETE = ROW_FOR_DELETE
-    SUBTREES = SUBTREES
-    SET_PLACE = SET_PLACE
+def insert(
+    s: str, message_id: str, role: str, content: str, text: str, tools: str,
+    parent: str | None, parent_seq: int | None, place: Place,
+) -> Operation[int | None]:
+    """The row with its searched text, and the active leaf; then the statistics check."""
+    depth, path_bytes, tokens, path_tokens, jump = place
+    rows = yield APPEND, (s, message_id, parent, role, content, text, tools, depth, path_bytes, tokens,
+                          path_tokens, jump)
+    if not rows:
+        return None
+    yield from keep_statistics(1, depth)
+    seq: int = rows[0][0]
+    return seq
 
-    @staticmethod
-    def id_list(ids: Iterable[str]) -> list[str]:
-        """A ``text[]`` value, each id once."""
-        return sorted(set(ids))
+def new_seqs(count: int) -> Operation[list[int]]:
+    """``count`` values of the ``seq`` identity's sequence."""
+    return sorted(row[0] for row in (yield NEW_SEQS, (count,)))
 
-    @staticmethod
-    def insert(
-        s: str, message_id: str, role: str, content: str, text: str, tools: str,
-        parent: str | None, parent_seq: int | None, place: Place,
-    ) -> Operation[int | None]:
-        """The row with its searched text, and the active leaf; then the statistics check."""
-        depth, path_bytes, tokens, path_tokens, jump = place
-        rows = yield APPEND, (s, message_id, parent, role, content, text, tools, depth, path_bytes, tokens,
-                              path_tokens, jump)
-        if not rows:
-            return None
-        yield from keep_statistics(1, depth)
-        seq: int = rows[0][0]
-        return seq
+def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
+    """Every row in one ``executemany``, then the active leaf and the statistics check."""
+    yield Many(INSERT_ROW, [(seq, s, m.id, parent, m.role, m.content, m.text, m.tools, *place)
+                            for seq, m, parent, _, place in rows])
+    yield SET_ACTIVE_LEAF, (s, rows[-1][1].id)
+    yield from keep_statistics(len(rows), rows[-1][4][0])
 
-    @staticmethod
-    def new_seqs(count: int) -> Operation[list[int]]:
-        """``count`` values of the ``seq`` identity's sequence."""
-        return sorted(row[0] for row in (yield NEW_SEQS, (count,)))
+def rewrite(
+    s: str, seq: int, message_id: str, role: str, content: str, text: str, tools: str, tokens: int
+) -> Operation[None]:
+    """The row's values and searched text."""
+    yield REWRITE, (seq, role, content, text, tools, tokens)
 
-    @staticmethod
-    def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
-        """Every row in one ``executemany``, then the active leaf and the statistics check."""
-        yield Many(INSERT_ROW, [(seq, s, m.id, parent, m.role, m.content, m.text, m.tools, *place)
-                                for seq, m, parent, _, place in rows])
-        yield SET_ACTIVE_LEAF, (s, rows[-1][1].id)
-        yield from keep_statistics(len(rows), rows[-1][4][0])
+def remove(s: str, seq: int, message_id: str, parent: str | None, parent_ref: object) -> Operation[list[str]]:
+    """Delete the row and hand its children to ``parent`` (one statement)."""
+    return [row[0] for row in (yield REMOVE, (s, seq, message_id, parent))]
 
-    @staticmethod
-    def rewrite(
-        s: str, seq: int, message_id: str, role: str, content: str, text: str, tools: str, tokens: int
-    ) -> Operation[None]:
-        """The row's values and searched text."""
-        yield REWRITE, (seq, role, content, text, tools, tokens)
+def after_delete(s: str, deleted: list[str]) -> Operation[None]:
+    """Drop the active-leaf row when the leaf it names is gone."""
+    if not (yield ACTIVE_LEAF, (s,)):
+        yield DROP_ACTIVE_LEAF, (s,)
 
-    @staticmethod
-    def remove(s: str, seq: int, message_id: str, parent: str | None, parent_ref: object) -> Operation[list[str]]:
-        """Delete the row and hand its children to ``parent`` (one statement)."""
-        return [row[0] for row in (yield REMOVE, (s, seq, message_id, parent))]
-
-    @staticmethod
-    def after_delete(s: str, deleted: list[str]) -> Operation[None]:
-        """Drop the active-leaf row when the leaf it names is gone."""
-        if not (yield ACTIVE_LEAF, (s,)):
-            yield DROP_ACTIVE_LEAF, (s,)
-
-    @staticmethod
-    def clear(s: str) -> Operation[None]:
-        """Every message and compaction of the session and its active leaf, in one statement."""
-        yield CLEAR, (s,)
+def clear(s: str) -> Operation[None]:
+    """Every message and compaction of the session and its active leaf, in one statement."""
+    yield CLEAR, (s,)
 
 
 def keep_statistics(inserted: int, depth: int) -> Operation[None]:
@@ -425,7 +385,3 @@ def keep_statistics(inserted: int, depth: int) -> Operation[None]:
     [(reltuples,)] = yield RELTUPLES, ()
     if reltuples < 4 * depth:
         yield ANALYZE, ()
-
-
-#: The dialect the Postgres provider runs the tree rules with.
-POSTGRES = PostgresTree()

@@ -275,121 +275,84 @@ WHERE session_id = ?1 ORDER BY created_at, seq
 COMPACTION_END = "SELECT to_message_id FROM assistant_compactions WHERE session_id = ?1 AND id = ?2"
 
 
-class SqliteTree:
-    """The SQLite :class:`~storage.tree.steps.Dialect`: the statements above and SQLite's own steps."""
+#: Writes of one session are serialised by the actor: no lock.
+LOCK = None
 
-    LOCK = None
-    GET = GET
-    EXISTS = EXISTS
-    COUNT = COUNT
-    LATEST_LEAF = LATEST_LEAF
-    PATH_CONTENT = PATH_CONTENT
-    PATH_JSON = PATH_JSON
-    PATH_STATS = PATH_STATS
-    CHUNK_FROM_LEAF = CHUNK_FROM_LEAF
-    CHUNK_FROM_ROW = CHUNK_FROM_ROW
-    WINDOW = WINDOW
-    PLACE = PLACE
-    CHILDREN = CHILDREN
-    COMPACTIONS = COMPACTIONS
-    COMPACTION_END = COMPACTION_END
-    ADD_COMPACTION = ADD_COMPACTION
-    TOKEN_PLACES = TOKEN_PLACES
-    CLIMB = CLIMB
-    LATEST_TOKENS = LATEST_TOKENS
-    LINK = LINK
-    LATEST_LINK = LATEST_LINK
-    DEPTH_JUMP = DEPTH_JUMP
-    STORED_IDS = STORED_IDS
-    OLD_SIZE = OLD_SIZE
-    SHIFT = SHIFT
-    ROW_FOR_DELETE = ROW_FOR_DELETE
-    SUBTREES = SUBTREES
-    SET_PLACE = SET_PLACE
 
-    @staticmethod
-    def id_list(ids: Iterable[str]) -> str:
-        """A JSON array: what ``json_each`` reads."""
-        return json.dumps(list(ids))
+def id_list(ids: Iterable[str]) -> str:
+    """A JSON array: what ``json_each`` reads."""
+    return json.dumps(list(ids))
 
-    @staticmethod
-    def insert(
-        s: str, message_id: str, role: str, content: str, text: str, tools: str,
-        parent: str | None, parent_seq: int | None, place: Place,
-    ) -> Operation[int | None]:
-        """The row, then its search rows (``text`` and ``tools`` both ``""``: none)."""
-        rows = yield INSERT, (s, message_id, parent, parent_seq, role, content, *place)
-        if not rows:
-            return None
-        seq: int = rows[0][0]
-        for step in fts.index_rows(FTS_TABLE, seq, text, tools=tools):  # noqa: UP028 -- the hot path: no extra frame
-            yield step
-        return seq
+def insert(
+    s: str, message_id: str, role: str, content: str, text: str, tools: str,
+    parent: str | None, parent_seq: int | None, place: Place,
+) -> Operation[int | None]:
+    """The row, then its search rows (``text`` and ``tools`` both ``""``: none)."""
+    rows = yield INSERT, (s, message_id, parent, parent_seq, role, content, *place)
+    if not rows:
+        return None
+    seq: int = rows[0][0]
+    for step in fts.index_rows(FTS_TABLE, seq, text, tools=tools):  # noqa: UP028 -- the hot path: no extra frame
+        yield step
+    return seq
 
-    @staticmethod
-    def new_seqs(count: int) -> Operation[list[int]]:
-        """The file's next rowids: a chain's rows are the newest of the file."""
-        [(first,)] = yield NEXT_SEQ, ()
-        return list(range(first, first + count))
+def new_seqs(count: int) -> Operation[list[int]]:
+    """The file's next rowids: a chain's rows are the newest of the file."""
+    [(first,)] = yield NEXT_SEQ, ()
+    return list(range(first, first + count))
 
-    @staticmethod
-    def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
-        """Every row in one ``executemany``, then the search rows, one ``executemany`` per statement."""
-        search: defaultdict[str, list[Sequence[Any]]] = defaultdict(list)
-        for seq, m, _, _, _ in rows:
-            for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, tools=m.tools):
-                search[sql].append(params)
-        yield Many(INSERT_ROW, [(seq, s, m.id, parent, parent_seq, m.role, m.content, *place)
-                                for seq, m, parent, parent_seq, place in rows])
-        for statement, args in search.items():
-            yield Many(statement, args)
+def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
+    """Every row in one ``executemany``, then the search rows, one ``executemany`` per statement."""
+    search: defaultdict[str, list[Sequence[Any]]] = defaultdict(list)
+    for seq, m, _, _, _ in rows:
+        for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, tools=m.tools):
+            search[sql].append(params)
+    yield Many(INSERT_ROW, [(seq, s, m.id, parent, parent_seq, m.role, m.content, *place)
+                            for seq, m, parent, parent_seq, place in rows])
+    for statement, args in search.items():
+        yield Many(statement, args)
 
-    @staticmethod
-    def rewrite(
-        s: str, seq: int, message_id: str, role: str, content: str, text: str, tools: str, tokens: int
-    ) -> Operation[None]:
-        """The row's values, then its search rows anew."""
-        yield UPDATE, (s, message_id, role, content, tokens)
+def rewrite(
+    s: str, seq: int, message_id: str, role: str, content: str, text: str, tools: str, tokens: int
+) -> Operation[None]:
+    """The row's values, then its search rows anew."""
+    yield UPDATE, (s, message_id, role, content, tokens)
+    yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
+    yield from _each(fts.index_rows(FTS_TABLE, seq, text, tools=tools))
+
+def remove(s: str, seq: int, message_id: str, parent: str | None, parent_ref: Any) -> Operation[list[str]]:
+    """Re-attach the children (``parent_id`` and ``parent_seq``), delete the row and its search rows."""
+    moved = [child for (child,) in (yield CHILD_IDS, (s, message_id))]
+    yield REPARENT, (s, message_id, parent, parent_ref)
+    yield DELETE, (seq,)
+    yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
+    return moved
+
+def after_delete(s: str, deleted: list[str]) -> Operation[None]:
+    """Nothing: the latest leaf is the newest row left."""
+    return
+    yield
+
+def clear(s: str) -> Operation[None]:
+    """The search rows of every message, then the messages and compactions."""
+    for (seq,) in (yield SESSION_SEQS, (s,)):
         yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
-        yield from _each(fts.index_rows(FTS_TABLE, seq, text, tools=tools))
+    yield CLEAR_MESSAGES, (s,)
+    yield CLEAR_COMPACTIONS, (s,)
 
-    @staticmethod
-    def remove(s: str, seq: int, message_id: str, parent: str | None, parent_ref: Any) -> Operation[list[str]]:
-        """Re-attach the children (``parent_id`` and ``parent_seq``), delete the row and its search rows."""
-        moved = [child for (child,) in (yield CHILD_IDS, (s, message_id))]
-        yield REPARENT, (s, message_id, parent, parent_ref)
-        yield DELETE, (seq,)
-        yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
-        return moved
-
-    @staticmethod
-    def after_delete(s: str, deleted: list[str]) -> Operation[None]:
-        """Nothing: the latest leaf is the newest row left."""
-        return
-        yield
-
-    @staticmethod
-    def clear(s: str) -> Operation[None]:
-        """The search rows of every message, then the messages and compactions."""
-        for (seq,) in (yield SESSION_SEQS, (s,)):
-            yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
-        yield CLEAR_MESSAGES, (s,)
-        yield CLEAR_COMPACTIONS, (s,)
-
-    @staticmethod
-    def search(s: str, query: fts.ParsedQuery, limit: int) -> Operation[list[SearchRow]]:
-        """Ranks the whole file's matches and keeps the best ``limit``; only when another
-        session's messages are among them does it rank again, joined to this session's rows.
-        A file holding one session (the usual actor) thus never looks up the messages table
-        for every match. apsw errors pass through (the store turns them into
-        :class:`~storage.errors.SearchQueryError`)."""
-        hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
-        best = yield TOP_HITS.format(hits=hits), (*params, limit)
-        rows = yield from _hit_rows(s, [seq for seq, _ in best])
-        if len(rows) < len(best):
-            scoped = yield TOP_SESSION_HITS.format(hits=hits), (*params, s, limit)
-            rows = yield from _hit_rows(s, [seq for seq, _ in scoped])
-        return rows
+def search(s: str, query: fts.ParsedQuery, limit: int) -> Operation[list[SearchRow]]:
+    """Ranks the whole file's matches and keeps the best ``limit``; only when another
+    session's messages are among them does it rank again, joined to this session's rows.
+    A file holding one session (the usual actor) thus never looks up the messages table
+    for every match. apsw errors pass through (the store turns them into
+    :class:`~storage.errors.SearchQueryError`)."""
+    hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
+    best = yield TOP_HITS.format(hits=hits), (*params, limit)
+    rows = yield from _hit_rows(s, [seq for seq, _ in best])
+    if len(rows) < len(best):
+        scoped = yield TOP_SESSION_HITS.format(hits=hits), (*params, s, limit)
+        rows = yield from _hit_rows(s, [seq for seq, _ in scoped])
+    return rows
 
 
 def _each(steps: list[tuple[str, tuple[Any, ...]]]) -> Operation[None]:
@@ -407,7 +370,3 @@ def _hit_rows(s: str, seqs: list[int]) -> Operation[list[SearchRow]]:
         for seq, message_id, role, content, created_at in (yield HIT_ROWS, (s, json.dumps(seqs)))
     }
     return [found[seq] for seq in seqs if seq in found]
-
-
-#: The dialect the SQLite store runs the tree rules with.
-SQLITE = SqliteTree()
