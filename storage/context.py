@@ -100,8 +100,7 @@ _SQLITE_CONTEXT = SqliteContextDialect()
 
 
 def _run(storage: SqlStorage, op: Operation[T]) -> T:
-    con = storage.connection
-    return drive(con.execute, con.executemany, op)
+    return drive(storage.connection, op)
 
 
 # -- cf_agents_context_blocks ------------------------------------------------

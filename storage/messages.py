@@ -84,13 +84,11 @@ class MessageStore:
         return MessageStore(self.storage, session_id)
 
     def _run(self, op: Operation[T]) -> T:
-        con = self.storage.connection
-        return drive(con.execute, con.executemany, op)
+        return drive(self.storage.connection, op)
 
     def _write(self, op: Operation[T]) -> T:
         with self.storage.transaction():
-            con = self.storage.connection
-            return drive(con.execute, con.executemany, op)
+            return drive(self.storage.connection, op)
 
     # -- reads -------------------------------------------------------------
 

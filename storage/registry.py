@@ -138,8 +138,7 @@ _SQLITE_REGISTRY = SqliteRegistryDialect()
 
 
 def _run(storage: SqlStorage, op: Operation[T]) -> T:
-    con = storage.connection
-    return drive(con.execute, con.executemany, op)
+    return drive(storage.connection, op)
 
 
 def _write(storage: SqlStorage, op: Operation[T]) -> T:
