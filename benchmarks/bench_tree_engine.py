@@ -40,15 +40,14 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.session import Session  # noqa: E402
-from actors.session_messages import search_text  # noqa: E402
-from actors.tokens import estimate_message_tokens, js_stringify  # noqa: E402
-from storage import SqlStorage  # noqa: E402
-from storage.fts import parse_query  # noqa: E402
-from storage.messages import LATEST_LEAF, MessageStore, NewMessage  # noqa: E402
+from actors.session import Session
+from actors.session_messages import search_text
+from actors.tokens import estimate_message_tokens, js_stringify
+from storage import SqlStorage
+from storage.fts import parse_query
+from storage.messages import LATEST_LEAF, MessageStore, NewMessage
 
-WORDS = ("flight reservation cancel baggage refund seat upgrade gold member economy business "
-         "the a to for on my").split()
+WORDS = ["flight", "reservation", "cancel", "baggage", "refund", "seat", "upgrade", "gold", "member", "economy", "business", "the", "a", "to", "for", "on", "my"]
 
 
 def load_store_before(rev: str) -> type:
