@@ -336,7 +336,7 @@ class PostgresSessionProvider:
     def _check_parent(parent_id: Any) -> str | None | _LatestLeaf:
         """The parent to resolve: an id holding NUL names no stored message, so it makes a root."""
         if parent_id is LATEST_LEAF or parent_id is None:
-            return parent_id  # type: ignore[no-any-return]
+            return parent_id
         return lookup_key(parent_id, "parent_id")
 
     async def append(

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from .rows import NewMessage
 from .steps import Many, Operation, Place
 
-__all__ = ["ACTIVE_LEAF_KEY", "NOW_MS", "PgStatement", "pg", "stamp"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,12 @@
 
 The rules are in :mod:`storage.tree` (written once for both databases);
 :class:`storage.messages.MessageStore` runs them on apsw with
-:func:`storage.tree.steps.drive`. Everything here is statement text and the
-few steps that differ from Postgres (:class:`SqliteTree`): the search rows
-of a message live in FTS5 tables of their own (``storage/fts.py``), the
-chain's ``seq`` values are the file's next rowids, and a session's writes
-are serialised by the actor (no lock).
+:func:`storage.tree.steps.drive`, passing this module as the
+:class:`~storage.tree.steps.Dialect`. Everything here is statement text and
+the few steps that differ from Postgres: the search rows of a message live
+in FTS5 tables of their own (``storage/fts.py``; :func:`search` ranks them),
+the chain's ``seq`` values are the file's next rowids, and a session's
+writes are serialised by the actor (no lock).
 
 Tables (``storage/schema.py``): ``assistant_messages`` keyed
 ``(session_id, id)`` with the integer ``seq`` as insertion order;

@@ -24,7 +24,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .rows import NewMessage, SearchRow
+from .rows import NewMessage
 
 __all__ = ["Connection", "Dialect", "Many", "Operation", "Place", "Rows", "Step", "drive"]
 
@@ -151,10 +151,6 @@ class Dialect(Protocol):
 
     def clear(self, s: str) -> Operation[None]:
         """Delete every message, compaction and search row of session ``s``."""
-        ...
-
-    def search(self, s: str, query: Any, limit: int) -> Operation[list[SearchRow]]:
-        """The best ``limit`` messages of ``s`` matching the parsed ``query``, best first, ties oldest first."""
         ...
 
 
