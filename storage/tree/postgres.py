@@ -35,7 +35,6 @@ from .rows import NewMessage
 from .steps import Many, Operation, Place
 
 
-
 @dataclass(frozen=True, slots=True)
 class PgStatement:
     """One Postgres statement: ``sql`` with ``%(name)s`` placeholders, ``names`` the
