@@ -25,7 +25,11 @@ each offence as ``path:line``. The rules:
 * inside ``runtime``, each room imports only the rooms below it
   (docs/architecture.md): the client neither the host nor the server nor
   ``storage``, the host not the server, and ``runtime.api``/``runtime.manager_api``
-  none of them.
+  none of them;
+* the message-tree engine (``storage.tree``) is dialect-free and loads no
+  database driver, and ``storage.postgres`` loads no apsw: neither imports
+  apsw nor a SQLite module of ``storage``, and importing them in a fresh
+  interpreter leaves apsw (and, for the engine, psycopg) unloaded.
 """
 
 from __future__ import annotations
@@ -310,6 +314,40 @@ def test_no_storage_connection_or_query_outside_storage(package):
             f"{where(path, node)}: {what}" for node, what, scope in use.found if (relative, scope) not in QUERY_ALLOWED
         ]
     assert not offenders, "storage connection or query outside storage:\n" + "\n".join(offenders)
+
+
+#: The modules of ``storage`` that load apsw (SQLite), directly or through each other.
+SQLITE_MODULES = ("storage.sqlite", "storage.schema", "storage.messages", "storage.context", "storage.registry",
+                  "storage.kv", "storage.integrity", "storage.catalog", "storage.transcripts")
+
+
+@pytest.mark.parametrize("package", ["storage/postgres", "storage/tree"])
+def test_the_tree_engine_and_postgres_import_no_sqlite_module(package):
+    offenders = [
+        f"{where(path, node)}: import {name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name, node in module_imports(parse(path))
+        if name == "apsw" or name.startswith("apsw.") or name in SQLITE_MODULES
+    ]
+    offenders += [  # relative imports of a SQLite module (``from ..messages import``)
+        f"{where(path, node)}: from {'.' * node.level}{node.module} import ..."
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(parse(path))
+        if isinstance(node, ast.ImportFrom) and node.level > 1
+        and f"storage.{node.module}".split(".")[:2] in [m.split(".") for m in SQLITE_MODULES]
+    ]
+    assert not offenders, f"{package} imports SQLite:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(("module", "unloaded"), [
+    ("storage.postgres", ["apsw"]),
+    ("storage.tree.reads, storage.tree.writes, storage.tree.sqlite, storage.tree.postgres", ["apsw", "psycopg"]),
+])
+def test_importing_leaves_drivers_unloaded(module, unloaded):
+    from tests.support.processes import run_fresh_python
+
+    code = f"import sys, {module}\nprint(sorted(m for m in {unloaded!r} if m in sys.modules))"
+    assert run_fresh_python(code).strip() == "[]"
 
 
 # -- the rules catch what they are for ---------------------------------------------------

@@ -37,7 +37,7 @@ closed unmerged). The two ways left were measured on a local server
   cancellation) that may change in any release. Rejected.
 
 ``anyio`` (not ``trio``) is imported here because ``storage`` must not
-import trio (DESIGN.md); under trio anyio dispatches to trio's threads.
+import trio (docs/architecture.md); under trio anyio dispatches to trio's threads.
 
 Cancellation: a call whose task is cancelled still runs to its end in the
 worker (``abandon_on_cancel=False``) and returns its result, so its
@@ -72,6 +72,8 @@ from typing import Any, Protocol, TypeVar
 import anyio
 
 from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from storage.tree.steps import Many as TreeMany
+from storage.tree.steps import Operation as TreeOperation
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -97,6 +99,25 @@ class Many:
 
 #: A provider call: yields steps, receives each step's rows, returns the call's result.
 Operation = Generator["Query | Many", Rows, T]
+
+
+def on_postgres(op: TreeOperation[T]) -> Operation[T]:
+    """The tree operation ``op`` as steps of :mod:`storage.postgres.connection` (named
+    parameters, rows as dicts), its rows handed back as tuples in column order."""
+    try:
+        step = next(op)
+        while True:
+            if isinstance(step, TreeMany):
+                names = step.statement.names
+                yield Many(step.statement.sql, [dict(zip(names, args)) for args in step.args])
+                step = op.send([])
+            else:
+                statement, args = step
+                rows = yield Query(statement.sql, dict(zip(statement.names, args)) if statement.names else None)
+                step = op.send([tuple(row.values()) for row in rows])
+    except StopIteration as done:
+        result: T = done.value
+        return result
 
 
 class Runner(Protocol):
