@@ -37,8 +37,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from storage.errors import InvalidInputError, MessageNotFoundError
-from storage.shapes import OVERLAY_PREFIX
+from common.errors import InvalidInputError, MessageNotFoundError
+from common.shapes import OVERLAY_PREFIX
 from storage.tree.rows import CompactionRow
 
 from .session_messages import overlay_message, parse

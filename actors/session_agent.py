@@ -35,8 +35,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from common.errors import InvalidInputError, NotFoundError
 from storage.context import read_config, write_config
-from storage.errors import InvalidInputError, NotFoundError
 
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from storage.errors import CompactionError
+from common.errors import CompactionError
 
 from .agent import Agent
 from .compaction import (

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storage.errors import ConflictError, InvalidInputError
+from common.errors import ConflictError, InvalidInputError
 
 from .truncation import ROW_MAX_BYTES
 

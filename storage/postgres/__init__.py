@@ -20,7 +20,7 @@ Postgres cannot hold, :class:`~storage.errors.StorageUnavailableError` (503) whe
 reached, :class:`~storage.errors.DatabaseError` when it refuses a statement.
 """
 
-from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from common.errors import DatabaseError, InvalidInputError, StorageUnavailableError
 
 from .context import PostgresContextProvider, PostgresSearchProvider
 from .messages import PostgresSessionProvider

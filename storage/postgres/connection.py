@@ -71,7 +71,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from common.errors import DatabaseError, InvalidInputError, StorageUnavailableError
 from storage.tree.steps import Many as TreeMany
 from storage.tree.steps import Operation as TreeOperation
 

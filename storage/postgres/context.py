@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 from ..fts import ParsedQuery, parse_query
 from ..tree import context as rules

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from storage.errors import InvalidInputError
-from storage.shapes import LATEST_LEAF, _LatestLeaf
+from common.errors import InvalidInputError
+from common.shapes import LATEST_LEAF, _LatestLeaf
 
 from ..fts import ParsedQuery
 from ..tree import postgres as POSTGRES

@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from storage.errors import StorageUnavailableError
+from common.errors import StorageUnavailableError
 
 from .schema import create_schema
 from .storage import PostgresStorage

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import DatabaseError, SchemaTooNewError
+from common.errors import DatabaseError, SchemaTooNewError
 
 from ..fts import _CJK_RANGES
 from ..tree import postgres as POSTGRES

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 #: Most UTF-8 bytes of one stored value: SQLite's string limit, the bound of the SQLite path.
 MAX_VALUE_BYTES = 1_000_000_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 from .places import ancestor_at_depth, applied, token_places
 from .rows import CompactionRow, PathTokens

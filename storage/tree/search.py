@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 from storage.fts import ParsedQuery, parse_query
 
 from .rows import SearchRow, to_iso8601

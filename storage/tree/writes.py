@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from storage.shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
+from common.shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 
 from .places import Link, Places, child_place, place_subtrees
 from .rows import CompactionRow, NewMessage, utf8_length
