@@ -408,6 +408,7 @@ async def open_host(
     clock: HostClock | None = None,
     cluster: ClusterOptions | None = None,
     max_queue_s: float | None = None,
+    placement: Placement | None = None,
 ) -> AsyncIterator[ActorHost]:
     """``async with open_host(data_dir) as host:`` -- run an actor host.
 
@@ -431,6 +432,9 @@ async def open_host(
         max_queue_s: seconds (trio time) a call may wait for its turn once its
             actor is ready; past that it gets ``ActorBusyError`` (429) and never
             runs. ``None`` (default): calls wait as long as it takes.
+        placement: where actors live, instead of what ``cluster`` decides
+            (:class:`~runtime.host.placement.Placement`; e.g. a test's own). It is
+            joined, started and closed with the host.
 
     On exit, running calls are cancelled (their callers get
     ``HostClosedError``) and every file is closed; alarms persist. In
@@ -439,7 +443,7 @@ async def open_host(
     The host holds ``data_dir``'s lock (:mod:`runtime.host.folder_lock`) until it closes.
 
     Raises:
-        ValueError: a bad argument.
+        ValueError: a bad argument (or both ``cluster`` and ``placement``).
         StorageUnavailableError: cluster mode, and Postgres cannot be reached.
         DataFolderLockedError: another process (or host) holds ``data_dir``.
     """
@@ -452,7 +456,7 @@ async def open_host(
     if isinstance(max_pending_calls, bool) or not isinstance(max_pending_calls, int) or max_pending_calls < 1:
         raise ValueError(f"max_pending_calls must be an int of at least 1, not {max_pending_calls!r}")
     level: Durability = "full" if durability == "full" else "normal"
-    placement = placement_for(cluster)  # bad cluster options fail before anything starts
+    placement = placement_for(cluster, placement)  # bad cluster options fail before anything starts
     if max_queue_s is not None and not max_queue_s > 0:
         raise ValueError(f"max_queue_s must be positive or None, not {max_queue_s!r}")
     root = Path(data_dir)

@@ -246,13 +246,18 @@ class LocalPlacement:
         return conns
 
 
-def placement_for(cluster: ClusterOptions | None) -> Placement:
-    """The placement ``open_host(cluster=...)`` asks for: a :class:`LocalPlacement` for ``None``
-    (nothing of the cluster is imported), else a cluster member (not joined yet).
+def placement_for(cluster: ClusterOptions | None, placement: Placement | None = None) -> Placement:
+    """The placement ``open_host(cluster=..., placement=...)`` asks for: ``placement`` when given,
+    a :class:`LocalPlacement` without ``cluster`` (nothing of the cluster is imported), else a
+    cluster member (not joined yet).
 
     Raises:
-        ValueError: a bad cluster option (the message names it).
+        ValueError: both were given, or a bad cluster option (the message names it).
     """
+    if placement is not None:
+        if cluster is not None:
+            raise ValueError("give open_host cluster= or placement=, not both")
+        return placement
     if cluster is None:
         return LocalPlacement()
     from runtime.host.cluster import HostCluster

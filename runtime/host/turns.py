@@ -83,13 +83,8 @@ class Turns:
     async def run_turn(
         self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False
     ) -> T:
-        """Run ``await invoke(agent)`` as one turn of the actor (waking it if needed).
-
-        Raises:
-            HostClosedError: the host is closed (or closed during the turn).
-            ActorOverloadedError, ActorBusyError: the actor's mailbox is full, or its queue too slow.
-            Whatever ``on_start`` or ``invoke`` raised.
-        """
+        """:meth:`ActorHost.run_turn <runtime.host.actor_host.ActorHost.run_turn>`: admit the call
+        (again, when its actor was dropped before it started), run it, return its reply."""
         bounded = not touches_alarm  # an alarm is never refused for load
         for admission in range(READMISSIONS + 1):
             slot = self._admit(actor_id, bounded=bounded)
