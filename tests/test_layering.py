@@ -1,4 +1,4 @@
-"""Layering (DESIGN.md): imports point one way, runtime -> actors -> storage;
+"""Layering (docs/architecture.md): imports point one way, runtime -> actors -> storage;
 SQL text and apsw live only in storage.
 
 Every rule reads the source with :mod:`ast` (nothing is imported) and names
