@@ -354,7 +354,7 @@ class FileGuard:
 
 def _stats(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """``(inode, size, mtime_ns)`` of the database and its WAL (``None`` for a missing one)."""
-    found = []
+    found: list[tuple[int, int, int] | None] = []
     for file in companion_files(path)[:2]:
         try:
             st = os.stat(file)

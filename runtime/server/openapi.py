@@ -581,7 +581,7 @@ def add_docs_routes(app: QuartTrio, server: SessionsServer) -> None:
     async def asset(name: str) -> Response:
         kind = DOCS_ASSETS.get(name)
         if kind is None:
-            return server._error(RouteNotFoundError(f"no route for /docs/static/{name}"))
+            return server.responder.error(RouteNotFoundError(f"no route for /docs/static/{name}"))
         if name not in cache:
             cache[name] = (assets_folder() / name).read_bytes()
         return Response(cache[name], status=200, content_type=kind, headers={"Cache-Control": "private, max-age=3600"})

@@ -1,4 +1,4 @@
-"""Claude Agent SDK transcripts served by an actor host (``../shared/seeds/002_*``).
+"""Claude Agent SDK transcripts served by an actor host (the SDK's ``SessionStore``; docs/architecture.md).
 
 ``async with open_transcripts(host) as store:`` binds
 :class:`actors.transcript_agent.TranscriptAgent` as the ``"transcripts"``

@@ -37,7 +37,7 @@ def msg(message_id):
 
 
 def catalog_entry(host, stub):
-    return host._guard.catalog.get(stub.namespace.name, stub.id.hex)
+    return host.catalog.get(stub.namespace.name, stub.id.hex)
 
 
 async def test_hibernating_after_writes_raises_the_generation_and_records_the_catalog(actor_data_dir):

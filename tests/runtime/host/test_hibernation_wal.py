@@ -285,7 +285,7 @@ async def test_a_full_disk_during_the_checkpoint_loses_nothing_and_is_logged(tmp
             await other.write(1)
             await big.write(200)
             assert fill(mount) > 0
-            with caplog.at_level(logging.WARNING, logger="runtime.host.actor_host"):
+            with caplog.at_level(logging.WARNING, logger="runtime.host"):
                 assert await host.hibernate(ns, big.id) is True
             [record] = [r for r in caplog.records if "checkpoint" in r.getMessage()]
             assert record.levelno == logging.WARNING
