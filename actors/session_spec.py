@@ -31,8 +31,8 @@ the original does with an explicit provider), except:
   :class:`~actors.session_agent.SessionConfig`).
 
 Errors are the builders' (and the original's) errors:
-:class:`~storage.errors.InvalidInputError` for a bad argument (``.field``
-names it), :class:`~storage.errors.ConflictError` for a label declared twice.
+:class:`~common.errors.InvalidInputError` for a bad argument (``.field``
+names it), :class:`~common.errors.ConflictError` for a label declared twice.
 """
 
 from __future__ import annotations

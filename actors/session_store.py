@@ -63,7 +63,7 @@ class HistoryStore(Protocol):
     """The rows of one session: its message tree, compaction rows, latest leaf and search index.
 
     Message ids are unique per session; ``parent_id`` of the appends is a
-    message id, ``None`` (a new root) or :data:`storage.shapes.LATEST_LEAF`.
+    message id, ``None`` (a new root) or :data:`common.shapes.LATEST_LEAF`.
     """
 
     # -- reads --------------------------------------------------------------------

@@ -14,12 +14,12 @@ its stubs route calls to actors by id. The host guarantees:
   synchronous, so calls interleave only where actor code awaits; the gate of
   ``ctx.block_concurrency_while`` holds new calls back. A call that ends
   with a transaction still open is rolled back and answered with
-  :class:`~storage.errors.TransactionLeftOpenError`; any other reply leaves
+  :class:`~common.errors.TransactionLeftOpenError`; any other reply leaves
   only after its writes committed.
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
-  actor; the next one gets :class:`~storage.errors.ActorOverloadedError` at once.
+  actor; the next one gets :class:`~common.errors.ActorOverloadedError` at once.
   With ``max_queue_s``, a call that cannot start within that many seconds of
-  reaching a ready actor gets :class:`~storage.errors.ActorBusyError` and never runs.
+  reaching a ready actor gets :class:`~common.errors.ActorBusyError` and never runs.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
@@ -32,8 +32,8 @@ its stubs route calls to actors by id. The host guarantees:
 * **Alarms** (:mod:`runtime.host.alarms`) run as turns and wake sleeping actors.
 * **Faults** (:mod:`runtime.host.file_guard`): one process per data folder
   (:mod:`runtime.host.folder_lock`); a full disk is answered
-  :class:`~storage.errors.StorageFullError`; a damaged file is quarantined and
-  every call to it answered :class:`~storage.errors.ActorStorageCorruptError`.
+  :class:`~common.errors.StorageFullError`; a damaged file is quarantined and
+  every call to it answered :class:`~common.errors.ActorStorageCorruptError`.
 
 Files: ``<data_dir>/<namespace>/<hex[:2]>/<hex>.sqlite3``; new ones are copied
 from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from actors.agent import Agent, ConnectionLike
+from common.errors import ActorOverloadedError, InvalidNamespaceError, UnknownNamespaceError
 from runtime.host.alarms import AlarmIndex, HostAlarms, HostClock
 from runtime.host.file_guard import FileGuard
 from runtime.host.folder_lock import DataFolderLock
@@ -64,7 +65,6 @@ from runtime.host.slots import ActorSlot, SlotState
 from runtime.host.table import ActorKey, SlotTable
 from runtime.host.turns import Turns
 from storage.catalog import HostCatalog
-from storage.errors import ActorOverloadedError, InvalidNamespaceError, UnknownNamespaceError
 from storage.kv import ActorStorage
 from storage.sqlite import Durability
 

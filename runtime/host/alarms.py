@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from actors.agent import Agent, AlarmInfo
+from common.errors import HostClosedError, NotOwnerError
 from runtime.host.ids import ActorId
 from runtime.host.slots import ActorSlot, describe
 from storage.alarm_index import INDEX_FILE, AlarmIndex
-from storage.errors import HostClosedError, NotOwnerError
 from storage.kv import ActorStorage
 
 if TYPE_CHECKING:

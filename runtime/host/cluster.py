@@ -9,7 +9,7 @@ What changes against the single host, all of it here:
 
 * **Activation** first takes the actor's lease in Postgres
   (:class:`storage.cluster.ownership.Ownership`). When a live host owns it,
-  :class:`~storage.errors.NotOwnerError` (with the owner's URL) is raised
+  :class:`~common.errors.NotOwnerError` (with the owner's URL) is raised
   before any file is touched; the server forwards the call there. Then the
   local file is made current: it is kept when its marker says it is clean and
   matches the log's newest entry, else it is rebuilt from the newest snapshot
@@ -21,8 +21,8 @@ What changes against the single host, all of it here:
   before the writes committed before it are durable in Postgres. When an
   append is refused (another host took over) or its outcome stays unknown
   (Postgres unreachable), the actor is *poisoned*: replies still held get
-  :class:`~storage.errors.OwnershipLostError` or
-  :class:`~storage.errors.StorageUnavailableError` (503), calls not started yet
+  :class:`~common.errors.OwnershipLostError` or
+  :class:`~common.errors.StorageUnavailableError` (503), calls not started yet
   are admitted again (and so forwarded or re-activated), and the instance is
   dropped with its file left unclean, so the next activation rebuilds it from
   Postgres without the writes that never became durable.
@@ -42,7 +42,7 @@ What changes against the single host, all of it here:
   every host; whichever host acquires the actor first delivers it.
 
 Postgres down: activations and writes fail with
-:class:`~storage.errors.StorageUnavailableError` (503, retryable) within the
+:class:`~common.errors.StorageUnavailableError` (503, retryable) within the
 statement timeout (below the lease), never a hang; every connection heals by
 itself once the server is back.
 """
@@ -59,6 +59,12 @@ from dataclasses import dataclass
 import trio
 
 from actors.agent import ConnectionLike
+from common.errors import (
+    DatabaseError,
+    NotOwnerError,
+    OwnershipLostError,
+    StorageUnavailableError,
+)
 from runtime.host.frames import FrameGate, GatedConnection
 from runtime.host.ids import ActorId
 from runtime.host.placement import RELEASE_REASONS, PlacementHost, WorkingCopy
@@ -76,12 +82,6 @@ from storage.cluster import (
     restore_actor,
     start_capture,
     write_marker,
-)
-from storage.errors import (
-    DatabaseError,
-    NotOwnerError,
-    OwnershipLostError,
-    StorageUnavailableError,
 )
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION

@@ -17,7 +17,7 @@
   meanwhile waits for the close, then wakes the actor.
 * **Eviction** closes the least recently idle actor's file at once, without
   a checkpoint, when a waking actor needs its place.
-* **Faults**: a full disk is answered :class:`~storage.errors.StorageFullError`;
+* **Faults**: a full disk is answered :class:`~common.errors.StorageFullError`;
   a damaged file quarantines the actor (at once, or once its running calls end).
 
 Every drop tells the placement (``placement.release``) with its reason.
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from common.errors import HostClosedError, NotOwnerError, StorageFullError
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
 from runtime.host.placement import WorkingCopy
 from runtime.host.slots import ActorContext, ActorSlot, CallNotStarted, SlotState, describe
 from runtime.host.table import ActorKey, SlotTable
-from storage.errors import HostClosedError, NotOwnerError, StorageFullError
 from storage.faults import classify, fault_detail
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION

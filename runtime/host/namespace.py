@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.agent import Agent, ConnectionLike, callable_method
+from common.errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
 from runtime.host import ids
 from runtime.host.ids import ActorId
-from storage.errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from actors.agent import Agent, ConnectionLike
+from common.errors import HostClosedError, TransactionLeftOpenError
 from runtime.host.ids import ActorId
-from storage.errors import HostClosedError, TransactionLeftOpenError
 from storage.kv import ActorStorage
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ then runs in its own task in the host's nursery (a caller that stops
 waiting does not cancel the actor's work):
 
 1. **the mailbox bound**: past ``max_pending_calls`` unanswered calls the
-   next one gets :class:`~storage.errors.ActorOverloadedError` at once; with
+   next one gets :class:`~common.errors.ActorOverloadedError` at once; with
    ``max_queue_s``, one whose expected wait (the calls queued times the
-   recent pace of the queue) is longer gets :class:`~storage.errors.ActorBusyError`;
+   recent pace of the queue) is longer gets :class:`~common.errors.ActorBusyError`;
 2. **the input gate** (:meth:`ActorSlot.enter <runtime.host.slots.ActorSlot.enter>`,
    in admission order; with ``max_queue_s`` a call that cannot start in time
    of reaching a ready actor never runs);
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from actors.agent import Agent
+from common.errors import ActorBusyError, ActorOverloadedError, HostClosedError
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
 from runtime.host.lifecycle import Lifecycle
 from runtime.host.slots import ActorSlot, CallNotStarted, SlotState, describe
 from runtime.host.table import ActorKey, SlotTable
-from storage.errors import ActorBusyError, ActorOverloadedError, HostClosedError
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost

@@ -25,7 +25,7 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 
 Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
-becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
+becomes a path on disk. Bodies are JSON or msgpack (:mod:`common.wire`).
 Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
 of the error's class (400 bad input, 401 token, 404 unknown, 408 body too
 slow, 409 conflict, 413 too large, 429 overloaded or busy, 503 shutting down,
@@ -81,6 +81,24 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from actors.session_agent import SessionAgent, SessionConfig
+from common.errors import (
+    InvalidInputError,
+    MethodNotAllowedError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    RouteNotFoundError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+)
+from common.wire import (
+    CLOSE_RECONNECT,
+    DEFAULT_MAX_BODY_BYTES,
+    HOP_HEADER,
+    OWNER_HEADER,
+    check_session_id,
+    error_payload,
+    unquote_segment,
+)
 from runtime.server import host_routes, inspector, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
@@ -95,24 +113,6 @@ from runtime.server.responder import Responder
 from runtime.server.routes import SESSIONS_PREFIX, Call, Route, match, not_found
 from runtime.server.shortcut import SessionShortcut
 from runtime.server.websocket import WebSocketEndpoint
-from runtime.wire import (
-    CLOSE_RECONNECT,
-    DEFAULT_MAX_BODY_BYTES,
-    HOP_HEADER,
-    OWNER_HEADER,
-    check_session_id,
-    error_payload,
-    unquote_segment,
-)
-from storage.errors import (
-    InvalidInputError,
-    MethodNotAllowedError,
-    PayloadTooLargeError,
-    RequestTimeoutError,
-    RouteNotFoundError,
-    ServiceUnavailableError,
-    UnauthorizedError,
-)
 
 if TYPE_CHECKING:
     from actors.agent import Agent

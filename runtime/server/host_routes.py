@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from quart import Response
 from quart_trio import QuartTrio
 
+from common.errors import InvalidInputError, ServiceUnavailableError
 from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from storage.errors import InvalidInputError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from runtime.host.ids import ActorId

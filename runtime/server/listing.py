@@ -53,12 +53,12 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
+from common.wire import SESSIONS_PREFIX
 from runtime.api import LIST_DEFAULT_LIMIT, LIST_LIMIT
 from runtime.host.ids import ActorId
-from runtime.wire import SESSIONS_PREFIX
 from storage.catalog import CatalogEntry, last_write_ms, read_facts
 from storage.context import read_config
-from storage.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
 from storage.integrity import ACTOR_NAME_KEY, ActorFacts, actor_facts, companion_files
 from storage.kv import ActorStorage
 

@@ -52,6 +52,8 @@ from quart_trio import QuartTrio
 
 from actors.manager_agent import ManagerAgent, managed_method
 from actors.session_agent import SessionConfig
+from common.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
+from common.wire import check_session_id, unquote_segment
 from runtime.api import http_routes
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
@@ -59,8 +61,6 @@ from runtime.host.namespace import ActorStub, Namespace
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
 from runtime.server import routes
 from runtime.server.routes import Call, Route, answer
-from runtime.wire import check_session_id, unquote_segment
-from storage.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
 
 if TYPE_CHECKING:
     from quart import Response

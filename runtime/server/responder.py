@@ -1,7 +1,7 @@
 """How the server answers an HTTP request: one :class:`Responder` for the app and every plug-in.
 
 A value is encoded as the client accepts it (msgpack when its ``Accept``
-prefers it, else JSON, :mod:`runtime.wire`); an error becomes ``{"error":
+prefers it, else JSON, :mod:`common.wire`); an error becomes ``{"error":
 {"type", "message"[, "field"]}}`` with its class's status
 (:func:`~runtime.server.routes.describe_error`) and the headers that status
 calls for (:meth:`Responder.error_headers`). The request body is read within
@@ -18,10 +18,10 @@ from typing import Any
 
 from quart import Response, has_request_context, request
 
+from common.wire import JSON, MSGPACK, decode_body, encode_body
 from runtime.server.client_io import read_body
 from runtime.server.forwarding import retry_after
 from runtime.server.routes import describe_error, retry_headers
-from runtime.wire import JSON, MSGPACK, decode_body, encode_body
 
 __all__ = ["Responder", "View"]
 
@@ -35,8 +35,8 @@ class Responder:
     """Builds the server's answers (stateless; ``server.responder``)."""
 
     def kind(self) -> str:
-        """The encoding of this request's answer: :data:`~runtime.wire.MSGPACK` when its ``Accept``
-        prefers it, else :data:`~runtime.wire.JSON` (also outside a request: a WebSocket handler's error)."""
+        """The encoding of this request's answer: :data:`~common.wire.MSGPACK` when its ``Accept``
+        prefers it, else :data:`~common.wire.JSON` (also outside a request: a WebSocket handler's error)."""
         if not has_request_context():
             return JSON
         accept = request.headers.get("Accept")
@@ -51,7 +51,7 @@ class Responder:
 
     def error(self, error: BaseException) -> Response:
         """The answer to ``error``: its status, its error body and :meth:`error_headers`
-        (anything not of :mod:`storage.errors` is a logged 500, see ``describe_error``)."""
+        (anything not of :mod:`common.errors` is a logged 500, see ``describe_error``)."""
         status, body = describe_error(error)
         return self.respond(status, body, self.error_headers(error, status))
 

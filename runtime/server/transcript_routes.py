@@ -21,7 +21,7 @@ GET     ``/v1/transcripts/subkeys?project_key=&session_id=`` ``{"subkeys": [...]
 ======  ===================================================  ==========================================
 
 ``mtime`` is epoch milliseconds. Bodies are JSON or msgpack as on every
-route (:mod:`runtime.wire`); errors are ``{"error": {"type", "message",
+route (:mod:`common.wire`); errors are ``{"error": {"type", "message",
 "field"?}}`` with the status of the error's class (400 for a bad key or
 entry, 401 without the token, 413 for a body over the limit), answered by
 the server's :class:`~runtime.server.responder.Responder`.
@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from common.errors import InvalidInputError, NotSupportedError
+from common.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX
 from runtime.server.responder import Responder
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
-from runtime.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX
-from storage.errors import InvalidInputError, NotSupportedError
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer

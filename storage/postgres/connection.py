@@ -53,9 +53,9 @@ one transaction at a time. A pool needs no such lock.
 
 Errors: psycopg's connection and availability failures (``OperationalError``,
 ``InterfaceError``, serialization failures and deadlocks) become
-:class:`~storage.errors.StorageUnavailableError`, a value over a
-Postgres limit :class:`~storage.errors.InvalidInputError`, any other
-psycopg error :class:`~storage.errors.DatabaseError`. Exceptions of
+:class:`~common.errors.StorageUnavailableError`, a value over a
+Postgres limit :class:`~common.errors.InvalidInputError`, any other
+psycopg error :class:`~common.errors.DatabaseError`. Exceptions of
 a custom ``execute`` object pass through unchanged.
 """
 
@@ -135,7 +135,7 @@ def runner_for(conn: Any, *, deadline_s: float | None = None) -> Runner:
 
     ``deadline_s`` (a psycopg connection or pool only): the longest a
     caller waits for one call, in seconds, thread and connection included;
-    past it the caller gets :class:`~storage.errors.StorageUnavailableError`
+    past it the caller gets :class:`~common.errors.StorageUnavailableError`
     and the worker is abandoned (its transaction still commits or rolls
     back as a whole when Postgres answers: the outcome of such a write is
     unknown to the caller). ``None``: wait as long as the call takes.

@@ -14,7 +14,7 @@ Both take ``init(label)`` from the context engine as the SQLite ones do.
 Values are checked before anything is sent
 (:mod:`storage.postgres.values`); an entry whose words overflow Postgres'
 1 MB ``tsvector`` is refused with
-:class:`~storage.errors.InvalidInputError` (``field="content"``)
+:class:`~common.errors.InvalidInputError` (``field="content"``)
 and nothing is stored.
 """
 

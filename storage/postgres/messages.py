@@ -353,7 +353,7 @@ class PostgresSessionProvider:
         """Insert a message and make it the active leaf, in one transaction.
 
         Args:
-            parent_id: :data:`~storage.shapes.LATEST_LEAF` -> the latest
+            parent_id: :data:`~common.shapes.LATEST_LEAF` -> the latest
                 leaf (``None`` in an empty session); ``None`` -> a new root;
                 an overlay id (``compaction_<id>``) -> the last message that
                 compaction covers, or the latest leaf without such a

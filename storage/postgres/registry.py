@@ -112,9 +112,9 @@ class PostgresRegistry:
             ``execute(query, args)`` (see :mod:`storage.postgres.connection`).
 
     Every method is ``async``; writes are one transaction each. Raises, besides
-    what a method lists: :class:`~storage.errors.InvalidInputError` (a value
-    Postgres cannot store, nothing sent), :class:`~storage.errors.StorageUnavailableError`
-    (no connection; nothing committed), :class:`~storage.errors.DatabaseError`.
+    what a method lists: :class:`~common.errors.InvalidInputError` (a value
+    Postgres cannot store, nothing sent), :class:`~common.errors.StorageUnavailableError`
+    (no connection; nothing committed), :class:`~common.errors.DatabaseError`.
     """
 
     def __init__(self, conn: Any) -> None:

@@ -46,7 +46,7 @@ processes may run it at once):
      ``assistant_sessions_updated_seq`` orders writes within one
      millisecond), added in version 2;
    * ``durable_sessions_meta``: ``schema_version``. A database of a newer
-     version is refused (:class:`~storage.errors.SchemaTooNewError`).
+     version is refused (:class:`~common.errors.SchemaTooNewError`).
 
 Needs a UTF-8 database (``server_encoding``) and ``pg_trgm`` (a trusted
 extension since Postgres 13: the database owner may create it). The

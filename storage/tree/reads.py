@@ -26,7 +26,7 @@ __all__ = [
 
 
 def check_chunk_limits(max_bytes: Any, max_rows: Any) -> None:
-    """Raise :class:`~storage.errors.InvalidInputError` unless both are ints >= 1 (``path_chunks``)."""
+    """Raise :class:`~common.errors.InvalidInputError` unless both are ints >= 1 (``path_chunks``)."""
     for name, value in (("max_bytes", max_bytes), ("max_rows", max_rows)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidInputError(f"{name} must be an int >= 1, not {value!r}", field=name)

@@ -346,7 +346,7 @@ def search(s: str, query: fts.ParsedQuery, limit: int) -> Operation[list[SearchR
     session's messages are among them does it rank again, joined to this session's rows.
     A file holding one session (the usual actor) thus never looks up the messages table
     for every match. apsw errors pass through (the store turns them into
-    :class:`~storage.errors.SearchQueryError`)."""
+    :class:`~common.errors.SearchQueryError`)."""
     hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
     best = yield TOP_HITS.format(hits=hits), (*params, limit)
     rows = yield from _hit_rows(s, [seq for seq, _ in best])

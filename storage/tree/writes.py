@@ -7,7 +7,7 @@ after the dialect's ``LOCK``). The rules:
 
 * ids are unique per session; a duplicate append changes nothing;
 * the parent of an append is resolved by :func:`resolve_parent`:
-  :data:`~storage.shapes.LATEST_LEAF` -> the latest leaf (``None`` in an
+  :data:`~common.shapes.LATEST_LEAF` -> the latest leaf (``None`` in an
   empty session); ``None`` -> a new root; an overlay id
   (``compaction_<id>``) -> the last message that compaction covers, or the
   latest leaf when there is no such compaction; any other id not stored in

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from quart import Response
 from quart_trio import QuartTrio
 
-from storage.errors import RouteNotFoundError
+from common.errors import RouteNotFoundError
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer

@@ -14,11 +14,11 @@ import pytest
 import trio
 
 from actors import Agent
+from common.errors import ActorStorageCorruptError, StorageFullError
 from runtime import open_host
 from runtime.host.actor_host import WAL_KEEP_BYTES
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
 from storage.catalog import HostCatalog
-from storage.errors import ActorStorageCorruptError, StorageFullError
 from storage.integrity import check_files, examine, open_for_inspection, read_generation
 from storage.kv import ActorStorage
 from tests.support.disks import fill, free, small_ext4

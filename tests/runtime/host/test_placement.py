@@ -14,13 +14,13 @@ import trio
 
 from actors import Agent
 from actors.agent import ConnectionLike
+from common.errors import OwnershipLostError
 from runtime import open_host
 from runtime.host.cluster import ClusterOptions
 from runtime.host.placement import LocalPlacement, PlacementHost, WorkingCopy, placement_for
 from runtime.host.slots import ActorSlot, CallNotStarted
 from runtime.host.turns import READMISSIONS
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
-from storage.errors import OwnershipLostError
 from storage.kv import ActorStorage
 from tests.support.agents import RecordingConnection
 
