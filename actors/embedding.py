@@ -32,7 +32,7 @@ import math
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -43,15 +43,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_LOCAL_MODEL",
+    "SEMANTIC_EXTRA",
+    "Embedder",
     "EmbedderConfigError",
     "EmbedderError",
     "EmbedderUnavailableError",
-    "Embedder",
     "EmbeddingDimensionError",
     "EmbeddingEndpointError",
     "LocalEmbedder",
     "OpenAIEmbedder",
-    "SEMANTIC_EXTRA",
 ]
 
 #: What to install for local embeddings (numpy and the model's package).
@@ -92,9 +92,12 @@ class EmbeddingDimensionError(EmbedderError):
     """Vectors came back with a different dimension than the embedder's (or the stored vectors')."""
 
 
-@runtime_checkable
 class Embedder(Protocol):
     """Turns texts into unit ``float32`` vectors of one fixed dimension.
+
+    A static protocol (not ``runtime_checkable``): on Python 3.11 an
+    ``isinstance`` check reads every member, and reading
+    :attr:`OpenAIEmbedder.dimension` may ask the endpoint.
 
     Attributes:
         model: the name stored beside each vector (``str``); vectors are only
@@ -179,7 +182,9 @@ class LocalEmbedder:
                 trunc_dim=None if dimension == 256 else dimension, disable_download=True,
             )
         except (FileNotFoundError, OSError) as exc:
-            raise EmbedderError(f"the wordllama package has no bundled l2_supercat model ({exc}); reinstall it") from None
+            raise EmbedderError(
+                f"the wordllama package has no bundled l2_supercat model ({exc}); reinstall it"
+            ) from None
         self._dimension = dimension
         self.model = DEFAULT_LOCAL_MODEL if dimension == 256 else f"wordllama/l2_supercat-{dimension}"
         self._lock = threading.Lock()
@@ -323,7 +328,9 @@ class OpenAIEmbedder:
         try:
             resp = self._client.post(self.url, json=body, headers=self._headers)
         except httpx.TimeoutException:
-            raise EmbeddingEndpointError(f"embeddings endpoint {self.url} timed out after {self._timeout:g} s") from None
+            raise EmbeddingEndpointError(
+                f"embeddings endpoint {self.url} timed out after {self._timeout:g} s"
+            ) from None
         except httpx.HTTPError as exc:
             raise EmbeddingEndpointError(f"embeddings endpoint {self.url} unreachable: {exc}") from None
         if resp.status_code != 200:
@@ -358,7 +365,9 @@ class OpenAIEmbedder:
                     f"model {self.model} returned a {vec.shape[0]}-dimension vector, expected {self._dimension}"
                 )
             if not np.isfinite(vec).all():
-                raise EmbeddingEndpointError(f"embeddings endpoint {self.url} returned a non-finite value in vector {i}")
+                raise EmbeddingEndpointError(
+                    f"embeddings endpoint {self.url} returned a non-finite value in vector {i}"
+                )
             norm = float(np.linalg.norm(vec))
             result.append(vec / norm if norm > 0 else vec)
         return result

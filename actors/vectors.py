@@ -120,7 +120,9 @@ def decode_matrix(blobs: Iterable[bytes], dimension: int) -> npt.NDArray[np.floa
     width = dimension * 4
     for i, blob in enumerate(blobs):
         if len(blob) != width:
-            raise VectorFormatError(f"stored vector {i} has {len(blob)} bytes, expected {width} ({dimension} dimensions)")
+            raise VectorFormatError(
+                f"stored vector {i} has {len(blob)} bytes, expected {width} ({dimension} dimensions)"
+            )
     if not blobs:
         return np.zeros((0, dimension), dtype=np.float32)
     return np.frombuffer(b"".join(blobs), dtype=_DISK).reshape(len(blobs), dimension).astype(np.float32)

