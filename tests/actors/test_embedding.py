@@ -292,12 +292,12 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=120)
 
 
-def test_local_embedder_loads_and_embeds_with_every_route_to_a_hub_closed():
+def test_local_embedder_loads_and_embeds_with_every_route_to_a_hub_closed(tmp_path):
     pytest.importorskip("wordllama")
     # Any download attempt (requests, httpx, huggingface_hub) goes to a dead proxy and fails.
     dead = "http://127.0.0.1:9"
     env = {"HF_HUB_OFFLINE": "1", "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead,
-           "https_proxy": dead, "NO_PROXY": "", "no_proxy": "", "HOME": str(ROOT / "tests" / "data" / "retrieval")}
+           "https_proxy": dead, "NO_PROXY": "", "no_proxy": "", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
     code = ("from actors.embedding import LocalEmbedder\n"
             "e = LocalEmbedder()\n"
             "v = e.embed(['offline'])\n"
@@ -305,7 +305,7 @@ def test_local_embedder_loads_and_embeds_with_every_route_to_a_hub_closed():
     proc = run_python(code, env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["wordllama/l2_supercat-256", "256"]
-    assert not (ROOT / "tests" / "data" / "retrieval" / ".cache").exists()  # nothing cached under HOME
+    assert list(tmp_path.iterdir()) == []  # nothing downloaded or cached under HOME
 
 
 def test_local_embedder_without_its_package_names_the_extra():
