@@ -13,6 +13,8 @@ search is switched on.
   it, never inside the bytes.
 * Similarity is cosine: :func:`cosine_top_k` ranks a matrix of stored vectors
   (one per row) against a query, brute force (one matrix-vector product).
+* :class:`VectorIndex` holds a session's vectors in memory by key and
+  answers top-k, optionally over the eligible keys only.
 * :func:`reciprocal_rank_fusion` merges rankings (full text and semantic)
   into one, by rank only, so scores of different kinds never meet.
 """
@@ -20,7 +22,7 @@ search is switched on.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "RRF_K",
     "Vector",
     "VectorFormatError",
+    "VectorIndex",
     "cosine_top_k",
     "decode_matrix",
     "decode_vector",
@@ -222,3 +225,144 @@ def reciprocal_rank_fusion(
                 best[key] = (rank, which)
     fused = sorted(scores.items(), key=lambda item: (-item[1], best[item[0]]))
     return fused if limit is None else fused[:limit]
+
+
+class VectorIndex:
+    """One model's vectors of a session, in memory, by key: brute-force cosine search over a growable matrix.
+
+    A session keeps one while it is active (reading 100k vectors back from
+    SQLite costs ~0.2 s, searching them in memory ~5 ms at 256 dimensions:
+    ``docs/semantic-search.md``). Rows are stored unit length, so a search is
+    one matrix-vector product. Memory: ``dimension * 4`` bytes per vector,
+    plus up to the same again of spare capacity (it doubles as it grows).
+
+    Args:
+        model: the embedder's model name (:attr:`actors.embedding.Embedder.model`).
+        dimension: every vector's length (> 0).
+
+    Raises:
+        VectorFormatError: ``dimension`` is not positive.
+    """
+
+    def __init__(self, model: str, dimension: int) -> None:
+        if not isinstance(dimension, int) or dimension <= 0:
+            raise VectorFormatError(f"dimension must be a positive integer, got {dimension!r}")
+        self.model = model
+        self.dimension = dimension
+        self._rows = np.zeros((0, dimension), dtype=np.float32)
+        self._keys: list[Hashable] = []
+        self._where: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the matrix held (capacity included)."""
+        return int(self._rows.nbytes)
+
+    def add(self, keys: Sequence[Hashable], vectors: npt.ArrayLike) -> None:
+        """Store ``vectors[i]`` under ``keys[i]`` (normalised); a key already present gets the new vector.
+
+        Raises:
+            VectorFormatError: counts differ, a key repeats within ``keys``,
+                or the vectors are not ``(len(keys), dimension)`` finite numbers.
+        """
+        keys = list(keys)
+        rows = np.asarray(vectors, dtype=np.float32)
+        if rows.ndim == 1 and len(keys) == 1:
+            rows = rows.reshape(1, -1)
+        if rows.ndim != 2 or rows.shape != (len(keys), self.dimension):
+            raise VectorFormatError(
+                f"expected {len(keys)} vectors of {self.dimension} dimensions, got shape {rows.shape}"
+            )
+        if len(set(keys)) != len(keys):
+            raise VectorFormatError("a key appears twice in one add()")
+        if not np.isfinite(rows).all():
+            raise VectorFormatError("a vector holds a NaN or infinite value")
+        rows = normalize(rows)
+        new = [i for i, key in enumerate(keys) if key not in self._where]
+        for i, key in enumerate(keys):
+            if key in self._where:
+                self._rows[self._where[key]] = rows[i]
+        if not new:
+            return
+        n = len(self._keys)
+        need = n + len(new)
+        if need > self._rows.shape[0]:
+            grown = np.zeros((max(need, 2 * self._rows.shape[0], 64), self.dimension), dtype=np.float32)
+            grown[:n] = self._rows[:n]
+            self._rows = grown
+        self._rows[n:need] = rows[new]
+        for offset, i in enumerate(new):
+            self._where[keys[i]] = n + offset
+            self._keys.append(keys[i])
+
+    def discard(self, keys: Sequence[Hashable]) -> int:
+        """Remove these keys (absent ones are ignored); returns how many were removed.
+
+        The last row moves into each freed place, so removal is O(1) per key.
+        """
+        removed = 0
+        for key in keys:
+            row = self._where.pop(key, None)
+            if row is None:
+                continue
+            last = len(self._keys) - 1
+            if row != last:
+                moved = self._keys[last]
+                self._rows[row] = self._rows[last]
+                self._keys[row] = moved
+                self._where[moved] = row
+            self._keys.pop()
+            removed += 1
+        return removed
+
+    def top_k(
+        self, query: object, k: int, *, eligible: Callable[[Hashable], bool] | None = None
+    ) -> list[tuple[Hashable, float]]:
+        """The ``k`` stored keys most similar to ``query`` by cosine, best first: ``[(key, similarity)]``.
+
+        Args:
+            query: a vector of this index's dimension (any length; it is normalised).
+            k: how many (>= 0).
+            eligible: when given, only keys for which it returns true count
+                (a branch's messages, those not hidden by a compaction overlay).
+                Candidates are checked best first, in windows that double, so
+                a filter that keeps most keys costs about ``k`` calls.
+
+        Equal similarities come in row order (insertion order until a
+        :meth:`discard` moves rows).
+
+        Raises:
+            VectorFormatError: the query is malformed or of another dimension;
+                ``k`` is negative.
+        """
+        q = _as_vector(query, "query vector")
+        if q.shape[0] != self.dimension:
+            raise VectorFormatError(f"query has {q.shape[0]} dimensions, the index has {self.dimension}")
+        if k < 0:
+            raise VectorFormatError(f"k must be >= 0, got {k}")
+        n = len(self._keys)
+        if n == 0 or k == 0:
+            return []
+        scores = self._rows[:n] @ normalize(q)
+        window = min(n, k if eligible is None else 2 * k)
+        while True:
+            if window < n:
+                kth = np.partition(scores, n - window)[n - window]
+                candidates = np.flatnonzero(scores >= kth)
+            else:
+                candidates = np.arange(n)
+            order = candidates[np.lexsort((candidates, -scores[candidates]))]
+            hits = [
+                (self._keys[i], float(scores[i]))
+                for i in order
+                if eligible is None or eligible(self._keys[i])
+            ][:k]
+            if len(hits) == k or window >= n:
+                return hits
+            window = min(n, window * 2)

@@ -12,6 +12,7 @@ np = pytest.importorskip("numpy")
 from actors.vectors import (  # noqa: E402
     RRF_K,
     VectorFormatError,
+    VectorIndex,
     cosine_top_k,
     decode_matrix,
     decode_vector,
@@ -176,3 +177,82 @@ def test_rrf_limit_empty_and_bad_arguments():
         reciprocal_rank_fusion([["a"]], k=-1)
     with pytest.raises(InvalidInputError, match="limit must be >= 0"):
         reciprocal_rank_fusion([["a"]], limit=-1)
+
+
+# -- the in-memory index -------------------------------------------------------------
+
+
+def test_vector_index_add_and_top_k_exact():
+    index = VectorIndex("m", 2)
+    index.add(["a", "b", "c"], [[1.0, 0.0], [0.0, 3.0], [2.0, 2.0]])
+    assert len(index) == 3 and "b" in index and "z" not in index
+    assert index.model == "m" and index.dimension == 2
+    hits = index.top_k([4.0, 0.0], 2)
+    assert [k for k, _ in hits] == ["a", "c"]
+    assert hits[0][1] == pytest.approx(1.0) and hits[1][1] == pytest.approx(2 ** -0.5)
+    assert index.top_k([1.0, 0.0], 0) == []
+    assert VectorIndex("m", 2).top_k([1.0, 0.0], 3) == []
+
+
+def test_vector_index_replaces_a_key_and_discards_with_the_last_row_moving_in():
+    index = VectorIndex("m", 2)
+    index.add(["a", "b", "c"], [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    index.add(["b"], [5.0, 0.0])  # re-embedded: same key, new vector
+    assert len(index) == 3
+    assert [k for k, _ in index.top_k([1.0, 0.0], 2)] == ["a", "b"]  # equal scores: row order
+    assert index.discard(["a", "zzz"]) == 1
+    assert len(index) == 2 and "a" not in index
+    assert [k for k, _ in index.top_k([1.0, 0.0], 5)] == ["b", "c"]
+    assert index.discard(["b", "c"]) == 2 and len(index) == 0
+    assert index.top_k([1.0, 0.0], 5) == []
+
+
+def test_vector_index_grows_past_its_capacity_and_keeps_every_vector():
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((300, 8)).astype(np.float32)
+    index = VectorIndex("m", 8)
+    for start in range(0, 300, 7):
+        index.add(list(range(start, min(start + 7, 300))), vectors[start : start + 7])
+    assert len(index) == 300 and index.nbytes >= 300 * 8 * 4
+    expected = [i for i, _ in cosine_top_k(vectors[42], vectors, 10)]
+    assert [k for k, _ in index.top_k(vectors[42], 10)] == expected
+
+
+def test_vector_index_eligible_filter_walks_past_ineligible_best_hits():
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((1000, 16)).astype(np.float32)
+    index = VectorIndex("m", 16)
+    index.add(list(range(1000)), vectors)
+    query = vectors[0]
+    ranked = [i for i, _ in cosine_top_k(query, vectors, 1000)]
+    calls = []
+
+    def odd_only(key):
+        calls.append(key)
+        return key % 2 == 1
+
+    hits = index.top_k(query, 5, eligible=odd_only)
+    assert [k for k, _ in hits] == [i for i in ranked if i % 2 == 1][:5]
+    assert len(calls) < 100  # windows of 10, 20, ...: far from all 1,000
+    assert index.top_k(query, 5, eligible=lambda key: False) == []
+    assert [k for k, _ in index.top_k(query, 3, eligible=lambda key: key in (999, 500))] == [
+        i for i in ranked if i in (999, 500)
+    ]
+
+
+def test_vector_index_refuses_bad_input_and_stays_unchanged():
+    index = VectorIndex("m", 2)
+    index.add(["a"], [[1.0, 0.0]])
+    with pytest.raises(VectorFormatError, match="expected 2 vectors of 2 dimensions"):
+        index.add(["b", "c"], [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    with pytest.raises(VectorFormatError, match="a key appears twice"):
+        index.add(["b", "b"], [[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(VectorFormatError, match="NaN or infinite"):
+        index.add(["b"], [[float("nan"), 0.0]])
+    assert len(index) == 1
+    with pytest.raises(VectorFormatError, match="query has 3 dimensions, the index has 2"):
+        index.top_k([1.0, 0.0, 0.0], 1)
+    with pytest.raises(VectorFormatError, match="k must be >= 0"):
+        index.top_k([1.0, 0.0], -1)
+    with pytest.raises(VectorFormatError, match="dimension must be a positive integer"):
+        VectorIndex("m", 0)
