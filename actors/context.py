@@ -221,8 +221,7 @@ class AgentSearchProvider:
 
     async def get(self) -> str | None:
         """``"<n> entries indexed."`` (also for 1), or ``None`` with no entries."""
-        count = sql.count_search_entries(self.storage, self.label)
-        return f"{count} entries indexed." if count else None
+        return sql.entries_summary(sql.count_search_entries(self.storage, self.label))
 
     async def search(self, query: str) -> str | None:
         """Best 10 matches as ``[<key>]\\n<content>`` joined by a blank line, or ``None``.
@@ -231,7 +230,7 @@ class AgentSearchProvider:
             storage.SearchQueryError: SQLite failed (never for user text).
         """
         rows = sql.search_entries(self.storage, self.label, query, sql.SEARCH_LIMIT)
-        return "\n\n".join(f"[{r['key']}]\n{r['content']}" for r in rows) if rows else None
+        return sql.entries_text([(r["key"], r["content"]) for r in rows])
 
     async def set(self, key: str, content: str) -> None:
         """Insert or replace entry ``key`` and its index rows, atomically."""

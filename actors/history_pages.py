@@ -22,10 +22,11 @@ overlay that does not apply on this path is :class:`InvalidInputError`
 (``field="before"``, 400).
 
 Cost: the rows of the page, walked up from ``before`` (or the leaf) in
-bounded chunks (:meth:`storage.messages.MessageStore.path_chunks`: at most
+bounded chunks (``path_chunks`` of :mod:`storage.tree.reads`: at most
 ``limit`` + 1 rows and 1 MiB per statement), plus, with overlays, the
 session's compaction rows and the O(compactions x log depth) test of which
-apply on this path (``path_tokens``). An applied overlay is jumped over
+apply on this path (``path_tokens``); a ``before`` is placed on the path by
+jump pointers (``depth_on_path``: O(log depth)). An applied overlay is jumped over
 (the walk restarts above its first message), never read through, so a page
 after a compaction of 100,000 messages costs what any page costs.
 """
@@ -36,11 +37,12 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from storage.errors import InvalidInputError, MessageNotFoundError
-from storage.messages import OVERLAY_PREFIX, CompactionRow
+from common.errors import InvalidInputError, MessageNotFoundError
+from common.shapes import OVERLAY_PREFIX
+from storage.tree.rows import CompactionRow
 
 from .session_messages import overlay_message, parse
-from .session_store import AsyncHistoryStore, sync_store
+from .session_store import AsyncHistoryStore
 
 __all__ = ["check_page_options", "history_page"]
 
@@ -142,7 +144,7 @@ async def _anchor(store: AsyncHistoryStore, leaf: str, before: str,
             if OVERLAY_PREFIX + row.id == before:
                 return row.from_message_id, True
         raise await _off_path(store, before, "no compaction overlay with that id applies on this path")
-    depth = await _depth_on_path(store, before, leaf)
+    depth = await store.depth_on_path(before, leaf)
     if depth is None:
         raise await _off_path(store, before, "it is not a stored message on the path to the leaf")
     for row in applied:
@@ -152,26 +154,9 @@ async def _anchor(store: AsyncHistoryStore, leaf: str, before: str,
     return before, True
 
 
-async def _depth_on_path(store: AsyncHistoryStore, message_id: str, leaf: str) -> int | None:
-    """The depth of ``message_id`` when it lies on the path root -> ``leaf``, else ``None``."""
-    sync = sync_store(store)
-    if sync is not None and hasattr(sync, "depth_on_path"):
-        return sync.depth_on_path(message_id, leaf)
-    ids = await store.path_ids(leaf)  # other stores: one read of the path's ids, no content
-    return ids.index(message_id) + 1 if message_id in ids else None
-
-
 async def _walk(store: AsyncHistoryStore, anchor: str, rows: int | None) -> AsyncIterator[Message]:
     """The messages ``anchor`` -> root, parsed, leaf-side first, read ``rows`` at a time (else 1,024)."""
     options = {"max_bytes": PAGE_CHUNK_BYTES} if rows is None else {"max_bytes": PAGE_CHUNK_BYTES, "max_rows": rows}
-    sync = sync_store(store)
-    if sync is not None:
-        for chunk in sync.path_chunks(anchor, **options):
-            for content in chunk:
-                message = parse(content) if isinstance(content, str) else None
-                if message is not None:
-                    yield message
-        return
     async with aclosing(store.path_chunks(anchor, **options)) as chunks:
         async for chunk in chunks:
             for content in chunk:

@@ -60,7 +60,7 @@ from typing import Any
 
 from common.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from storage.fts import parse_query
-from storage.messages import to_iso8601
+from storage.tree.rows import to_iso8601
 
 from .context import mark_block_source_changed
 from .manager_registry import Registry, registry_for

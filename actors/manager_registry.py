@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from storage import SqlStorage, registry
 from storage.fts import ParsedQuery
-from storage.messages import MessageStore, NewMessage
+from storage.messages import NewMessage
 
 __all__ = ["Registry", "SqliteRegistry", "registry_for"]
 
@@ -93,16 +93,10 @@ class SqliteRegistry:
     ) -> Row:
         """Register ``session_id`` -- after ending ``end = (session id, reason)``, and with
         ``messages`` stored as its first chain -- in one transaction."""
-        storage = self.storage
-        with storage.transaction():
-            if end is not None:
-                registry.end_session(storage, *end)
-            row = registry.insert_session(
-                storage, session_id, name, parent_session_id=parent_session_id, model=model, source=source
-            )
-            if messages:
-                MessageStore(storage, session_id).append_chain(messages, None)
-        return row
+        return registry.insert_session(
+            self.storage, session_id, name, parent_session_id=parent_session_id, model=model, source=source,
+            messages=messages, end=end,
+        )
 
     async def touch_session(self, session_id: str) -> bool:
         return registry.touch_session(self.storage, session_id)
@@ -118,13 +112,7 @@ class SqliteRegistry:
         check: Callable[[Row], None] | None = None,
     ) -> Row | None:
         """Add to the counters in one transaction; ``check(row)`` sees the current row first."""
-        with self.storage.transaction():
-            current = registry.get_session(self.storage, session_id)
-            if current is None:
-                return None
-            if check is not None:
-                check(current)
-            return registry.add_usage(self.storage, session_id, input_tokens, output_tokens, cost)
+        return registry.add_usage(self.storage, session_id, input_tokens, output_tokens, cost, check=check)
 
     async def delete_session(self, session_id: str) -> bool:
         return registry.delete_session(self.storage, session_id)

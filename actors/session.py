@@ -90,8 +90,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
+from common.errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from storage import SqlStorage
-from storage.errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from common.errors import InvalidInputError, NotFoundError
 from storage.context import read_config, write_config
-from storage.errors import InvalidInputError, NotFoundError
 
 from .agent import Agent, AgentContext
 from .compaction import create_compact_function, extractive_summarize
@@ -179,7 +179,7 @@ class SessionConfig:
         cached_prompt: keep the frozen system prompt in the actor's file, so
             it survives hibernation unchanged (``with_cached_prompt``).
         compaction: compaction settings, or ``None`` for no compaction
-            (``compact()`` then raises :class:`~storage.errors.CompactionError`).
+            (``compact()`` then raises :class:`~common.errors.CompactionError`).
 
     Raises:
         InvalidInputError: two blocks share a label.
@@ -330,10 +330,10 @@ class SessionAgent(Agent):
     Raises:
         TypeError: ``env`` is neither ``None`` nor a :class:`SessionConfig`.
 
-    Methods raise the errors of :mod:`storage.errors` (each carries its HTTP
-    ``status``): :class:`~storage.errors.InvalidInputError` for bad arguments
-    (``.field`` names it), :class:`~storage.errors.NotFoundError` for unknown
-    messages or tools, :class:`~storage.errors.CompactionError` when
+    Methods raise the errors of :mod:`common.errors` (each carries its HTTP
+    ``status``): :class:`~common.errors.InvalidInputError` for bad arguments
+    (``.field`` names it), :class:`~common.errors.NotFoundError` for unknown
+    messages or tools, :class:`~common.errors.CompactionError` when
     compaction is not configured.
 
     The methods are the Session API table ``runtime.api.SESSION_API``:

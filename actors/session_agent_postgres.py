@@ -30,9 +30,9 @@ arrival order, as the SQLite agent's synchronous storage does (here also
 across a slow summarizer). Different sessions run concurrently, on one
 connection pool per host (:class:`PostgresSessionEnv`).
 
-Errors are the SQLite agent's, plus :class:`~storage.errors.StorageUnavailableError`
+Errors are the SQLite agent's, plus :class:`~common.errors.StorageUnavailableError`
 (503, retryable) when Postgres cannot be reached or does not answer within
-the storage's call deadline, and :class:`~storage.errors.InvalidInputError`
+the storage's call deadline, and :class:`~common.errors.InvalidInputError`
 for a value Postgres text cannot hold (NUL in an id).
 """
 

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from storage.errors import CompactionError
+from common.errors import CompactionError
 
 from .agent import Agent
 from .compaction import (
@@ -179,13 +179,7 @@ class SessionCompaction:
         return await self._history_tokens() + self._prompt_tokens(prompt)
 
     async def _history_tokens(self) -> int:
-        store = self._store
-        latest = getattr(store, "latest_path_tokens", None)  # SyncStore: one statement on a SQLite file
-        if latest is not None:
-            totals = await latest()
-        else:
-            leaf = await store.latest_leaf()
-            totals = None if leaf is None else await store.path_tokens(leaf)
+        totals = await self._store.latest_path_tokens()  # one statement without compactions
         if totals is None:
             return 0
         tokens = totals.total

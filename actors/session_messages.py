@@ -27,8 +27,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from storage.errors import InvalidInputError, InvalidMessageError
-from storage.messages import OVERLAY_PREFIX, CompactionRow, to_iso8601
+from common.errors import InvalidInputError, InvalidMessageError
+from common.shapes import OVERLAY_PREFIX
+from storage.tree.rows import CompactionRow, to_iso8601
 
 from .tokens import js_stringify
 

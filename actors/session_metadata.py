@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from common.errors import InvalidInputError
 from storage import SqlStorage
 from storage.context import delete_config, read_config, write_config
-from storage.errors import InvalidInputError
 
 __all__ = ["MAX_METADATA_BYTES", "METADATA_KEY", "encode_metadata", "read_metadata", "write_metadata"]
 

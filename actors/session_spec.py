@@ -31,8 +31,8 @@ the original does with an explicit provider), except:
   :class:`~actors.session_agent.SessionConfig`).
 
 Errors are the builders' (and the original's) errors:
-:class:`~storage.errors.InvalidInputError` for a bad argument (``.field``
-names it), :class:`~storage.errors.ConflictError` for a label declared twice.
+:class:`~common.errors.InvalidInputError` for a bad argument (``.field``
+names it), :class:`~common.errors.ConflictError` for a label declared twice.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from storage.errors import ConflictError, InvalidInputError
+from common.errors import ConflictError, InvalidInputError
 
 from .truncation import ROW_MAX_BYTES
 

@@ -19,13 +19,14 @@ microsecond: ``benchmarks/bench_session.py``). So a SQLite write still runs
 inside one synchronous call -- no ``await`` inside a SQLite transaction --
 and nothing else of the actor can run between a write and its commit.
 
-:class:`storage.messages.MessageStore`'s docstrings give the exact rules
-(chains, overlay ids, the latest leaf, running totals), which every
-implementation keeps. The reads also rely on what each stored row knows of
-its place (path length, path bytes, running token total, see
-:mod:`storage.messages`): another store must keep the same per-row totals
-or compute them, or ``estimate_tokens`` and the windowed reads stop being
-flat in the history length.
+:mod:`storage.tree` gives the exact rules (chains, overlay ids, the
+latest leaf, running totals); both real stores run those same operations,
+so they offer the same methods with the same results. The reads also rely
+on what each stored row knows of its place (path length, path bytes,
+running token total, jump pointers: :mod:`storage.tree.places`): another
+store must keep the same per-row totals or compute them, or
+``estimate_tokens`` and the windowed reads stop being flat in the history
+length.
 
 The reads here (:func:`path_messages`, :func:`read_history`,
 :func:`compaction_records`) turn stored text into the Session's results;
@@ -42,7 +43,7 @@ from .session_messages import apply_overlays, compaction_record, parse_all, pars
 
 if TYPE_CHECKING:
     from storage.fts import ParsedQuery
-    from storage.messages import CompactionRow, NewMessage, PathTokens, SearchRow
+    from storage.tree.rows import CompactionRow, NewMessage, PathTokens, SearchRow
 
 __all__ = [
     "AsyncHistoryStore",
@@ -62,7 +63,7 @@ class HistoryStore(Protocol):
     """The rows of one session: its message tree, compaction rows, latest leaf and search index.
 
     Message ids are unique per session; ``parent_id`` of the appends is a
-    message id, ``None`` (a new root) or :data:`storage.shapes.LATEST_LEAF`.
+    message id, ``None`` (a new root) or :data:`common.shapes.LATEST_LEAF`.
     """
 
     # -- reads --------------------------------------------------------------------
@@ -80,9 +81,10 @@ class HistoryStore(Protocol):
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON root -> ``leaf_id`` (``[]`` if unknown)."""
 
-    def path_chunks(self, leaf_id: str) -> Iterator[list[Any]]:
-        """Stored JSON ``leaf_id`` -> root in chunks of bounded size, leaf first (rows as
-        stored); each chunk read completely before it is yielded."""
+    def path_chunks(self, leaf_id: str, *, max_bytes: int = ..., max_rows: int = ...) -> Iterator[list[Any]]:
+        """Stored JSON ``leaf_id`` -> root in chunks of at most ``max_rows`` rows and ``max_bytes``
+        bytes (a larger row alone), leaf first (rows as stored); each chunk read completely
+        before it is yielded."""
 
     def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, UTF-8 bytes of the JSON)``."""
@@ -95,6 +97,12 @@ class HistoryStore(Protocol):
 
     def path_tokens(self, leaf_id: str) -> PathTokens | None:
         """The stored token total root -> ``leaf_id`` and the overlays that apply on that path."""
+
+    def latest_path_tokens(self) -> PathTokens | None:
+        """:meth:`path_tokens` of the latest leaf (``None`` when empty), in one call."""
+
+    def depth_on_path(self, message_id: str, leaf_id: str) -> int | None:
+        """The depth of ``message_id`` (the root's is 1) when it lies on the path root -> ``leaf_id``, else ``None``."""
 
     def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         """The newest rows of the path that fit ``max_bytes`` (at least ``min_rows``), root-side
@@ -150,11 +158,13 @@ class AsyncHistoryStore(Protocol):
     async def latest_leaf(self) -> str | None: ...
     async def path_json(self, leaf_id: str) -> tuple[str, int] | None: ...
     async def path_contents(self, leaf_id: str) -> list[str]: ...
-    def path_chunks(self, leaf_id: str) -> AsyncIterator[list[Any]]: ...
+    def path_chunks(self, leaf_id: str, *, max_bytes: int = ..., max_rows: int = ...) -> AsyncIterator[list[Any]]: ...
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]: ...
     async def path_ids(self, leaf_id: str) -> list[str]: ...
     async def place(self, message_id: str) -> tuple[int, int] | None: ...
     async def path_tokens(self, leaf_id: str) -> PathTokens | None: ...
+    async def latest_path_tokens(self) -> PathTokens | None: ...
+    async def depth_on_path(self, message_id: str, leaf_id: str) -> int | None: ...
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]: ...
     async def children(self, message_id: str) -> list[str]: ...
     async def compactions(self) -> list[CompactionRow]: ...
@@ -199,8 +209,8 @@ class SyncStore:
     async def path_contents(self, leaf_id: str) -> list[str]:
         return self.sync.path_contents(leaf_id)
 
-    async def path_chunks(self, leaf_id: str) -> AsyncIterator[list[Any]]:
-        for chunk in self.sync.path_chunks(leaf_id):
+    async def path_chunks(self, leaf_id: str, **limits: int) -> AsyncIterator[list[Any]]:
+        for chunk in self.sync.path_chunks(leaf_id, **limits):
             yield chunk
 
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
@@ -216,13 +226,10 @@ class SyncStore:
         return self.sync.path_tokens(leaf_id)
 
     async def latest_path_tokens(self) -> PathTokens | None:
-        """:meth:`path_tokens` of the latest leaf (``None`` when empty), in one call of the store's
-        own ``latest_path_tokens`` when it has one (:class:`storage.messages.MessageStore`)."""
-        own = getattr(self.sync, "latest_path_tokens", None)
-        if own is not None:
-            return own()
-        leaf = self.sync.latest_leaf()
-        return None if leaf is None else self.sync.path_tokens(leaf)
+        return self.sync.latest_path_tokens()
+
+    async def depth_on_path(self, message_id: str, leaf_id: str) -> int | None:
+        return self.sync.depth_on_path(message_id, leaf_id)
 
     async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         return self.sync.window(leaf_id, max_bytes, min_rows)

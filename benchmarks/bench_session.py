@@ -57,7 +57,8 @@ from storage import (
     SqlStorage,  # noqa: E402
     fts,  # noqa: E402
 )
-from storage import messages as sql  # noqa: E402
+from storage.tree import sqlite as sql  # noqa: E402
+from storage.tree.places import child_place  # noqa: E402
 
 CORPUS = Path("/work/shared/data/chat/tau-bench/gpt-4o-airline.json")
 WORDS_PER_MESSAGE = 20
@@ -105,10 +106,10 @@ def bulk_load(storage: SqlStorage, make: Messages, n: int) -> str:
         for i in range(n):
             m = make(i)
             content = js_stringify(m)
-            place = sql._child_place(link, len(content.encode()), estimate_message_tokens([m]))
+            place = child_place(link, len(content.encode()), estimate_message_tokens([m]))
             parent_seq = None if link is None else link[0]
             [(seq,)] = con.execute(
-                sql._INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)
+                sql.INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)
             ).fetchall()
             depth, path_bytes, _, path_tokens, jump = place
             jump = seq if jump is None else jump
@@ -157,11 +158,11 @@ def raw_append_same_sql(con, m: dict) -> None:
     """The statements MessageStore.append runs, without the Session around them."""
     content = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
     with con:
-        found = con.execute(sql._LATEST_LINK, ("",)).fetchone()
+        found = con.execute(sql.LATEST_LINK, ("",)).fetchone()
         parent, link = (None, None) if found is None else (found[0], found[1:])
-        place = sql._child_place(link, len(content.encode()), 30)
+        place = child_place(link, len(content.encode()), 30)
         parent_seq = None if link is None else link[0]
-        [(seq,)] = con.execute(sql._INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)).fetchall()
+        [(seq,)] = con.execute(sql.INSERT, ("", m["id"], parent, parent_seq, m["role"], content, *place)).fetchall()
         con.execute("INSERT INTO assistant_fts (rowid, content) VALUES (?, ?)", (seq, m["parts"][0]["text"]))
 
 
@@ -178,30 +179,30 @@ def raw_append_minimal(con, m: dict, parent: str) -> None:
 
 
 def raw_leaf(con) -> str:
-    return con.execute(sql._LATEST_LEAF, ("",)).fetchall()[0][0]
+    return con.execute(sql.LATEST_LEAF, ("",)).fetchall()[0][0]
 
 
 def raw_read(con, query: str, *, with_compactions: bool = False) -> list:
     """The latest-leaf lookup, then ``query`` on it (and the compaction rows), as the Session runs them."""
     rows = con.execute(query, ("", raw_leaf(con))).fetchall()
     if with_compactions:
-        con.execute(sql._COMPACTIONS, ("",)).fetchall()
+        con.execute(sql.COMPACTIONS, ("",)).fetchall()
     return rows
 
 
 def raw_recent(con, max_bytes: int) -> list:
     leaf = raw_leaf(con)
-    con.execute(sql._PLACE, ("", leaf)).fetchall()
-    rows = con.execute(sql._WINDOW, ("", leaf, 1, max_bytes)).fetchall()
-    con.execute(sql._COMPACTIONS, ("",)).fetchall()
+    con.execute(sql.PLACE, ("", leaf)).fetchall()
+    rows = con.execute(sql.WINDOW, ("", leaf, 1, max_bytes)).fetchall()
+    con.execute(sql.COMPACTIONS, ("",)).fetchall()
     return rows
 
 
 def raw_search_same_sql(con, query: str, limit: int = 20) -> list:
     hits, params = fts.matching_rowids_sql(fts.parse_query(query), sql.FTS_TABLE, tools=True)
-    best = con.execute(sql._TOP_HITS.format(hits=hits), (*params, limit)).fetchall()
+    best = con.execute(sql.TOP_HITS.format(hits=hits), (*params, limit)).fetchall()
     seqs = "[" + ",".join(str(s) for s, _ in best) + "]"
-    return con.execute(sql._HIT_ROWS, ("", seqs)).fetchall()
+    return con.execute(sql.HIT_ROWS, ("", seqs)).fetchall()
 
 
 def raw_search_plain(con, query: str, limit: int = 20) -> list:
@@ -224,9 +225,9 @@ async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: 
     con = storage.connection
 
     history_ms = await time_async(session.get_history, reads)
-    raw_history = time_calls(lambda: raw_read(con, sql._PATH_JSON, with_compactions=True), reads)
-    raw_parsed = time_calls(lambda: json.loads(raw_read(con, sql._PATH_JSON)[0][0]), reads)
-    per_row = time_calls(lambda: [json.loads(r[0]) for r in raw_read(con, sql._PATH_CONTENT)], reads)
+    raw_history = time_calls(lambda: raw_read(con, sql.PATH_JSON, with_compactions=True), reads)
+    raw_parsed = time_calls(lambda: json.loads(raw_read(con, sql.PATH_JSON)[0][0]), reads)
+    per_row = time_calls(lambda: [json.loads(r[0]) for r in raw_read(con, sql.PATH_CONTENT)], reads)
     row("get_history() (whole path)", history_ms, raw_history,
         f"raw+one json.loads {raw_parsed:.3f} ms; row by row {per_row:.3f} ms")
 
@@ -234,14 +235,14 @@ async def bench_size(folder: Path, make: Messages, n: int, appends: int, reads: 
     raw_window = time_calls(lambda: raw_recent(con, 8192), 50)
     row("get_recent_history(8 KiB)", recent, raw_window)
     stats = await time_async(session.get_history_row_stats, reads)
-    raw_stats = time_calls(lambda: raw_read(con, sql._PATH_STATS), reads)
+    raw_stats = time_calls(lambda: raw_read(con, sql.PATH_STATS), reads)
     row("get_history_row_stats() (whole path)", stats, raw_stats)
     length = await time_async(session.get_path_length, 50)
-    raw_length = time_calls(lambda: raw_read(con, sql._PLACE), 50)
+    raw_length = time_calls(lambda: raw_read(con, sql.PLACE), 50)
     row("get_path_length()", length, raw_length)
 
     latest = await time_async(session.get_latest_leaf, 50)
-    raw_latest = time_calls(lambda: raw_read(con, sql._GET), 50)
+    raw_latest = time_calls(lambda: raw_read(con, sql.GET), 50)
     row("get_latest_leaf()", latest, raw_latest)
 
     counter = iter(range(n, n + 5 * appends))

@@ -18,6 +18,6 @@ the project outside :mod:`common` (nor apsw, trio, quart or psycopg), so
   fold, without the SDK.
 
 The modules moved here from ``storage/`` and ``runtime/wire.py``; the old
-import paths still work (``storage.errors.NotOwnerError is
+import paths still work (``common.errors.NotOwnerError is
 common.errors.NotOwnerError``).
 """

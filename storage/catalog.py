@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,12 +200,6 @@ class HostCatalog:
             _RECORD, namespace, actor_id, facts.name, facts.generation, facts.messages, facts.compactions,
             facts.compacted_through, created, updated,
         )
-
-    def record_many(self, rows: Iterable[tuple[str, str, ActorFacts]], *, written_ms: int | None = None) -> None:
-        """:meth:`record` each ``(namespace, actor_id, facts)`` in one transaction, all written at ``written_ms``."""
-        with self._storage.transaction():
-            for namespace, actor_id, facts in rows:
-                self.record(namespace, actor_id, facts, written_ms=written_ms)
 
     def quarantine(self, namespace: str, actor_id: str, *, name: str | None, problem: str,
                    moved_to: str | None, now_ms: int | None = None) -> None:

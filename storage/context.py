@@ -1,7 +1,9 @@
 """SQL of the context providers: block rows, search entries, per-session config.
 
 Synchronous helpers (no trio) behind the async providers of
-:mod:`actors.context`:
+:mod:`actors.context`. The rules of the block rows and search entries are
+the operations of :mod:`storage.tree.context`, written once for both
+databases and driven here on apsw (:class:`SqliteContextDialect`):
 
 * ``cf_agents_context_blocks`` -- one row per context block or cached
   prompt, keyed by ``label`` (``"memory"``, ``"memory_<sid>"``,
@@ -21,20 +23,84 @@ Every write that touches more than one row runs in one transaction.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import apsw
 
 from .errors import SearchQueryError
-from .fts import index_rows, matching_rowids_sql, parse_query, unindex_rows
+from .fts import ParsedQuery, index_rows, matching_rowids_sql, parse_query, unindex_rows
 from .schema import NOW_MS
 from .sqlite import SqlStorage
+from .tree import context as rules
+from .tree.context import SEARCH_LIMIT, entries_summary, entries_text
+from .tree.steps import Operation, drive
+
+__all__ = [
+    "SEARCH_FTS", "SEARCH_LIMIT", "SqliteContextDialect", "count_search_entries", "delete_blocks", "delete_config",
+    "entries_summary", "entries_text", "read_block", "read_config", "search_entries", "upsert_search_entry",
+    "write_block", "write_config",
+]
+
+T = TypeVar("T")
 
 #: The porter FTS5 table of search entries (its trigram twin is ``<name>_cjk``).
 SEARCH_FTS = "cf_agents_search_fts"
 
-#: Most results one :func:`search_entries` call returns by default.
-SEARCH_LIMIT = 10
+_SEQ_OF_ENTRY = "SELECT seq FROM cf_agents_search_entries WHERE label = ?1 AND key = ?2"
+_INSERT_ENTRY = "INSERT INTO cf_agents_search_entries (label, key, content) VALUES (?1, ?2, ?3) RETURNING seq"
+_UPDATE_ENTRY = f"UPDATE cf_agents_search_entries SET content = ?2, updated_at = {NOW_MS} WHERE seq = ?1"
+_SEARCH_ENTRIES = """
+SELECT e.key, e.content FROM ({hits}) AS m JOIN cf_agents_search_entries AS e ON e.seq = m.rowid
+WHERE e.label = ? ORDER BY m.rank, e.seq LIMIT ?
+"""
+
+
+class SqliteContextDialect:
+    """The SQLite :class:`~storage.tree.context.ContextDialect`: entries are searched through
+    ``cf_agents_search_fts`` (and its CJK twin), whose rowid is the entry's ``seq``."""
+
+    READ_BLOCK = "SELECT content FROM cf_agents_context_blocks WHERE label = ?1"
+    WRITE_BLOCK = (
+        "INSERT INTO cf_agents_context_blocks (label, content) VALUES (?1, ?2) "
+        f"ON CONFLICT (label) DO UPDATE SET content = excluded.content, updated_at = {NOW_MS}"
+    )
+    DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE label IN (SELECT value FROM json_each(?1)) RETURNING label"
+    COUNT_ENTRIES = "SELECT count(*) FROM cf_agents_search_entries WHERE label = ?1"
+
+    @staticmethod
+    def label_list(labels: Sequence[str]) -> str:
+        """A JSON array: what ``json_each`` reads."""
+        return json.dumps(list(labels))
+
+    @staticmethod
+    def upsert_entry(label: str, key: str, content: str) -> Operation[None]:
+        """The entry row, then its full-text rows replaced."""
+        rows = yield _SEQ_OF_ENTRY, (label, key)
+        if rows:
+            seq: int = rows[0][0]
+            yield _UPDATE_ENTRY, (seq, content)
+            for step in unindex_rows(SEARCH_FTS, seq):
+                yield step
+        else:
+            [(seq,)] = yield _INSERT_ENTRY, (label, key, content)
+        for step in index_rows(SEARCH_FTS, seq, content, extra={"label": label, "key": key}):
+            yield step
+
+    @staticmethod
+    def search_entries(label: str, query: ParsedQuery, limit: int) -> Operation[list[tuple[str, str]]]:
+        """The FTS matches of the whole table, joined to ``label``'s entries."""
+        hits, params = matching_rowids_sql(query, SEARCH_FTS)
+        rows = yield _SEARCH_ENTRIES.format(hits=hits), (*params, label, limit)
+        return [(key, content) for key, content in rows]
+
+
+_SQLITE_CONTEXT = SqliteContextDialect()
+
+
+def _run(storage: SqlStorage, op: Operation[T]) -> T:
+    return drive(storage.connection, op)
 
 
 # -- cf_agents_context_blocks ------------------------------------------------
@@ -42,26 +108,18 @@ SEARCH_LIMIT = 10
 
 def read_block(storage: SqlStorage, label: str) -> str | None:
     """Content of the block row ``label``, or ``None`` when there is no row."""
-    return storage.scalar("SELECT content FROM cf_agents_context_blocks WHERE label = ?", label)
+    return _run(storage, rules.read_block(_SQLITE_CONTEXT, label))
 
 
 def write_block(storage: SqlStorage, label: str, content: str) -> None:
     """Insert or replace the block row ``label`` (``updated_at`` set to now, ms)."""
-    storage.exec(
-        "INSERT INTO cf_agents_context_blocks (label, content) VALUES (?, ?) "
-        f"ON CONFLICT (label) DO UPDATE SET content = excluded.content, updated_at = {NOW_MS}",
-        label,
-        content,
-    )
+    _run(storage, rules.write_block(_SQLITE_CONTEXT, label, content))
 
 
 def delete_blocks(storage: SqlStorage, labels: list[str]) -> int:
     """Delete the block rows named in ``labels``; returns how many existed."""
     with storage.transaction():
-        before = storage.connection.total_changes()
-        for label in labels:
-            storage.exec("DELETE FROM cf_agents_context_blocks WHERE label = ?", label)
-        return storage.connection.total_changes() - before
+        return _run(storage, rules.delete_blocks(_SQLITE_CONTEXT, labels))
 
 
 # -- cf_agents_search_entries + cf_agents_search_fts -------------------------
@@ -69,7 +127,7 @@ def delete_blocks(storage: SqlStorage, labels: list[str]) -> int:
 
 def count_search_entries(storage: SqlStorage, label: str) -> int:
     """Number of search entries under the block label ``label``."""
-    return int(storage.scalar("SELECT COUNT(*) FROM cf_agents_search_entries WHERE label = ?", label))
+    return _run(storage, rules.count_entries(_SQLITE_CONTEXT, label))
 
 
 def upsert_search_entry(storage: SqlStorage, label: str, key: str, content: str) -> None:
@@ -80,25 +138,7 @@ def upsert_search_entry(storage: SqlStorage, label: str, key: str, content: str)
     transaction: a failure leaves the old entry and index untouched.
     """
     with storage.transaction():
-        seq = storage.scalar(
-            "SELECT seq FROM cf_agents_search_entries WHERE label = ? AND key = ?", label, key
-        )
-        if seq is None:
-            storage.exec(
-                "INSERT INTO cf_agents_search_entries (label, key, content) VALUES (?, ?, ?)",
-                label,
-                key,
-                content,
-            )
-            seq = storage.connection.last_insert_rowid()
-        else:
-            storage.exec(
-                f"UPDATE cf_agents_search_entries SET content = ?, updated_at = {NOW_MS} WHERE seq = ?",
-                content,
-                seq,
-            )
-            _run(storage, unindex_rows(SEARCH_FTS, seq))
-        _run(storage, index_rows(SEARCH_FTS, seq, content, extra={"label": label, "key": key}))
+        _run(storage, rules.upsert_entry(_SQLITE_CONTEXT, label, key, content))
 
 
 def search_entries(storage: SqlStorage, label: str, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
@@ -115,21 +155,11 @@ def search_entries(storage: SqlStorage, label: str, query: str, limit: int = SEA
     parsed = parse_query(query)
     if parsed is None:
         return []
-    match_sql, params = matching_rowids_sql(parsed, SEARCH_FTS)
-    sql = (
-        f"SELECT e.key AS key, e.content AS content FROM ({match_sql}) AS m "
-        "JOIN cf_agents_search_entries AS e ON e.seq = m.rowid "
-        "WHERE e.label = ? ORDER BY m.rank, e.seq LIMIT ?"
-    )
     try:
-        return storage.sql(sql, *params, label, limit)
+        rows = _run(storage, rules.search_entries(_SQLITE_CONTEXT, label, parsed, limit))
     except apsw.Error as exc:
         raise SearchQueryError(f"search of {label!r} entries failed: {exc}") from exc
-
-
-def _run(storage: SqlStorage, statements: list[tuple[str, tuple]]) -> None:
-    for sql, params in statements:
-        storage.exec(sql, *params)
+    return [{"key": key, "content": content} for key, content in rows]
 
 
 # -- assistant_config ----------------------------------------------------------
@@ -145,7 +175,8 @@ _DROP_CONFIG = "DELETE FROM assistant_config WHERE session_id = ? AND key = ?"
 
 def read_config(storage: SqlStorage, session_id: str, key: str) -> str | None:
     """The value stored under ``(session_id, key)``, or ``None``."""
-    return storage.scalar(_GET_CONFIG, session_id, key)
+    value: str | None = storage.scalar(_GET_CONFIG, session_id, key)
+    return value
 
 
 def write_config(storage: SqlStorage, session_id: str, key: str, value: str) -> None:

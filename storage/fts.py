@@ -47,6 +47,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 _CJK_RANGES = (
     (0x1100, 0x11FF),  # Hangul Jamo
@@ -334,7 +335,7 @@ def index_rows(
     *,
     extra: dict[str, str] | None = None,
     tools: str | None = None,
-) -> list[tuple[str, tuple]]:
+) -> list[tuple[str, tuple[Any, ...]]]:
     """Statements that put ``text`` under ``rowid`` in ``table`` (and its twins).
 
     Args:
@@ -353,7 +354,7 @@ def index_rows(
     Returns:
         ``[(sql, params), ...]`` to run in the caller's transaction.
     """
-    stmts: list[tuple[str, tuple]] = []
+    stmts: list[tuple[str, tuple[Any, ...]]] = []
     if text:
         cols = dict(extra or {})
         cols["content"] = indexed_text(text)
@@ -371,7 +372,7 @@ def index_rows(
     return stmts
 
 
-def unindex_rows(table: str, rowid: int, *, tools: bool = False) -> list[tuple[str, tuple]]:
+def unindex_rows(table: str, rowid: int, *, tools: bool = False) -> list[tuple[str, tuple[Any, ...]]]:
     """Statements removing ``rowid`` from ``table`` and its twins (no-op when absent).
 
     ``tools``: ``table`` has a ``<table>_tools`` twin (messages).

@@ -1,18 +1,12 @@
-"""SQL of the session registry (``assistant_sessions``) and the cross-session search.
+"""The session registry (``assistant_sessions``) and the cross-session search in an actor's file.
 
-Synchronous helpers (no trio) behind ``actors.SessionManager``. A registry
-row is a plain ``dict`` with the spec's column names, in this order:
-:data:`SESSION_COLUMNS` (``id``, ``name``, ``parent_session_id``,
-``model``, ``source``, ``input_tokens``, ``output_tokens``,
-``estimated_cost``, ``end_reason``, ``created_at``, ``updated_at``).
-Times are stored UTC text with milliseconds (``YYYY-MM-DD HH:MM:SS.SSS``).
-The internal columns ``seq`` and ``updated_seq`` are never returned.
-
-Ordering. :func:`list_sessions` gives the most recently updated session
-first. Every write that sets ``updated_at`` (creation included) also takes
-the next ``updated_seq``, so two sessions updated within the same
-millisecond are listed in the order of those writes, the later first
-(docs/deviations.md #2: the same calls always give the same order).
+Synchronous functions (no trio) behind ``actors.SessionManager``: the
+operations of :mod:`storage.tree.registry` (the registry's rules, written
+once for both databases: rows, ordering, what a delete removes) driven on
+apsw, in the statements of :class:`SqliteRegistryDialect`. A registry row is a
+plain ``dict`` with the spec's column names, in the order of
+:data:`SESSION_COLUMNS`; times are stored UTC text with milliseconds
+(``YYYY-MM-DD HH:MM:SS.SSS``).
 
 Search. :func:`search_messages` looks only at stored messages of sessions
 that have a registry row (docs/deviations.md #11), using the query rules of
@@ -22,53 +16,35 @@ that have a registry row (docs/deviations.md #11), using the query rules of
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import apsw
 
 from . import fts
 from .errors import SearchQueryError
-from .messages import FTS_TABLE, TEXT_OF_CONTENT
 from .schema import NOW_MS
 from .sqlite import SqlStorage
+from .tree import registry as rules
+from .tree import sqlite as SQLITE
+from .tree.registry import SESSION_COLUMNS
+from .tree.rows import NewMessage
+from .tree.sqlite import FTS_TABLE, TEXT_OF_CONTENT
+from .tree.steps import Operation, drive
 
-#: Columns of a registry row, in the order rows are returned.
-SESSION_COLUMNS = (
-    "id",
-    "name",
-    "parent_session_id",
-    "model",
-    "source",
-    "input_tokens",
-    "output_tokens",
-    "estimated_cost",
-    "end_reason",
-    "created_at",
-    "updated_at",
-)
+__all__ = [
+    "SESSION_COLUMNS", "SqliteRegistryDialect", "add_usage", "count_sessions", "delete_session", "end_session",
+    "get_session", "insert_session", "list_sessions", "rename_session", "search_messages", "session_exists",
+    "touch_session",
+]
+
+T = TypeVar("T")
+Row = dict[str, Any]
 
 _COLUMNS = ", ".join(SESSION_COLUMNS)
 _NEXT_UPDATE = "(SELECT coalesce(max(updated_seq), 0) + 1 FROM assistant_sessions)"
 _TOUCH = f"updated_at = {NOW_MS}, updated_seq = {_NEXT_UPDATE}"
 
-_INSERT = f"""
-INSERT INTO assistant_sessions (id, name, parent_session_id, model, source, updated_seq)
-VALUES (?, ?, ?, ?, ?, {_NEXT_UPDATE}) RETURNING {_COLUMNS}
-"""
-_GET = f"SELECT {_COLUMNS} FROM assistant_sessions WHERE id = ?"
-_LIST = f"""
-SELECT {_COLUMNS} FROM assistant_sessions INDEXED BY idx_assistant_sessions_updated
-ORDER BY updated_at DESC, updated_seq DESC
-"""
-_COUNT = "SELECT count(*) FROM assistant_sessions"
-_TOUCH_ROW = f"UPDATE assistant_sessions SET {_TOUCH} WHERE id = ?"
-_RENAME = f"UPDATE assistant_sessions SET name = ?, {_TOUCH} WHERE id = ? RETURNING {_COLUMNS}"
-_END = f"UPDATE assistant_sessions SET end_reason = ?, {_TOUCH} WHERE id = ? RETURNING {_COLUMNS}"
-_ADD_USAGE = f"""
-UPDATE assistant_sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-    estimated_cost = estimated_cost + ?, {_TOUCH}
-WHERE id = ? RETURNING {_COLUMNS}
-"""
 # Everything keyed by the session id; search rows first (their rowid is the message's seq).
 _DELETE_SESSION_ROWS = (
     f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
@@ -102,33 +78,95 @@ WHERE EXISTS (SELECT 1 FROM assistant_sessions AS s WHERE s.id = m.session_id)
 _HIT_NAMES = ("id", "role", "content", "created_at", "session_id")
 
 
-def _row(cursor: apsw.Cursor) -> dict[str, Any] | None:
-    # fetchall: a RETURNING statement must run to completion before COMMIT.
-    rows = cursor.fetchall()
-    return dict(zip(SESSION_COLUMNS, rows[0])) if rows else None
+class SqliteRegistryDialect:
+    """The SQLite :class:`~storage.tree.registry.RegistryDialect`."""
+
+    GET = f"SELECT {_COLUMNS} FROM assistant_sessions WHERE id = ?1"
+    GET_FOR_UPDATE = GET  # the actor's transaction holds the file
+    EXISTS = "SELECT 1 FROM assistant_sessions WHERE id = ?1"
+    LIST = f"""
+SELECT {_COLUMNS} FROM assistant_sessions INDEXED BY idx_assistant_sessions_updated
+ORDER BY updated_at DESC, updated_seq DESC
+"""
+    COUNT = "SELECT count(*) FROM assistant_sessions"
+    INSERT = f"""
+INSERT INTO assistant_sessions (id, name, parent_session_id, model, source, updated_seq)
+VALUES (?1, ?2, ?3, ?4, ?5, {_NEXT_UPDATE}) RETURNING {_COLUMNS}
+"""
+    TOUCH = f"UPDATE assistant_sessions SET {_TOUCH} WHERE id = ?1 RETURNING id"
+    RENAME = f"UPDATE assistant_sessions SET name = ?2, {_TOUCH} WHERE id = ?1 RETURNING {_COLUMNS}"
+    END = f"UPDATE assistant_sessions SET end_reason = ?2, {_TOUCH} WHERE id = ?1 RETURNING {_COLUMNS}"
+    ADD_USAGE = f"""
+UPDATE assistant_sessions SET input_tokens = input_tokens + ?2, output_tokens = output_tokens + ?3,
+    estimated_cost = estimated_cost + ?4, {_TOUCH}
+WHERE id = ?1 RETURNING {_COLUMNS}
+"""
+
+    @staticmethod
+    def delete_rows(session_id: str) -> Operation[None]:
+        """The session's search rows first (their rowid is the message's seq), then its rows and blocks."""
+        for statement in _DELETE_SESSION_ROWS:
+            yield statement, (session_id,)
+        suffix = rules.block_suffix(session_id)
+        yield _DELETE_BLOCKS, (len(suffix), suffix)
+
+
+
+def _search(query: fts.ParsedQuery, limit: int) -> Operation[list[Row]]:
+    """Ranks the whole file's matches and keeps the best ``limit``; only when some of those
+    are not messages of registered sessions does it rank again, joined to the registry.
+    In a manager's file (every message in a registered session) the join thus touches
+    ``limit`` rows, not every match."""
+    hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
+    best = [seq for (seq,) in (yield _TOP_HITS.format(hits=hits), (*params, limit))]
+    rows = yield from _hit_rows(best)
+    if len(rows) < len(best):
+        managed = [seq for (seq,) in (yield _TOP_MANAGED_HITS.format(hits=hits), (*params, limit))]
+        rows = yield from _hit_rows(managed)
+    return rows
+
+
+def _hit_rows(seqs: list[int]) -> Operation[list[Row]]:
+    """The hits among ``seqs`` that belong to registered sessions, in the order of ``seqs``."""
+    if not seqs:
+        return []
+    found = {row[0]: dict(zip(_HIT_NAMES, row[1:])) for row in (yield _HIT_ROWS, (json.dumps(seqs),))}
+    return [found[seq] for seq in seqs if seq in found]
+
+
+_SQLITE_REGISTRY = SqliteRegistryDialect()
+
+
+def _run(storage: SqlStorage, op: Operation[T]) -> T:
+    return drive(storage.connection, op)
+
+
+def _write(storage: SqlStorage, op: Operation[T]) -> T:
+    with storage.transaction():
+        return _run(storage, op)
 
 
 # -- reads ---------------------------------------------------------------------
 
 
-def get_session(storage: SqlStorage, session_id: str) -> dict[str, Any] | None:
+def get_session(storage: SqlStorage, session_id: str) -> Row | None:
     """The registry row of ``session_id``, or ``None``."""
-    return _row(storage.exec(_GET, session_id))
+    return _run(storage, rules.get_session(_SQLITE_REGISTRY, session_id))
 
 
 def session_exists(storage: SqlStorage, session_id: str) -> bool:
     """``True`` when ``session_id`` has a registry row."""
-    return storage.scalar("SELECT 1 FROM assistant_sessions WHERE id = ?", session_id) is not None
+    return _run(storage, rules.session_exists(_SQLITE_REGISTRY, session_id))
 
 
-def list_sessions(storage: SqlStorage) -> list[dict[str, Any]]:
-    """Every registry row, most recently updated first (see the module docstring)."""
-    return [dict(zip(SESSION_COLUMNS, row)) for row in storage.exec(_LIST)]
+def list_sessions(storage: SqlStorage) -> list[Row]:
+    """Every registry row, most recently updated first (ties: the later write first)."""
+    return _run(storage, rules.list_sessions(_SQLITE_REGISTRY))
 
 
 def count_sessions(storage: SqlStorage) -> int:
     """Number of registered sessions."""
-    return int(storage.scalar(_COUNT))
+    return _run(storage, rules.count_sessions(_SQLITE_REGISTRY))
 
 
 # -- writes ----------------------------------------------------------------------
@@ -142,62 +180,62 @@ def insert_session(
     parent_session_id: str | None = None,
     model: str | None = None,
     source: str | None = None,
-) -> dict[str, Any]:
+    messages: Sequence[NewMessage] = (),
+    end: tuple[str, str] | None = None,
+) -> Row:
     """Register ``session_id`` (zero usage, no end reason, both times now); returns the row.
 
+    In the same transaction, ``end = (other session id, reason)`` first ends
+    that session, and ``messages`` are stored as the new session's first
+    chain (:func:`storage.tree.registry.insert_session`).
+
     Raises:
-        apsw.ConstraintError: ``session_id`` is already registered.
+        apsw.ConstraintError: ``session_id`` is already registered (nothing written).
     """
-    with storage.transaction():
-        return _row(storage.exec(_INSERT, session_id, name, parent_session_id, model, source))
+    return _write(storage, rules.insert_session(
+        _SQLITE_REGISTRY, SQLITE, session_id, name, parent_session_id, model, source, messages, end
+    ))
 
 
 def touch_session(storage: SqlStorage, session_id: str) -> bool:
     """Set ``updated_at`` to now (and take the next ``updated_seq``); ``False`` if unknown."""
-    with storage.transaction():
-        storage.exec(_TOUCH_ROW, session_id)
-        return storage.connection.changes() > 0
+    return _write(storage, rules.touch_session(_SQLITE_REGISTRY, session_id))
 
 
-def rename_session(storage: SqlStorage, session_id: str, name: str) -> dict[str, Any] | None:
+def rename_session(storage: SqlStorage, session_id: str, name: str) -> Row | None:
     """Set the name and touch the row; returns the new row, ``None`` if unknown."""
-    with storage.transaction():
-        return _row(storage.exec(_RENAME, name, session_id))
+    return _write(storage, rules.rename_session(_SQLITE_REGISTRY, session_id, name))
 
 
-def end_session(storage: SqlStorage, session_id: str, reason: str) -> dict[str, Any] | None:
+def end_session(storage: SqlStorage, session_id: str, reason: str) -> Row | None:
     """Set ``end_reason`` and touch the row; returns the new row, ``None`` if unknown."""
-    with storage.transaction():
-        return _row(storage.exec(_END, reason, session_id))
+    return _write(storage, rules.end_session(_SQLITE_REGISTRY, session_id, reason))
 
 
 def add_usage(
-    storage: SqlStorage, session_id: str, input_tokens: int, output_tokens: int, cost: float
-) -> dict[str, Any] | None:
-    """Add to the three usage counters and touch the row; returns the new row, ``None`` if unknown."""
-    with storage.transaction():
-        return _row(storage.exec(_ADD_USAGE, input_tokens, output_tokens, cost, session_id))
+    storage: SqlStorage, session_id: str, input_tokens: int, output_tokens: int, cost: float,
+    *, check: Callable[[Row], None] | None = None,
+) -> Row | None:
+    """Add to the three usage counters and touch the row; returns the new row, ``None`` if unknown.
+
+    ``check(row)`` sees the current row first, in the same transaction, and
+    may raise to write nothing.
+    """
+    return _write(storage, rules.add_usage(_SQLITE_REGISTRY, session_id, input_tokens, output_tokens, cost, check))
 
 
 def delete_session(storage: SqlStorage, session_id: str) -> bool:
     """Delete everything a session owns, in one transaction.
 
     Gone: its messages and their search rows (both indexes), its
-    compactions, its ``assistant_config`` rows (loaded skills;
-    before schema version 3, the active leaf), its context-block rows -- every ``cf_agents_context_blocks``
-    label ending in ``_<session_id>``, which is how per-session block rows
-    and the cached prompt ``_system_prompt_<session_id>`` are named -- and
-    its registry row. Returns ``False`` (and deletes nothing) when
-    ``session_id`` is not registered.
+    compactions, its ``assistant_config`` rows (loaded skills; before
+    schema version 3, the active leaf), its context-block rows -- every
+    ``cf_agents_context_blocks`` label ending in ``_<session_id>``, which is
+    how per-session block rows and the cached prompt
+    ``_system_prompt_<session_id>`` are named -- and its registry row.
+    Returns ``False`` (and deletes nothing) when ``session_id`` is not registered.
     """
-    with storage.transaction():
-        if not session_exists(storage, session_id):
-            return False
-        for statement in _DELETE_SESSION_ROWS:
-            storage.exec(statement, session_id)
-        suffix = "_" + session_id
-        storage.exec(_DELETE_BLOCKS, len(suffix), suffix)
-        return True
+    return _write(storage, rules.delete_session(_SQLITE_REGISTRY, session_id))
 
 
 # -- search ------------------------------------------------------------------------
@@ -205,11 +243,6 @@ def delete_session(storage: SqlStorage, session_id: str) -> bool:
 
 def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> list[dict[str, str]]:
     """Stored messages of registered sessions matching ``query``, best first.
-
-    Ranks the whole file's matches and keeps the best ``limit``; only when
-    some of those are not messages of registered sessions does it rank
-    again, joined to the registry. In a manager's file (every message in a
-    registered session) the join thus touches ``limit`` rows, not every match.
 
     Returns:
         Up to ``limit`` hits ``{"id", "role", "content", "created_at",
@@ -220,21 +253,7 @@ def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> 
     Raises:
         SearchQueryError: SQLite failed (never returned as an empty list).
     """
-    hits, params = fts.matching_rowids_sql(query, FTS_TABLE, tools=True)
     try:
-        best = [seq for (seq,) in storage.exec(_TOP_HITS.format(hits=hits), *params, limit)]
-        rows = _hit_rows(storage, best)
-        if len(rows) < len(best):
-            managed = [seq for (seq,) in storage.exec(_TOP_MANAGED_HITS.format(hits=hits), *params, limit)]
-            rows = _hit_rows(storage, managed)
+        return _run(storage, _search(query, limit))
     except apsw.Error as exc:
         raise SearchQueryError(f"cross-session message search failed: {exc}") from exc
-    return rows
-
-
-def _hit_rows(storage: SqlStorage, seqs: list[int]) -> list[dict[str, str]]:
-    """The hits among ``seqs`` that belong to registered sessions, in the order of ``seqs``."""
-    if not seqs:
-        return []
-    found = {row[0]: dict(zip(_HIT_NAMES, row[1:])) for row in storage.exec(_HIT_ROWS, json.dumps(seqs))}
-    return [found[seq] for seq in seqs if seq in found]

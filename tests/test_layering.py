@@ -25,7 +25,11 @@ each offence as ``path:line``. The rules:
 * inside ``runtime``, each room imports only the rooms below it
   (docs/architecture.md): the client neither the host nor the server nor
   ``storage``, the host not the server, and ``runtime.api``/``runtime.manager_api``
-  none of them.
+  none of them;
+* the message-tree engine (``storage.tree``) is dialect-free and loads no
+  database driver, and ``storage.postgres`` loads no apsw: neither imports
+  apsw nor a SQLite module of ``storage``, and importing them in a fresh
+  interpreter leaves apsw (and, for the engine, psycopg) unloaded.
 """
 
 from __future__ import annotations
@@ -312,6 +316,40 @@ def test_no_storage_connection_or_query_outside_storage(package):
     assert not offenders, "storage connection or query outside storage:\n" + "\n".join(offenders)
 
 
+#: The modules of ``storage`` that load apsw (SQLite), directly or through each other.
+SQLITE_MODULES = ("storage.sqlite", "storage.schema", "storage.messages", "storage.context", "storage.registry",
+                  "storage.kv", "storage.integrity", "storage.catalog", "storage.transcripts")
+
+
+@pytest.mark.parametrize("package", ["storage/postgres", "storage/tree"])
+def test_the_tree_engine_and_postgres_import_no_sqlite_module(package):
+    offenders = [
+        f"{where(path, node)}: import {name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name, node in module_imports(parse(path))
+        if name == "apsw" or name.startswith("apsw.") or name in SQLITE_MODULES
+    ]
+    offenders += [  # relative imports of a SQLite module (``from ..messages import``)
+        f"{where(path, node)}: from {'.' * node.level}{node.module} import ..."
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(parse(path))
+        if isinstance(node, ast.ImportFrom) and node.level > 1
+        and f"storage.{node.module}".split(".")[:2] in [m.split(".") for m in SQLITE_MODULES]
+    ]
+    assert not offenders, f"{package} imports SQLite:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(("module", "unloaded"), [
+    ("storage.postgres", ["apsw"]),
+    ("storage.tree.reads, storage.tree.writes, storage.tree.sqlite, storage.tree.postgres", ["apsw", "psycopg"]),
+])
+def test_importing_leaves_drivers_unloaded(module, unloaded):
+    from tests.support.processes import run_fresh_python
+
+    code = f"import sys, {module}\nprint(sorted(m for m in {unloaded!r} if m in sys.modules))"
+    assert run_fresh_python(code).strip() == "[]"
+
+
 # -- the rules catch what they are for ---------------------------------------------------
 
 
@@ -397,4 +435,60 @@ def test_connection_use_and_queries_are_found_with_their_scope():
         (3, ".set_commit_hook (an apsw connection method)", "Slot.attach"),
         (3, "storage.connection (an apsw connection)", "Slot.attach"),
         (5, "agent.storage.scalar(...) (a query)", "remember"),
+    ]
+
+
+# -- no private reach into the host or the server ------------------------------------------------
+
+#: Names an expression ends with when it stands for the actor host or the HTTP server
+#: (``host``, ``self.host``, ``ns.host``, ``server``, ``self._server`` ...), and the one module that
+#: may use their private attributes: the module defining the class.
+PRIVATE_OWNERS = {
+    "host": "runtime/host/actor_host.py", "actor_host": "runtime/host/actor_host.py",
+    "server": "runtime/server/app.py", "sessions_server": "runtime/server/app.py",
+}
+#: Where the rule holds: the project's packages and everything that uses them.
+PRIVATE_REACH_SCOPE = ("actors", "benchmarks", "examples", "runtime", "storage", "tests")
+
+
+def private_reaches(tree: ast.Module) -> Iterator[tuple[str, ast.Attribute, str]]:
+    """``(owner, node, text)`` of each private attribute (``_x``, not dunder) read or written on an
+    expression that names the host or the server (``self`` and ``cls`` are their own business)."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        base = dotted(node.value)
+        owner = base.rsplit(".", 1)[-1].lstrip("_")
+        if base not in ("self", "cls") and owner in PRIVATE_OWNERS:
+            yield owner, node, f"{base}.{node.attr}"
+
+
+def test_no_private_reach_into_the_host_or_the_server():
+    offenders = []
+    for package in PRIVATE_REACH_SCOPE:
+        for path in python_files(package):
+            relative = path.relative_to(ROOT).as_posix()
+            offenders += [
+                f"{where(path, node)}: {text}" for owner, node, text in private_reaches(parse(path))
+                if PRIVATE_OWNERS[owner] != relative
+            ]
+    assert not offenders, (
+        "private attributes of the host or the server used from another module (add a public method, "
+        "or a hook of runtime.host.placement / runtime.server.responder):\n" + "\n".join(offenders)
+    )
+
+
+def test_private_reaches_are_found_whatever_the_expression():
+    tree = ast.parse(
+        "def f(host, server, ns):\n"
+        "    host._slots.clear()\n"
+        "    self.host._nursery.start_soon(g)\n"
+        "    server._respond(200, {})\n"
+        "    ns.host._closed = True\n"
+        "    self._host._guard\n"
+        "    self._slots, host.slots, host.__class__, other._x\n"
+    )
+    assert sorted((node.lineno, owner, text) for owner, node, text in private_reaches(tree)) == [
+        (2, "host", "host._slots"), (3, "host", "self.host._nursery"), (4, "server", "server._respond"),
+        (5, "host", "ns.host._closed"), (6, "host", "self._host._guard"),
     ]

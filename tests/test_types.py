@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Modules the strict override must keep naming (it may name more).
-STRICT_MODULES = {"storage.cluster.*", "runtime.api"}
+STRICT_MODULES = {"storage.cluster.*", "storage.tree.*", "runtime.api"}
 #: Strict flags that are global only (no per-module form), with where they are set instead.
 GLOBAL_STRICT_FLAGS = {"warn_redundant_casts": True}  # set in [tool.mypy]
 

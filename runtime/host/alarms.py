@@ -1,4 +1,4 @@
-"""Alarms: the host clock, the scheduler over the host's alarm index, the handler run.
+"""Alarms: the host clock, the scheduler over the host's alarm index, the handler run, the deliveries.
 
 Each actor has at most one alarm, stored in its own file (``_cf_alarm``,
 see :class:`storage.kv.ActorStorage`). So the host need not open every
@@ -16,10 +16,13 @@ one wake and is then removed) but never less:
   after a restart (at-least-once, as a Durable Object).
 
 :class:`AlarmScheduler` sleeps until the earliest indexed alarm of a bound
-namespace and asks the host to deliver it. :func:`run_alarm_handler` runs inside
-the actor's turn: it calls ``alarm(info)``, removes the alarm on success, and
-on failure reschedules it ``2 s * 2**retry_count`` later, dropping it after
-:data:`MAX_ALARM_RETRIES` retries.
+namespace and asks the host to deliver it. :class:`HostAlarms` is the host's
+part: it keeps the index in step with the actors' rows and delivers each due
+alarm as a turn of its actor, one delivery at a time per actor.
+:func:`run_alarm_handler` runs inside the actor's turn: it calls
+``alarm(info)``, removes the alarm on success, and on failure reschedules it
+``2 s * 2**retry_count`` later, dropping it after :data:`MAX_ALARM_RETRIES`
+retries.
 
 All waiting goes through trio's clock; :class:`HostClock` maps epoch
 milliseconds to trio time, so ``trio.testing.MockClock`` drives alarms.
@@ -30,16 +33,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
 from actors.agent import Agent, AlarmInfo
+from common.errors import HostClosedError, NotOwnerError
+from runtime.host.ids import ActorId
+from runtime.host.slots import ActorSlot, describe
 from storage.alarm_index import INDEX_FILE, AlarmIndex
 from storage.kv import ActorStorage
 
+if TYPE_CHECKING:
+    from runtime.host.actor_host import ActorHost
+    from runtime.host.table import SlotTable
+
 __all__ = [
     "INDEX_FILE", "LEASE_MS", "MAX_ALARM_RETRIES", "RETRY_BASE_MS",
-    "AlarmIndex", "AlarmScheduler", "HostClock", "run_alarm_handler",
+    "AlarmIndex", "AlarmScheduler", "HostAlarms", "HostClock", "run_alarm_handler",
 ]
 
 logger = logging.getLogger(__name__)
@@ -129,6 +141,97 @@ class AlarmScheduler:
             self._index.upsert(namespace, actor_id, self._clock.now_ms() + LEASE_MS)
             self._deliver(namespace, actor_id)
             await trio.lowlevel.checkpoint()
+
+
+class HostAlarms:
+    """The host's part of alarms: the index kept in step with the actors' rows, and deliveries as turns.
+
+    Args:
+        host: the :class:`~runtime.host.actor_host.ActorHost` (deliveries run through ``host.run_turn``).
+        index: its :class:`AlarmIndex` (also the attribute ``index``).
+        clock: its :class:`HostClock`.
+        table: its :class:`~runtime.host.table.SlotTable` (for the alarm counters).
+        spawn: starts a task in the host's nursery.
+    """
+
+    def __init__(self, host: ActorHost, index: AlarmIndex, clock: HostClock, table: SlotTable,
+                 spawn: Callable[..., object]) -> None:
+        self._host = host
+        self.index = index
+        self._clock = clock
+        self._table = table
+        self._spawn = spawn
+        self._scheduler = AlarmScheduler(index, clock, self.start_delivery)
+        self._deliveries: set[tuple[str, str]] = set()
+
+    def add_namespace(self, name: str) -> None:
+        """Serve the alarms of namespace ``name`` (bound just now)."""
+        self._scheduler.add_namespace(name)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the scheduler until cancelled (``nursery.start(alarms.run)``)."""
+        await self._scheduler.run(task_status=task_status)
+
+    def listen(self, slot: ActorSlot, storage: ActorStorage) -> None:
+        """Follow the alarm changes of the actor's just opened file."""
+        storage.alarm_listener = partial(self._changed, slot)
+
+    def _changed(self, slot: ActorSlot, scheduled_ms: int | None) -> None:
+        """``set_alarm`` indexes before writing the row; every change syncs at turn end."""
+        if scheduled_ms is not None:
+            self.index.upsert(slot.id.namespace, slot.id.hex, scheduled_ms)
+            self._scheduler.wake()
+        slot.alarm_dirty = True
+
+    def after_turn(self, slot: ActorSlot) -> None:
+        """At the end of a turn (or of ``on_start``): copy a changed alarm row to the index."""
+        storage = slot.storage
+        if storage is None:
+            return
+        if slot.alarm_dirty:
+            slot.alarm_dirty = False
+            self.index.sync(slot.id.namespace, slot.id.hex, storage)
+            self._scheduler.wake()
+
+    def start_delivery(self, namespace: str, hex_id: str) -> None:
+        """Deliver the actor's alarm in the background, unless a delivery of it runs or the host closed."""
+        key = (namespace, hex_id)
+        if key not in self._deliveries and not self._host.closed:
+            self._deliveries.add(key)
+            self._spawn(self._deliver_in_background, ActorId(namespace, hex_id))
+
+    async def _deliver_in_background(self, actor_id: ActorId) -> None:
+        try:
+            await self.deliver(actor_id)
+        except HostClosedError:
+            pass
+        except NotOwnerError:  # another host owns the actor and runs it; this host's index entry is stale
+            self.index.remove(actor_id.namespace, actor_id.hex)
+        except Exception:
+            logger.warning("alarm of %s failed", describe(actor_id), exc_info=True)
+        finally:
+            self._deliveries.discard((actor_id.namespace, actor_id.hex))
+
+    async def deliver(self, actor_id: ActorId, *, force: bool = False) -> bool:
+        """Run the actor's alarm as a turn if it is due (or at once with ``force``); whether it ran.
+
+        Raises:
+            whatever ``alarm()`` raised (after its retry was scheduled), or what
+            ``host.run_turn`` raises.
+        """
+        counts = self._table.counts
+
+        async def invoke(agent: Agent) -> bool:
+            try:
+                ran = await run_alarm_handler(agent, self._clock, force=force)
+            except Exception:
+                counts["alarms_run"] += 1
+                counts["alarm_failures"] += 1
+                raise
+            counts["alarms_run"] += ran
+            return ran
+
+        return await self._host.run_turn(actor_id, invoke, touches_alarm=True)
 
 
 async def run_alarm_handler(agent: Agent, clock: HostClock, *, force: bool = False) -> bool:

@@ -1,12 +1,15 @@
 """Cluster mode of the actor host: several hosts, one Postgres, one live instance per actor.
 
 ``open_host(data_dir, cluster=ClusterOptions(dsn, advertise_url))`` runs the
-host as a member of a cluster (docs/cluster.md has the whole design). What
-changes against the single host, all of it here:
+host as a member of a cluster (docs/cluster.md has the whole design).
+:class:`HostCluster` is the host's placement (:mod:`runtime.host.placement`):
+the host calls its hooks and never asks whether it is in a cluster; this
+module uses only what :class:`~runtime.host.placement.PlacementHost` offers.
+What changes against the single host, all of it here:
 
 * **Activation** first takes the actor's lease in Postgres
   (:class:`storage.cluster.ownership.Ownership`). When a live host owns it,
-  :class:`~storage.errors.NotOwnerError` (with the owner's URL) is raised
+  :class:`~common.errors.NotOwnerError` (with the owner's URL) is raised
   before any file is touched; the server forwards the call there. Then the
   local file is made current: it is kept when its marker says it is clean and
   matches the log's newest entry, else it is rebuilt from the newest snapshot
@@ -18,8 +21,8 @@ changes against the single host, all of it here:
   before the writes committed before it are durable in Postgres. When an
   append is refused (another host took over) or its outcome stays unknown
   (Postgres unreachable), the actor is *poisoned*: replies still held get
-  :class:`~storage.errors.OwnershipLostError` or
-  :class:`~storage.errors.StorageUnavailableError` (503), calls not started yet
+  :class:`~common.errors.OwnershipLostError` or
+  :class:`~common.errors.StorageUnavailableError` (503), calls not started yet
   are admitted again (and so forwarded or re-activated), and the instance is
   dropped with its file left unclean, so the next activation rebuilds it from
   Postgres without the writes that never became durable.
@@ -39,7 +42,7 @@ changes against the single host, all of it here:
   every host; whichever host acquires the actor first delivers it.
 
 Postgres down: activations and writes fail with
-:class:`~storage.errors.StorageUnavailableError` (503, retryable) within the
+:class:`~common.errors.StorageUnavailableError` (503, retryable) within the
 statement timeout (below the lease), never a hang; every connection heals by
 itself once the server is back.
 """
@@ -47,17 +50,24 @@ itself once the server is back.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import trio
 
 from actors.agent import ConnectionLike
+from common.errors import (
+    DatabaseError,
+    NotOwnerError,
+    OwnershipLostError,
+    StorageUnavailableError,
+)
+from runtime.host.frames import FrameGate, GatedConnection
 from runtime.host.ids import ActorId
+from runtime.host.placement import RELEASE_REASONS, PlacementHost, WorkingCopy
 from runtime.host.slots import ActorSlot, CallNotStarted, SlotState, describe
 from storage.cluster import (
     ActorLog,
@@ -73,25 +83,15 @@ from storage.cluster import (
     start_capture,
     write_marker,
 )
-from storage.errors import (
-    DatabaseError,
-    NotOwnerError,
-    OwnershipLostError,
-    StorageUnavailableError,
-)
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from runtime.host.actor_host import ActorHost
-
-__all__ = ["CallNotStarted", "ClusterOptions", "ClusterStatistics", "HostCluster"]
+__all__ = ["RELEASE_REASONS", "CallNotStarted", "ClusterOptions", "ClusterStatistics", "HostCluster"]
 
 logger = logging.getLogger(__name__)
 
-#: Listener of released actors: ``listener(actor_id, reason)``; reasons below.
+#: Listener of released actors: ``listener(actor_id, reason)``; reasons in :data:`RELEASE_REASONS`.
 ReleaseListener = Callable[[ActorId, str], None]
-RELEASE_REASONS = ("hibernated", "evicted", "deposed", "failed", "closed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,19 +150,13 @@ class ClusterOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int of at least 1, not {value!r}")
-        host_id = self.host_id or f"{socket.gethostname()}-{_pid()}-{uuid.uuid4().hex[:8]}"
+        host_id = self.host_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         return ClusterOptions(
             dsn=self.dsn, advertise_url=self.advertise_url.rstrip("/"), host_id=host_id, lease_s=self.lease_s,
             margin_fraction=self.margin_fraction, statement_timeout_s=statement,
             connect_timeout_s=self.connect_timeout_s or statement, pool_size=self.pool_size, senders=self.senders,
             snapshot_min_bytes=self.snapshot_min_bytes, alarm_poll_s=self.alarm_poll_s or self.lease_s / 3,
         )
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +188,18 @@ class ClusterStatistics:
     snapshots: int
 
 
+class _Claim:
+    """An actor whose lease this host took, its file not open yet (``slot.placed``; internal)."""
+
+    __slots__ = ("lease", "version")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.version: int | None = None  # the file's schema version as the log has it (make_current)
+
+
 class ActorCluster:
-    """The cluster side of one live actor (``slot.cluster``; internal)."""
+    """The cluster side of one live actor (``slot.placed`` once its file is open; internal)."""
 
     __slots__ = ("closed", "frames", "lease", "log", "name", "renewing")
 
@@ -208,8 +212,14 @@ class ActorCluster:
         self.closed = False  # the host dropped the instance (calls still running get the log's error)
 
 
+def _live(slot: ActorSlot) -> ActorCluster | None:
+    """The cluster side of the actor of ``slot`` once its file is open here, else ``None``."""
+    placed = slot.placed
+    return placed if isinstance(placed, ActorCluster) else None
+
+
 class HostCluster:
-    """A host's membership in the cluster (``host.cluster``; made by ``open_host``).
+    """A host's membership in the cluster and its placement (``host.cluster``; made by ``open_host``).
 
     Attributes:
         options: the checked :class:`ClusterOptions`.
@@ -218,9 +228,12 @@ class HostCluster:
         cluster_id: the cluster's id (from Postgres).
     """
 
+    #: Actor files are working copies: a damaged one is rebuilt from Postgres, not quarantined.
+    rebuildable = True
+
     def __init__(self, options: ClusterOptions) -> None:
         self.options = options = options.checked()
-        self.host: ActorHost = None  # type: ignore[assignment]  # set by start()
+        self.host: PlacementHost = None  # type: ignore[assignment]  # set by start()
         self.host_id: str = options.host_id or ""
         self.advertise_url = options.advertise_url
         self.cluster_id = ""
@@ -254,10 +267,14 @@ class HostCluster:
             self.pool.close()
             raise
 
-    async def start(self, host: ActorHost, nursery: trio.Nursery) -> None:
+    @property
+    def cluster(self) -> HostCluster:
+        """This membership (``host.cluster``)."""
+        return self
+
+    async def start(self, host: PlacementHost, nursery: trio.Nursery) -> None:
         """Serve ``host`` (after :meth:`join`): start the appender, renewals and alarm polls in ``nursery``."""
         self.host = host
-        host.cluster = self
         await nursery.start(self.appender.run)
         nursery.start_soon(self._renew_leases)
         nursery.start_soon(self._poll_alarms)
@@ -295,8 +312,8 @@ class HostCluster:
         """A frozen snapshot of the counters (see :class:`ClusterStatistics`)."""
         stats = self.appender.stats
         return ClusterStatistics(
-            leases=len(self._held) + sum(slot.cluster is not None and not slot.cluster.closed
-                                         for slot in self.host._slots.values()),
+            leases=len(self._held) + sum((state := _live(slot)) is not None and not state.closed
+                                         for slot in self.host.live_slots()),
             restore_s=self._restore_s, statements=stats.statements, entries=stats.entries, refused=stats.refused,
             unknown=stats.unknown, resent=stats.resent, snapshots=stats.snapshots, **self._counts)
 
@@ -323,15 +340,22 @@ class HostCluster:
         """``(host_id, advertise_url)`` of every live host, this one included."""
         return await self.ownership.live_hosts()
 
-    # -- activation --------------------------------------------------------------------------------
+    def may_live_elsewhere(self, actor_id: ActorId) -> bool:
+        """Always ``True``: another host may have written the actor (``await written(actor_id)`` asks)."""
+        return True
 
-    async def acquire(self, actor_id: ActorId) -> Lease:
-        """Take the actor's lease.
+    # -- activation (the placement's hooks) ---------------------------------------------------------
+
+    async def acquire(self, slot: ActorSlot) -> None:
+        """Take the actor's lease (kept in ``slot.placed`` until its file opens).
 
         Raises:
             NotOwnerError: a live host owns it (nothing was touched here).
             StorageUnavailableError: Postgres cannot be reached.
         """
+        slot.placed = _Claim(await self._take_lease(slot.id))
+
+    async def _take_lease(self, actor_id: ActorId) -> Lease:
         name = describe(actor_id)
         held = self._held.pop((actor_id.namespace, actor_id.hex), None)
         if held is not None and held[1].live():  # asleep with peers: still ours, nobody else could write
@@ -349,42 +373,53 @@ class HostCluster:
         self._counts["acquisitions"] += 1
         return result
 
-    async def make_current(self, actor_id: ActorId, lease: Lease, path: Any, template: Any, durability: str) -> int:
-        """Rebuild the actor's file from Postgres unless it is clean at the log's newest entry.
+    async def make_current(self, slot: ActorSlot, copy: WorkingCopy) -> None:
+        """Set a damaged working copy aside, then rebuild the file from Postgres unless it is clean at
+        the log's newest entry.
 
-        Returns the file's schema version (``PRAGMA user_version``) as the log has it:
+        Notes the file's schema version (``PRAGMA user_version``) as the log has it:
         when opening the file migrates it, :meth:`attach` ships a snapshot first.
 
         Raises:
             StorageUnavailableError: Postgres cannot be reached.
             RestoreError: the log does not rebuild the file (damage; nothing changed).
         """
+        claim = _claim(slot)
+        copy.set_aside_if_damaged()  # a damaged working copy is rebuilt, not refused
+        claim.version = await self._current_version(claim.lease, copy)
+
+    async def _current_version(self, lease: Lease, copy: WorkingCopy) -> int:
+        path = copy.path
         marker, version = await trio.to_thread.run_sync(file_state, path)
         if (marker is not None and marker.clean and marker.cluster_id == self.cluster_id
                 and marker.last_seq == lease.last_seq and version is not None):
             self._counts["kept"] += 1
             return version
         started = trio.current_time()
-        await restore_actor(self.pool, lease, path, template=template, cluster_id=self.cluster_id,
-                            durability=durability, current_version=SCHEMA_VERSION)
+        await restore_actor(self.pool, lease, path, template=copy.template, cluster_id=self.cluster_id,
+                            durability=copy.durability, current_version=SCHEMA_VERSION)
         self._counts["restores"] += 1
         self._restore_s += trio.current_time() - started
         _marker, version = await trio.to_thread.run_sync(file_state, path)
         return version or 0
 
-    def attach(self, slot: ActorSlot, storage: ActorStorage, lease: Lease, log_version: int) -> None:
+    def attach(self, slot: ActorSlot, storage: ActorStorage) -> None:
         """Start capturing the actor's writes (before the agent exists); mark its file unclean.
 
-        ``log_version`` is the file's schema version before it was opened; when
-        opening migrated it, the first entry is a snapshot of the migrated file.
+        When opening migrated the file (its schema version differs from the
+        log's), the first entry is a snapshot of the migrated file. The file's
+        alarm is indexed at the end of ``on_start`` (it may come from another host).
         """
+        claim = _claim(slot)
+        lease = claim.lease
         capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
         row = storage.read_alarm_row()
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
                        alarm_ms=None if row is None else row.scheduled_ms)
-        slot.cluster = ActorCluster(describe(slot.id), lease, log, FrameGate(log, self.host._nursery))
-        if storage.user_version != log_version:
+        slot.placed = ActorCluster(describe(slot.id), lease, log, FrameGate(log, self.host.spawn))
+        if storage.user_version != claim.version:
             log.ship_snapshot()
+        slot.alarm_dirty = True
 
     # -- turns --------------------------------------------------------------------------------------
 
@@ -395,7 +430,7 @@ class HostCluster:
             CallNotStarted: the actor was lost; the call is admitted again.
             StorageUnavailableError: the lease could not be renewed (Postgres unreachable).
         """
-        state = slot.cluster
+        state = _live(slot)
         if state is None:
             return
         if state.log.poisoned is not None:
@@ -403,14 +438,14 @@ class HostCluster:
         if not state.lease.live():
             await self._renew(slot, state, started=False)
 
-    async def before_reply(self, slot: ActorSlot) -> None:
+    async def barrier(self, slot: ActorSlot) -> None:
         """Hold the reply until the writes before it are durable and the lease is live.
 
         Raises:
             OwnershipLostError, StorageUnavailableError: the actor's log failed
                 (its writes were not kept), or the lease was lost meanwhile.
         """
-        state = slot.cluster
+        state = _live(slot)
         if state is None:
             return
         log = state.log
@@ -441,7 +476,7 @@ class HostCluster:
             raise CallNotStarted(error)
 
     def _deposed(self, slot: ActorSlot, error: BaseException) -> None:
-        state = slot.cluster
+        state = _live(slot)
         if state is not None and state.log.poisoned is None:
             self._counts["deposed"] += 1
             state.lease.lost = True
@@ -454,21 +489,27 @@ class HostCluster:
         if slot.state in (SlotState.ACTIVE, SlotState.ACTIVATING):
             slot.error = CallNotStarted(error)
             reason = "deposed" if isinstance(error, OwnershipLostError) else "failed"
-            self.host._close_slot(slot, None, reason=reason)
+            self.host.drop(slot, reason)
 
     # -- closing an actor ------------------------------------------------------------------------
 
-    def on_close(self, slot: ActorSlot, reason: str) -> None:
+    def release(self, slot: ActorSlot, reason: str) -> None:
         """The host drops the instance: mark the file clean if every write is durable, release the lease
-        (or keep it while the host holds peers of the actor, see the module docstring)."""
-        state = slot.cluster
+        (or keep it while the host holds peers of the actor, see the module docstring). A lease taken
+        for an actor whose file never opened here is released without a word to the listeners."""
+        placed = slot.placed
+        if isinstance(placed, _Claim):  # taken, but the actor never went live here
+            slot.placed = None
+            self.release_soon(placed.lease)
+            return
+        state = _live(slot)
         if state is None or state.closed:
             return
         state.closed = True
         log, storage = state.log, slot.storage
-        writable = storage is not None and not storage.closed and not storage.in_transaction
         clean = False
-        if log.poisoned is None and writable and log.idle:
+        if (log.poisoned is None and storage is not None and not storage.closed and not storage.in_transaction
+                and log.idle):
             try:
                 write_marker(storage, Marker(self.cluster_id, log.durable_seq, clean=True))
                 clean = True
@@ -495,6 +536,14 @@ class HostCluster:
             self.release_soon(held[1])
             self._notify(actor_id, "hibernated")
 
+    def gate_peers(self, slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
+        """``conns`` as the live actor must use them: each frame waits until the writes committed
+        before it are durable (:class:`~runtime.host.frames.GatedConnection`)."""
+        state = _live(slot)
+        if state is None:
+            return conns
+        return tuple(GatedConnection(conn, state.frames) for conn in conns)
+
     def _notify(self, actor_id: ActorId, reason: str) -> None:
         for listener in self._listeners:
             try:
@@ -504,11 +553,11 @@ class HostCluster:
 
     def release_soon(self, lease: Lease) -> None:
         """Release ``lease`` in the background (the next caller anywhere takes the actor at once)."""
-        if self.host._closed:
+        if self.host.closed:
             self._closing.append(lease)
         else:
             lease.lost = True
-            self.host._nursery.start_soon(self._release, lease)
+            self.host.spawn(self._release, lease)
 
     async def _release(self, lease: Lease) -> None:
         try:
@@ -522,8 +571,8 @@ class HostCluster:
         """Every third of a lease: renew every lease this host holds, and the host's own."""
         while True:
             await trio.sleep(self.options.lease_s / 3)
-            live = [(slot, slot.cluster.lease) for slot in list(self.host._slots.values())
-                    if slot.cluster is not None and not slot.cluster.closed and not slot.cluster.lease.lost]
+            live = [(slot, state.lease) for slot in self.host.live_slots()
+                    if (state := _live(slot)) is not None and not state.closed and not state.lease.lost]
             asleep = list(self._held.items())
             try:
                 lost = await self.ownership.renew([lease for _slot, lease in live]
@@ -546,119 +595,17 @@ class HostCluster:
         while True:
             await trio.sleep(self.options.alarm_poll_s or 1.0)
             try:
-                due = await self.ownership.due_alarms(sorted(self.host._namespaces))
+                due = await self.ownership.due_alarms(sorted(self.host.namespaces))
             except (StorageUnavailableError, DatabaseError) as exc:
                 logger.info("cluster: looking for due alarms failed (%s)", exc)
                 continue
             for actor, _scheduled_ms in due:
                 namespace, _, hex_id = actor.partition("/")
-                self.host._start_alarm_delivery(namespace, hex_id)
+                self.host.deliver_alarm_soon(ActorId(namespace, hex_id))
 
 
-class FrameGate:
-    """Holds an actor's outgoing WebSocket frames until the writes before each are durable."""
-
-    __slots__ = ("_frames", "_log", "_nursery", "_running")
-
-    def __init__(self, log: ActorLog, nursery: trio.Nursery) -> None:
-        self._log = log
-        self._nursery = nursery
-        self._frames: deque[tuple[int, ConnectionLike, str | bytes]] = deque()
-        self._running = False
-
-    def send(self, conn: ConnectionLike, message: str | bytes) -> None:
-        """Send ``message`` to ``conn`` once the writes committed so far are durable.
-
-        Raises:
-            the log's poisoning error (the frame is dropped), or what ``conn.send`` raises.
-        """
-        target = self._log.barrier()
-        if not self._frames and self._log.is_durable(target):
-            conn.send(message)
-            return
-        self._frames.append((target, conn, message))
-        if not self._running:
-            self._running = True
-            self._nursery.start_soon(self._release)
-
-    def flush(self) -> None:
-        """Send every held frame whose writes are durable (in order)."""
-        frames = self._frames
-        while frames and self._log.is_durable(frames[0][0]):
-            _target, conn, message = frames.popleft()
-            try:
-                conn.send(message)
-            except Exception:
-                logger.warning("frame to connection %s failed", getattr(conn, "id", "?"), exc_info=True)
-
-    def drop(self) -> None:
-        """Forget held frames (their writes will never be durable)."""
-        if self._frames:
-            logger.warning("cluster: %d WebSocket frames dropped: their writes are not durable", len(self._frames))
-        self._frames.clear()
-
-    async def _release(self) -> None:
-        try:
-            while self._frames:
-                try:
-                    await self._log.wait(self._frames[0][0])
-                except Exception:  # noqa: BLE001 - the log failed: these frames never become durable
-                    self.drop()
-                    return
-                if self._log.closed and not self._log.is_durable(self._frames[0][0]):
-                    self.drop()
-                    return
-                self.flush()
-        finally:
-            self._running = False
-
-
-class GatedConnection:
-    """A WebSocket peer as an actor sees it in cluster mode: its frames pass the output gate.
-
-    Compares equal to (and hashes as) the peer it wraps, so ``broadcast(exclude=[conn])`` works.
-    """
-
-    __slots__ = ("_conn", "_gate", "id")
-
-    def __init__(self, conn: ConnectionLike, gate: FrameGate) -> None:
-        self.id = conn.id
-        self._conn = conn
-        self._gate = gate
-
-    @property
-    def peer(self) -> ConnectionLike:
-        """The connection this one wraps."""
-        return self._conn
-
-    def send(self, message: str | bytes) -> None:
-        self._gate.send(self._conn, message)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, GatedConnection):
-            return other._conn is self._conn
-        return other is self._conn
-
-    def __hash__(self) -> int:
-        return hash(id(self._conn))
-
-    def __repr__(self) -> str:
-        return f"<GatedConnection {self.id}>"
-
-
-def gate_connections(slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
-    """``conns`` as the actor must use them: wrapped in cluster mode, as they are otherwise."""
-    state = slot.cluster
-    if state is None:
-        return conns
-    return tuple(GatedConnection(conn, state.frames) for conn in conns)
-
-
-def gate_connection(slot: ActorSlot, conn: ConnectionLike) -> ConnectionLike:
-    """One connection as the actor must use it (see :func:`gate_connections`)."""
-    state = slot.cluster
-    return conn if state is None else GatedConnection(conn, state.frames)
-
+def _claim(slot: ActorSlot) -> _Claim:
+    placed = slot.placed
+    if not isinstance(placed, _Claim):
+        raise AssertionError(f"{describe(slot.id)}: no lease taken for it (acquire comes first)")
+    return placed

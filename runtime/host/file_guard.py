@@ -34,7 +34,7 @@ written to the file outside a captured turn).
 A damaged actor is **quarantined**: its files move to
 ``<data_dir>/_quarantine/<namespace>/<hex>-<UTC time>/``, the catalog
 marks it (so it stays refused after a restart) and every call to it gets
-:class:`~storage.errors.ActorStorageCorruptError` naming the session.
+:class:`~common.errors.ActorStorageCorruptError` naming the session.
 Other actors are not affected. ``durable-sessions doctor`` lists
 quarantined actors and releases them.
 """
@@ -50,9 +50,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from common.errors import ActorStorageCorruptError
 from runtime.host.ids import ActorId
 from storage.catalog import CatalogEntry, HostCatalog
-from storage.errors import ActorStorageCorruptError
 from storage.integrity import (
     QUICK_CHECK_MAX_BYTES,
     ActorFacts,
@@ -354,7 +354,7 @@ class FileGuard:
 
 def _stats(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """``(inode, size, mtime_ns)`` of the database and its WAL (``None`` for a missing one)."""
-    found = []
+    found: list[tuple[int, int, int] | None] = []
     for file in companion_files(path)[:2]:
         try:
             st = os.stat(file)

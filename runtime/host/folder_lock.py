@@ -5,7 +5,7 @@ actor (two live instances of one id, two WAL indexes, writes lost). So
 :func:`runtime.host.actor_host.open_host` (and with it ``serve``,
 ``import --data`` and ``doctor``) first takes ``<data_dir>/_host.lock``
 (:data:`LOCK_FILE`) with ``flock(LOCK_EX | LOCK_NB)``. A second taker is
-refused at once with :class:`~storage.errors.DataFolderLockedError`, whose
+refused at once with :class:`~common.errors.DataFolderLockedError`, whose
 message names the holder (pid, command, start time, written into the lock
 file). The kernel drops the lock when its holder exits, however it exits
 (``kill -9`` included), so a stale lock file never blocks a restart. The
@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from storage.errors import DataFolderLockedError
+from common.errors import DataFolderLockedError
 
 __all__ = ["LOCK_FILE", "DataFolderLock"]
 

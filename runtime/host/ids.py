@@ -22,7 +22,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from storage.errors import InvalidActorIdError, InvalidNamespaceError
+from common.errors import InvalidActorIdError, InvalidNamespaceError
 
 BODY_BYTES = 24
 TAG_BYTES = 8

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.agent import Agent, ConnectionLike, callable_method
+from common.errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
 from runtime.host import ids
 from runtime.host.ids import ActorId
-from storage.errors import InvalidActorIdError, InvalidArgumentsError, UnknownMethodError
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
@@ -60,13 +60,11 @@ class Namespace:
         A read of an actor that does not exist needs no activation: callers
         answer it as for an empty actor, so no file is created for it. An
         actor the catalog knows is never answered as empty: the call goes to
-        the host, which reports the damage. In cluster mode this is always
-        ``True`` (another host may have written it); ``await
-        host.cluster.written(actor_id)`` asks Postgres.
+        the host, which reports the damage. When another host may hold the
+        actor (``placement.may_live_elsewhere``: always, in cluster mode) this
+        is ``True``; there ``await host.cluster.written(actor_id)`` asks Postgres.
         """
-        if self.host.cluster is not None:
-            return True  # it may have been written on another host: ask by activating
-        return self.host.knows(actor_id)
+        return self.host.placement.may_live_elsewhere(actor_id) or self.host.knows(actor_id)
 
     def id_from_name(self, name: str) -> ActorId:
         """The id ``name`` maps to here: 64 hex, always the same for the same name.

@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from actors.agent import Agent, ConnectionLike
+from common.errors import HostClosedError, TransactionLeftOpenError
 from runtime.host.ids import ActorId
-from storage.errors import HostClosedError
 from storage.kv import ActorStorage
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
-    from runtime.host.cluster import ActorCluster
 
 T = TypeVar("T")
 
@@ -38,7 +37,8 @@ _HOOK_ID = "runtime.gate"
 
 
 class CallNotStarted(Exception):
-    """Internal (cluster mode): the actor was dropped before this call started; it is admitted again.
+    """Internal: the placement dropped the actor before this call started (in a cluster: its lease or
+    its log was lost); the call is admitted again.
 
     ``cause`` is the error the call gets if admitting it again is not possible.
     """
@@ -61,11 +61,15 @@ class ActorSlot:
     Attributes:
         pending: calls admitted and not yet answered (waiting or running).
         running: calls executing actor code now.
+        placed: what the host's placement keeps for this actor (:mod:`runtime.host.placement`; in a
+            cluster its lease, log and frame gate); ``None`` while it keeps nothing.
+        pace: ``(trio time the last turn started, seconds between starts)`` of the actor's queue
+            (``None`` until known; see ``Turns``).
     """
 
     __slots__ = (
         "id", "key", "state", "error", "agent", "storage", "pending", "running",
-        "waiting", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks", "cluster",
+        "waiting", "gate_holder", "gate_lot", "alarm_dirty", "rollbacks", "placed", "pace",
     )
 
     def __init__(self, actor_id: ActorId) -> None:
@@ -82,7 +86,8 @@ class ActorSlot:
         self.gate_lot = trio.lowlevel.ParkingLot()
         self.alarm_dirty = False
         self.rollbacks = 0
-        self.cluster: ActorCluster | None = None  # cluster mode: lease, log, frame gate
+        self.placed: object | None = None
+        self.pace: tuple[float | None, float | None] = (None, None)
 
     def attach(self, storage: ActorStorage) -> None:
         """Adopt the actor's opened file and hook its commits and rollbacks to the gate."""
@@ -112,7 +117,7 @@ class ActorSlot:
         holder = self.gate_holder
         if holder is not None and holder is not trio.lowlevel.current_task():
             return False
-        return not self.storage.in_transaction
+        return self.storage is None or not self.storage.in_transaction
 
     def ready(self) -> bool:
         """``True`` when a call entering now starts at once (:meth:`enter` returns without a checkpoint)."""
@@ -162,6 +167,32 @@ class ActorSlot:
             self.gate_holder = None
             self.gate_changed()
 
+    async def output_gate(self) -> None:
+        """Hold the reply while a transaction is open: it may contain this call's writes.
+
+        With other calls running, one of them owns the transaction: wait for its
+        commit (reply) or rollback (error). Otherwise the transaction was left
+        open by this call: roll it back and raise.
+
+        Raises:
+            TransactionLeftOpenError: this call left a transaction open, or wrote inside another
+                call's transaction that was rolled back.
+        """
+        storage = self.storage
+        while storage is not None and storage.in_transaction:
+            if self.running == 0:
+                storage.rollback()
+                raise TransactionLeftOpenError(
+                    f"a call to {describe(self.id)} ended inside a storage transaction, which was rolled back "
+                    "(end every transaction before the call returns)"
+                )
+            rollbacks = self.rollbacks
+            await self.gate_lot.park()
+            if self.rollbacks != rollbacks:
+                raise TransactionLeftOpenError(
+                    f"a call to {describe(self.id)} wrote inside another call's transaction, which was rolled back"
+                )
+
 
 class ActorContext:
     """The ``ctx`` of an actor instance (see :class:`actors.agent.AgentContext`).
@@ -191,23 +222,15 @@ class ActorContext:
     def get_connections(self) -> Sequence[ConnectionLike]:
         """The actor's WebSocket peers, in connection order.
 
-        In cluster mode each is wrapped so its frames wait for the writes
+        As the host's placement hands them over (:meth:`~runtime.host.placement.Placement.gate_peers`):
+        in a cluster each is wrapped so its frames wait for the writes
         committed before them to be durable (the output gate).
         """
-        conns = self._host.connections_of(self.id)
-        if self._slot.cluster is None:
-            return conns
-        from runtime.host.cluster import gate_connections
-
-        return gate_connections(self._slot, conns)
+        return self._host.placement.gate_peers(self._slot, self._host.connections_of(self.id))
 
     def peer(self, conn: ConnectionLike) -> ConnectionLike:
-        """``conn`` as this actor's hooks receive it (wrapped by the output gate in cluster mode)."""
-        if self._slot.cluster is None:
-            return conn
-        from runtime.host.cluster import gate_connection
-
-        return gate_connection(self._slot, conn)
+        """``conn`` as this actor's hooks receive it (wrapped by the output gate in a cluster)."""
+        return self._host.placement.gate_peers(self._slot, (conn,))[0]
 
     def now_ms(self) -> int:
         """The host clock in epoch milliseconds (follows trio's clock)."""

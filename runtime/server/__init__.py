@@ -4,7 +4,7 @@
 :func:`bind_sessions` binds the session actor class the routes call,
 :func:`bind_managers` the manager actor class of ``/v1/managers``.
 Protocol logic (routes, bodies, errors) lives in :mod:`runtime.server.routes`
-and :mod:`runtime.wire`, with no sockets.
+and :mod:`common.wire`, with no sockets.
 """
 
 from runtime.server.app import DEFAULT_NAMESPACE, SessionsServer, bind_sessions, create_app, require_token_for, serve

@@ -9,15 +9,15 @@ everyone else):
   clients retry their SYNs for up to a minute;
 * :class:`RequestLimit` (``ServerSettings.max_requests``): at most that
   many HTTP requests run at once; the next is answered ``503``
-  :class:`~storage.errors.ServerBusyError` with ``Retry-After`` before any
+  :class:`~common.errors.ServerBusyError` with ``Retry-After`` before any
   routing, body reading or decoding. Health and metrics are never refused;
 * the host's **queue-time bound** (``ServerSettings.max_queue_s``, see
   ``open_host(max_queue_s=...)``): a call that cannot start its actor turn
   within that many seconds of reaching the actor (activation not counted)
-  is answered ``429`` :class:`~storage.errors.ActorBusyError` and never runs;
+  is answered ``429`` :class:`~common.errors.ActorBusyError` and never runs;
   one that the actor's queue, at its recent pace, would not reach in time
   is refused at once, as is one past the mailbox bound (``max_pending_calls``,
-  :class:`~storage.errors.ActorOverloadedError`).
+  :class:`~common.errors.ActorOverloadedError`).
 
 :class:`RequestLimit` asks the host about a session request's actor
 (``early_refusal``) before anything else is done for it, so a flood on one
@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from common.errors import ServerBusyError
+from common.wire import JSON, encode_body, payload_for, status_of
 from runtime.server.client_io import quiet_send
 from runtime.server.routes import retry_headers
-from runtime.wire import JSON, encode_body, payload_for, status_of
-from storage.errors import ServerBusyError
 
 __all__ = ["EXEMPT_PATHS", "RequestLimit"]
 

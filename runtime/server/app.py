@@ -8,17 +8,11 @@ addresses through ``task_status`` (bind port 0 and ask).
 Routes: the session routes of :mod:`runtime.server.routes` under
 ``/v1/sessions/{session_id}/``, plus
 
-* ``GET /v1/health`` -- liveness, ``{"status": "ok"}`` whenever the process answers;
-* ``GET /v1/ready`` -- readiness, ``{"status": "ready"}`` while the host takes calls, 503
-  ``ServiceUnavailableError`` once shutdown began (with health, ``/docs`` and ``/inspect``, no
-  token needed);
-* ``GET /metrics`` -- Prometheus text (:mod:`runtime.server.metrics`);
+* ``GET /v1/health``, ``GET /v1/ready`` (liveness and readiness: with ``/docs`` and ``/inspect``,
+  no token needed), ``GET /metrics``, ``GET /v1/actors`` and ``POST /v1/actors:hibernate`` --
+  the host's own routes (:mod:`runtime.server.host_routes`);
 * ``GET /v1/sessions?limit=&cursor=&prefix=`` and ``GET /v1/sessions/{session_id}`` -- the sessions
   this host holds, from its catalog (:mod:`runtime.server.listing`);
-* ``GET /v1/actors`` -- ``host.statistics()`` as an object (in a cluster, with
-  ``"cluster"``: host id, advertised URL, requests forwarded, lease counters);
-* ``POST /v1/actors:hibernate`` -- ``{"sessionIds"?: [...]}``: hibernate those
-  sessions' actors, or every active actor; answers ``{"hibernated": n}``;
 * ``WS /v1/sessions/{session_id}/ws`` -- RPC frames and broadcasts (below);
 * ``/v1/transcripts/...`` -- the Claude Agent SDK transcript store
   (:mod:`runtime.server.transcript_routes`), when the host has the ``"transcripts"``
@@ -31,7 +25,7 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 
 Session ids are any UTF-8 string of 1 to 512 bytes, percent-encoded as one
 path segment; ``id_from_name`` maps them to actor ids, so no client string
-becomes a path on disk. Bodies are JSON or msgpack (:mod:`runtime.wire`).
+becomes a path on disk. Bodies are JSON or msgpack (:mod:`common.wire`).
 Every error is ``{"error": {"type", "message"[, "field"]}}`` with the status
 of the error's class (400 bad input, 401 token, 404 unknown, 408 body too
 slow, 409 conflict, 413 too large, 429 overloaded or busy, 503 shutting down,
@@ -77,61 +71,54 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from quart import Response, g, has_request_context, request
+from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
-from actors.agent import Agent
 from actors.session_agent import SessionAgent, SessionConfig
-from runtime.host.actor_host import ActorHost
-from runtime.host.ids import ActorId
-from runtime.host.namespace import Namespace
-from runtime.server import inspector
-from runtime.server.admission import RequestLimit
-from runtime.server.browsers import BrowserGate, OriginPolicy
-from runtime.server.client_io import body_read, body_timed_out, quiet_send, read_body
-from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
-from runtime.server.forwarding import Forwarder, ForwardingShortcut, retry_after
-from runtime.server.listener import serve_admitting
-from runtime.server.listing import add_listing_routes, respond_one
-from runtime.server.managers import MANAGERS_NAMESPACE, add_manager_routes
-from runtime.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from runtime.server.metrics import ServerMetrics
-from runtime.server.openapi import add_docs_routes
-from runtime.server.routes import SESSIONS_PREFIX, Call, Route, describe_error, match, not_found, retry_headers
-from runtime.server.shortcut import SessionShortcut
-from runtime.server.transcript_routes import add_transcript_routes
-from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
-from runtime.server.websocket import WebSocketEndpoint
-from runtime.wire import (
-    CLOSE_RECONNECT,
-    DEFAULT_MAX_BODY_BYTES,
-    HOP_HEADER,
-    JSON,
-    MSGPACK,
-    OWNER_HEADER,
-    TRANSCRIPTS_PREFIX,
-    check_session_id,
-    decode_body,
-    encode_body,
-    error_payload,
-    unquote_segment,
-)
-from storage.errors import (
+from common.errors import (
     InvalidInputError,
     MethodNotAllowedError,
-    NotSupportedError,
     PayloadTooLargeError,
     RequestTimeoutError,
     RouteNotFoundError,
     ServiceUnavailableError,
     UnauthorizedError,
 )
+from common.wire import (
+    CLOSE_RECONNECT,
+    DEFAULT_MAX_BODY_BYTES,
+    HOP_HEADER,
+    OWNER_HEADER,
+    check_session_id,
+    error_payload,
+    unquote_segment,
+)
+from runtime.server import host_routes, inspector, managers, transcript_routes
+from runtime.server.admission import RequestLimit
+from runtime.server.browsers import BrowserGate, OriginPolicy
+from runtime.server.client_io import body_read, body_timed_out, quiet_send
+from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
+from runtime.server.forwarding import Forwarder, ForwardingShortcut
+from runtime.server.listener import serve_admitting
+from runtime.server.listing import add_listing_routes, respond_one
+from runtime.server.metrics import ServerMetrics
+from runtime.server.openapi import add_docs_routes
+from runtime.server.responder import Responder
+from runtime.server.routes import SESSIONS_PREFIX, Call, Route, match, not_found
+from runtime.server.shortcut import SessionShortcut
+from runtime.server.websocket import WebSocketEndpoint
+
+if TYPE_CHECKING:
+    from actors.agent import Agent
+    from runtime.host.actor_host import ActorHost
+    from runtime.host.ids import ActorId
+    from runtime.host.namespace import Namespace
 
 __all__ = [
     "DEFAULT_NAMESPACE", "SessionsServer", "bind_sessions", "bind_socket", "create_app", "require_token_for", "serve",
@@ -191,6 +178,7 @@ class SessionsServer:
     Attributes:
         app: the quart-trio app.
         metrics: the app's :class:`~runtime.server.metrics.ServerMetrics`.
+        responder: how the app and its plug-ins answer (:class:`~runtime.server.responder.Responder`).
         draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
         closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         shortcut: whether plain session requests take the short way below Quart
@@ -218,6 +206,7 @@ class SessionsServer:
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
+        self.responder = Responder()
         self.origins = OriginPolicy(cors_origins)
         self.draining = trio.Event()
         self.closing = trio.Event()
@@ -248,21 +237,12 @@ class SessionsServer:
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
-        app.add_url_rule("/v1/health", "health", self._health, methods=["GET"])
-        app.add_url_rule("/v1/ready", "ready", self._ready, methods=["GET"])
-        app.add_url_rule("/metrics", "metrics", self._metrics, methods=["GET"])
-        app.add_url_rule("/v1/actors", "actors", self._actors, methods=["GET"])
-        app.add_url_rule("/v1/actors:hibernate", "hibernate", self._hibernate, methods=["POST"])
+        host_routes.install(app, self)  # health, ready, metrics, actors, hibernate
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
-        if TRANSCRIPTS_NAMESPACE in self.host.namespaces:
-            add_transcript_routes(app, HostTranscriptStore(self.host.namespace(TRANSCRIPTS_NAMESPACE)))
-        elif self.forwarder is not None:  # a cluster: say why, not "no route"
-            app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/<rest:rest>", "transcripts_in_cluster",
-                             self._transcripts_in_cluster, methods=["GET", "POST", "PUT", "DELETE"])
-        if MANAGERS_NAMESPACE in self.host.namespaces:
-            add_manager_routes(app, self)
+        transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
+        managers.install(app, self)  # with the "managers" namespace
         add_docs_routes(app, self)
         self.listing = add_listing_routes(app, self)
         return app
@@ -296,9 +276,9 @@ class SessionsServer:
         if request.path in _PUBLIC_PATHS or request.path.startswith(_PUBLIC_PREFIX):
             return None
         if not self.authorized(request.headers.get("Authorization")):
-            return self._error(UnauthorizedError("missing or wrong bearer token"))
+            return self.responder.error(UnauthorizedError("missing or wrong bearer token"))
         if self.closing.is_set():
-            return self._error(ServiceUnavailableError("the server is shutting down"))
+            return self.responder.error(ServiceUnavailableError("the server is shutting down"))
         return None
 
     async def _after_request(self, response: Response) -> Response:
@@ -311,14 +291,16 @@ class SessionsServer:
 
     async def _http_exception(self, error: HTTPException) -> Response:
         if isinstance(error, RequestEntityTooLarge):
-            return self._error(PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes"))
+            return self.responder.error(PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes"))
         if error.code == 408:
-            return self._error(RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s"))
+            return self.responder.error(
+                RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s"))
         if error.code == 404:
-            return self._error(RouteNotFoundError(f"no route for {request.path}"))
+            return self.responder.error(RouteNotFoundError(f"no route for {request.path}"))
         if error.code == 405:  # RFC 9110: a 405 lists the path's methods
-            return self._error(_no_route(request.path, self._allowed_methods(error)))
-        return self._respond(error.code or 500, error_payload(type(error).__name__, error.description or ""))
+            return self.responder.error(_no_route(request.path, self._allowed_methods(error)))
+        payload = error_payload(type(error).__name__, error.description or "")
+        return self.responder.respond(error.code or 500, payload)
 
     def _allowed_methods(self, error: HTTPException) -> list[str]:
         """The methods of the path of the router's 405 ``error`` (``[]``: no route has that path).
@@ -338,30 +320,8 @@ class SessionsServer:
         methods = self.path_methods.get(rule.endpoint or "")
         return valid if methods is None else methods(**values)
 
-    # -- responses -----------------------------------------------------------------------------------
-
-    def _respond(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-        # An error of a WebSocket handler also lands here, where there is no request to ask.
-        kind = _answer_kind() if has_request_context() else JSON
-        return Response(encode_body(body, kind), status=status, content_type=kind, headers=headers)
-
-    def _error(self, error: BaseException) -> Response:
-        status, body = describe_error(error)
-        return self._respond(status, body, self.error_headers(error, status))
-
-    @staticmethod
-    def error_headers(error: BaseException, status: int) -> dict[str, str]:
-        """The headers of an error answer: ``WWW-Authenticate`` (401), ``Allow`` (405), and
-        ``Retry-After`` where a retry can help (429, 503, 507; for a 503 the error's own wait,
-        e.g. what is left of a dead owner's lease, when it says one)."""
-        headers = retry_headers(status)
-        if status == 503 and getattr(error, "retry_after_s", None) is not None:
-            headers["Retry-After"] = retry_after(error)
-        if status == 401:
-            headers["WWW-Authenticate"] = "Bearer"
-        elif status == 405 and getattr(error, "allowed", None):
-            headers["Allow"] = ", ".join(error.allowed)
-        return headers
+    #: The headers of an error answer (:meth:`~runtime.server.responder.Responder.error_headers`).
+    error_headers = staticmethod(Responder.error_headers)
 
     def _released(self, actor_id: ActorId, reason: str) -> None:
         """Cluster mode: this host stopped owning ``actor_id`` (``reason``): its WebSockets go, with 1012.
@@ -373,69 +333,6 @@ class SessionsServer:
             close = getattr(conn, "close", None)
             if close is not None:
                 close(CLOSE_RECONNECT, f"the session moved ({reason}); connect again")
-
-    async def _transcripts_in_cluster(self, rest: str) -> Response:
-        return self._error(NotSupportedError(
-            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
-            "listings come from a catalog local to one host; serve them from a host without --cluster"))
-
-    # -- plain routes -----------------------------------------------------------------------------------
-
-    async def _health(self) -> Response:
-        return self._respond(200, {"status": "ok"})
-
-    async def _ready(self) -> Response:
-        """Readiness (not liveness): 200 while the host takes calls, 503 once shutdown began."""
-        if self.draining.is_set() or self.closing.is_set():
-            return self._error(ServiceUnavailableError("the server is shutting down"))
-        return self._respond(200, {"status": "ready"})
-
-    async def _metrics(self) -> Response:
-        return Response(self.metrics.render(), status=200, content_type=METRICS_CONTENT_TYPE)
-
-    async def _actors(self) -> Response:
-        stats = self.host.statistics()
-        body = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
-        body["namespaces"] = sorted(self.host.namespaces)
-        if self.forwarder is not None:
-            body["cluster"] = self._cluster_statistics()
-        return self._respond(200, body)
-
-    def _cluster_statistics(self) -> dict[str, Any]:
-        """Cluster mode: this host's id and URL, what it forwarded, and its actor host's cluster counters."""
-        forwarder = self.forwarder
-        found: dict[str, Any] = {"hostId": forwarder.host_id, "advertiseUrl": forwarder.advertise_url,
-                                 "forwarded": forwarder.forwarded}
-        cluster = getattr(self.host, "cluster", None)
-        stats = cluster.statistics() if cluster is not None else None
-        if stats is not None:
-            found.update({name: getattr(stats, name) for name in stats.__dataclass_fields__})
-        return found
-
-    async def _hibernate(self) -> Response:
-        try:
-            body = await self._read_body()
-            if body is not None and not isinstance(body, dict):
-                raise InvalidInputError("the body must be an object", field="body")
-            ids = (body or {}).get("sessionIds")
-            if ids is None:
-                count = await self.host.hibernate_all()
-            else:
-                count = 0
-                for actor_id in [self._listed_actor_id(ids, i) for i in range(len(_str_list(ids)))]:
-                    count += await self.host.hibernate(self.namespace, actor_id)
-        except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            return self._error(exc)
-        return self._respond(200, {"hibernated": count})
-
-    def _listed_actor_id(self, ids: list[str], index: int) -> ActorId:
-        try:
-            return self.actor_id(ids[index])
-        except InvalidInputError as exc:
-            raise InvalidInputError(str(exc), field=f"sessionIds[{index}]") from None
-
-    async def _read_body(self) -> Any:
-        return decode_body(await read_body(), request.headers.get("Content-Type"))
 
     def _early_refusal(self, scope: dict[str, Any]) -> Exception | None:
         """For a session request, the error its actor would refuse it with at once (before any other work)."""
@@ -493,14 +390,14 @@ class SessionsServer:
                 return await self._session_in_cluster(actor_id, route, values)
             status, payload = await self._session_call(actor_id, route, values)
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            return self._error(exc)
-        return self._respond(status, payload)
+            return self.responder.error(exc)
+        return self.responder.respond(status, payload)
 
     async def _session_call(self, actor_id: ActorId, route: Route, values: dict[str, str],
                             exists: Callable[[], Awaitable[bool]] | None = None) -> tuple[int, Any]:
         body = None
         if route.has_body:
-            body = await self._read_body()
+            body = await self.responder.read_body()
         call = Call(self.namespace.get(actor_id), values, request.args, body, exists=exists)
         return await route.handler(call)
 
@@ -527,7 +424,7 @@ class SessionsServer:
         async def here() -> Response:
             status, payload = await local()
             owner = status < 400 and self.host.is_active(actor_id.namespace, actor_id)  # not for an empty read
-            return self._respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if owner else None)
+            return self.responder.respond(status, payload, {OWNER_HEADER: forwarder.advertise_url} if owner else None)
 
         async def remote(url: str) -> Response:
             try:
@@ -603,17 +500,6 @@ class _ShieldedResponseEnd:
         await self.app(scope, receive, send_shielded)
 
 
-def _answer_kind() -> str:
-    """The encoding of this request's answer: msgpack when its ``Accept`` prefers it, else JSON."""
-    accept = request.headers.get("Accept")
-    if not accept or accept in _JSON_ACCEPTS:  # most clients: no header parsing needed
-        return JSON
-    return request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON)
-
-
-_JSON_ACCEPTS = frozenset(("*/*", JSON))
-
-
 def _bodiless() -> bool:
     """``True`` when the request's headers announce no body (no length or a length of 0, not chunked)."""
     headers = request.headers
@@ -659,12 +545,6 @@ def _no_route(path: str, allowed: list[str]) -> Exception:
     error = MethodNotAllowedError(f"{request.method} is not allowed on {path}; use {', '.join(allowed)}")
     error.allowed = allowed
     return error
-
-
-def _str_list(value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise InvalidInputError("sessionIds must be a list of strings", field="sessionIds")
-    return value
 
 
 def create_app(

@@ -41,7 +41,7 @@ import binascii
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from runtime.wire import HOP_HEADER, JSON, OWNER_HEADER, encode_body, error_payload
+from common.wire import HOP_HEADER, JSON, OWNER_HEADER, encode_body, error_payload
 
 __all__ = ["BEARER_PROTOCOL_PREFIX", "WS_PROTOCOL", "BrowserGate", "OriginPolicy", "bearer_protocol",
            "token_from_protocols"]

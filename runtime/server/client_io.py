@@ -3,8 +3,8 @@
 * :func:`read_body` reads the request body within the server's body
   timeout (quart's ``BODY_TIMEOUT``, from ``ServerSettings.body_timeout_s``):
   a body that does not arrive in time is answered 408
-  :class:`~storage.errors.RequestTimeoutError`, one over the limit 413
-  :class:`~storage.errors.PayloadTooLargeError` -- never an anonymous 500.
+  :class:`~common.errors.RequestTimeoutError`, one over the limit 413
+  :class:`~common.errors.PayloadTooLargeError` -- never an anonymous 500.
 * :func:`quiet_send` wraps an ASGI ``send``: when the client has already gone
   (hypercorn is closing the socket while the answer is being written), the
   failure is logged at debug level and the answer dropped, instead of
@@ -22,7 +22,7 @@ import trio
 from quart import current_app, g, request
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
-from storage.errors import PayloadTooLargeError, RequestTimeoutError
+from common.errors import PayloadTooLargeError, RequestTimeoutError
 
 __all__ = ["body_read", "body_timed_out", "client_gone", "quiet_send", "read_body"]
 

@@ -83,8 +83,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
-from runtime.wire import DEFAULT_MAX_BODY_BYTES
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
+from common.wire import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
 

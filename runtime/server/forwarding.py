@@ -3,7 +3,7 @@
 Every host accepts every request. The host of the actor's owner runs it;
 any other host sends it on to the owner over HTTP and hands back the
 owner's answer unchanged (status, body, the headers that matter). A host
-learns who owns an actor from :class:`~storage.errors.NotOwnerError`, which
+learns who owns an actor from :class:`~common.errors.NotOwnerError`, which
 its actor host raises before touching anything (the owner's advertised URL
 and the seconds its lease has left, exactly), and remembers that owner until the
 lease would run out, so the next requests for the actor are forwarded at
@@ -11,7 +11,7 @@ once without asking Postgres.
 
 The rules:
 
-* **One hop.** A forwarded request carries :data:`~runtime.wire.HOP_HEADER`.
+* **One hop.** A forwarded request carries :data:`~common.wire.HOP_HEADER`.
   A host that receives one and is not the owner (the actor moved meanwhile)
   answers ``NotOwnerError`` with 503 and ``Retry-After`` instead of
   forwarding again; requests never loop.
@@ -24,11 +24,11 @@ The rules:
   left, or the owner goes silent -- paused, cut off -- and its lease runs
   out without a renewal while the call is with it): whether the call ran
   is unknown, so it is not repeated here; the answer is
-  :class:`~storage.errors.OwnerUnreachableError` (503, ``Retry-After``) and
+  :class:`~common.errors.OwnerUnreachableError` (503, ``Retry-After``) and
   the client repeats it when that is safe. An owner that is merely slow
   keeps renewing its lease, and the call waits for it.
 * **Where the owner is.** Every answer about a session in cluster mode
-  carries :data:`~runtime.wire.OWNER_HEADER` with the owner's advertised URL
+  carries :data:`~common.wire.OWNER_HEADER` with the owner's advertised URL
   (when known), so a client that lists that URL sends the session's next
   requests there directly and no host spends CPU on a hop.
 
@@ -60,9 +60,8 @@ import trio
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header
 
-from runtime.host.ids import ActorId
-from runtime.server.routes import describe_error, match
-from runtime.wire import (
+from common.errors import DurableSessionsError, NotOwnerError, OwnerUnreachableError
+from common.wire import (
     HOP_HEADER,
     JSON,
     MSGPACK,
@@ -72,7 +71,8 @@ from runtime.wire import (
     encode_body,
     unquote_segment,
 )
-from storage.errors import DurableSessionsError, NotOwnerError, OwnerUnreachableError
+from runtime.host.ids import ActorId
+from runtime.server.routes import describe_error, match
 
 __all__ = ["ForwardedAnswer", "Forwarder", "ForwardingShortcut", "OwnerGone", "OwnerMoved", "retry_after"]
 

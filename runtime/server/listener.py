@@ -49,10 +49,10 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
+from common.errors import ServerBusyError
+from common.wire import JSON, encode_body, payload_for, status_of
 from runtime.server.client_io import client_gone
 from runtime.server.routes import retry_headers
-from runtime.wire import JSON, encode_body, payload_for, status_of
-from storage.errors import ServerBusyError
 
 __all__ = ["AdmittingListener", "serve_admitting"]
 

@@ -53,12 +53,12 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
+from common.wire import SESSIONS_PREFIX
 from runtime.api import LIST_DEFAULT_LIMIT, LIST_LIMIT
 from runtime.host.ids import ActorId
-from runtime.wire import SESSIONS_PREFIX
 from storage.catalog import CatalogEntry, last_write_ms, read_facts
 from storage.context import read_config
-from storage.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
 from storage.integrity import ACTOR_NAME_KEY, ActorFacts, actor_facts, companion_files
 from storage.kv import ActorStorage
 
@@ -327,9 +327,9 @@ def add_listing_routes(app: QuartTrio, server: SessionsServer) -> SessionListing
             limit = _limit(request.args.get("limit"))
             cursor = request.args.get("cursor") or None
             prefix = request.args.get("prefix") or None
-            return server._respond(200, await listing.page(limit, cursor, prefix))
+            return server.responder.respond(200, await listing.page(limit, cursor, prefix))
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            return server._error(exc)
+            return server.responder.error(exc)
 
     app.add_url_rule(SESSIONS_PREFIX.rstrip("/"), "list_sessions", list_sessions, methods=["GET"])
     return listing
@@ -338,9 +338,9 @@ def add_listing_routes(app: QuartTrio, server: SessionsServer) -> SessionListing
 async def respond_one(server: SessionsServer, listing: SessionListing, session_id: str) -> Response:
     """The answer to ``GET /v1/sessions/{id}``: ``{"session": summary}`` or the error."""
     try:
-        return server._respond(200, {"session": await listing.describe(session_id)})
+        return server.responder.respond(200, {"session": await listing.describe(session_id)})
     except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-        return server._error(exc)
+        return server.responder.error(exc)
 
 
 def _limit(raw: str | None) -> int:

@@ -52,6 +52,8 @@ from quart_trio import QuartTrio
 
 from actors.manager_agent import ManagerAgent, managed_method
 from actors.session_agent import SessionConfig
+from common.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
+from common.wire import check_session_id, unquote_segment
 from runtime.api import http_routes
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
@@ -59,8 +61,6 @@ from runtime.host.namespace import ActorStub, Namespace
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
 from runtime.server import routes
 from runtime.server.routes import Call, Route, answer
-from runtime.wire import check_session_id, unquote_segment
-from storage.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
 
 if TYPE_CHECKING:
     from quart import Response
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
 
 __all__ = ["MANAGERS_NAMESPACE", "MANAGERS_PREFIX", "MANAGER_ROUTES", "ManagedSessionStub", "ManagerRoutes",
-           "add_manager_routes", "bind_managers"]
+           "add_manager_routes", "bind_managers", "install"]
 
 #: Namespace the server routes ``/v1/managers`` to.
 MANAGERS_NAMESPACE = "managers"
@@ -200,6 +200,12 @@ def _matched(verb: str, segments: list[str], table: tuple[Route, ...], rest: str
     raise error
 
 
+def install(app: QuartTrio, server: SessionsServer) -> None:
+    """Serve ``/v1/managers/...`` on ``app`` when ``server``'s host has the ``"managers"`` namespace bound."""
+    if MANAGERS_NAMESPACE in server.host.namespaces:
+        add_manager_routes(app, server)
+
+
 def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
     """Register ``/v1/managers/<rest>`` on ``app``, served by ``server``'s host's ``"managers"`` namespace."""
     manager_routes = ManagerRoutes(server.host.namespace(MANAGERS_NAMESPACE))
@@ -211,15 +217,15 @@ def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
 
             async def local() -> tuple[int, Any]:
                 if route.has_body:
-                    call.body = await server._read_body()
+                    call.body = await server.responder.read_body()
                 return await route.handler(call)
 
             if server.forwarder is not None:  # a cluster: the manager's owner answers (runtime.server.forwarding)
                 return await server.in_cluster(manager_routes.actor_id(rest.split("/", 1)[0]), local)
             status, payload = await local()
         except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            return server._error(exc)
-        return server._respond(status, payload)
+            return server.responder.error(exc)
+        return server.responder.respond(status, payload)
 
     app.add_url_rule(f"{MANAGERS_PREFIX}<rest:rest>", "managers", managers, methods=list(METHODS))
     server.path_methods["managers"] = path_methods  # an unknown verb's 405 lists the path's own methods

@@ -12,7 +12,7 @@ WebSocket route (a ``GET`` answered ``101``, marked ``x-websocket``) and
 these two. Request and response bodies are the tables' JSON schemas (named
 shapes lifted into ``components/schemas`` by their ``title``); every error
 is the one shape ``{"error": {"type", "message", "field"?}}``, listed per
-operation under the statuses of the :mod:`storage.errors` classes it can
+operation under the statuses of the :mod:`common.errors` classes it can
 raise (the class names in each response's description).
 
 ``GET /docs`` is Swagger UI, served from the files of the ``swagger-ui-py``
@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from quart import Response
 from quart_trio import QuartTrio
 
+from common.errors import RouteNotFoundError
+from common.wire import JSON, MAX_SESSION_ID_BYTES, MSGPACK, SESSIONS_PREFIX, TRANSCRIPTS_PREFIX
 from runtime.api import (
     ANY,
     LIST_LIMIT,
@@ -54,9 +56,7 @@ from runtime.host.actor_host import HostStatistics
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
 from runtime.server.managers import MANAGERS_NAMESPACE
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE
-from runtime.wire import JSON, MAX_SESSION_ID_BYTES, MSGPACK, SESSIONS_PREFIX, TRANSCRIPTS_PREFIX
 from storage import errors
-from storage.errors import RouteNotFoundError
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
@@ -70,7 +70,7 @@ ERROR = {
     "properties": {"error": {
         "type": "object", "required": ["type", "message"], "additionalProperties": False,
         "properties": {
-            "type": {"type": "string", "description": "the error's class name (storage.errors)"},
+            "type": {"type": "string", "description": "the error's class name (common.errors)"},
             "message": {"type": "string"},
             "field": {"type": "string", "description": "the argument at fault (400s)"},
         },
@@ -581,7 +581,7 @@ def add_docs_routes(app: QuartTrio, server: SessionsServer) -> None:
     async def asset(name: str) -> Response:
         kind = DOCS_ASSETS.get(name)
         if kind is None:
-            return server._error(RouteNotFoundError(f"no route for /docs/static/{name}"))
+            return server.responder.error(RouteNotFoundError(f"no route for /docs/static/{name}"))
         if name not in cache:
             cache[name] = (assets_folder() / name).read_bytes()
         return Response(cache[name], status=200, content_type=kind, headers={"Cache-Control": "private, max-age=3600"})

@@ -1,7 +1,7 @@
 """The WebSocket relay of a cluster: a socket opened on a host that does not own the session.
 
 The host opens a WebSocket of its own to the owner (same path, the
-client's ``Authorization``, :data:`~runtime.wire.HOP_HEADER`), then accepts
+client's ``Authorization``, :data:`~common.wire.HOP_HEADER`), then accepts
 the client's socket and copies frames both ways, text as text and binary
 as binary. The owner holds the relay as an ordinary peer of the actor, so
 RPC answers, ``on_message`` replies and every broadcast reach the client
@@ -11,7 +11,7 @@ When the relay to the owner ends, the client's socket is closed with:
 
 * the owner's own code for ``1000`` (normal), ``1008`` (the client did not
   read fast enough) and ``1009`` (a frame over the limit);
-* :data:`~runtime.wire.CLOSE_RECONNECT` (1012) for anything else -- the
+* :data:`~common.wire.CLOSE_RECONNECT` (1012) for anything else -- the
   owner went away, dropped, failed or moved the session -- which tells the
   client to connect again (to any host) and carry on;
 * 1012 as well when this host shuts down (the session lives on
@@ -29,10 +29,10 @@ from collections.abc import Mapping
 import trio
 from quart import websocket
 
+from common.errors import NotOwnerError
+from common.wire import CLOSE_RECONNECT, HOP_HEADER
 from runtime.server.forwarding import FORWARDED_REQUEST_HEADERS, Forwarder, OwnerGone, OwnerMoved
-from runtime.wire import CLOSE_RECONNECT, HOP_HEADER
 from runtime.wsclient import ConnectionClosed, WebSocketConnection
-from storage.errors import NotOwnerError
 
 __all__ = ["client_close_code", "open_upstream", "relay_frames"]
 

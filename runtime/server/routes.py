@@ -56,10 +56,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.api import METHODS, NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
-from runtime.host.namespace import ActorStub
-from runtime.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
-from storage.errors import (
+from common.errors import (
     ActorStorageCorruptError,
     InternalServerError,
     InvalidInputError,
@@ -68,6 +65,9 @@ from storage.errors import (
     RouteNotFoundError,
     StorageFullError,
 )
+from common.wire import SESSIONS_PREFIX, payload_for, status_of, unquote_segment
+from runtime.api import METHODS, NO_EMPTY, OMIT, REQUIRED, SESSION_API, ApiMethod, Field, HttpRoute
+from runtime.host.namespace import ActorStub
 from storage.faults import classify, fault_detail
 
 logger = logging.getLogger(__name__)
@@ -432,11 +432,11 @@ _NAMED_STATUSES = frozenset({501, 503, 507})
 def describe_error(error: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` for an error raised while answering a request or frame.
 
-    Errors of :mod:`storage.errors` below 500 (and 501, 503, 507, a damaged
-    actor's :class:`~storage.errors.ActorStorageCorruptError`, which names the
-    session, and a cluster log's :class:`~storage.errors.RestoreError`, which
+    Errors of :mod:`common.errors` below 500 (and 501, 503, 507, a damaged
+    actor's :class:`~common.errors.ActorStorageCorruptError`, which names the
+    session, and a cluster log's :class:`~common.errors.RestoreError`, which
     names the actor) are answered as they are; a full disk met outside an
-    actor turn is answered as :class:`~storage.errors.StorageFullError`.
+    actor turn is answered as :class:`~common.errors.StorageFullError`.
     Anything else is a bug: logged with its traceback under a short
     reference, and answered ``500 InternalServerError`` naming only that
     reference.

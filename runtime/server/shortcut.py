@@ -17,7 +17,7 @@ untouched, so it is answered exactly as before.
 What the short way does is what the app does for such a request: the same
 :func:`~runtime.server.routes.match`, :class:`~runtime.server.routes.Call`
 and route handler, the body read within the body timeout and the body limit
-(408 or 413 otherwise, and the connection closed), decoded by :func:`~runtime.wire.decode_body`, the
+(408 or 413 otherwise, and the connection closed), decoded by :func:`~common.wire.decode_body`, the
 answer in the encoding ``Accept`` prefers, errors through
 :func:`~runtime.server.routes.describe_error` with the app's error headers,
 the last piece of the answer sent shielded, one metrics observation under
@@ -37,10 +37,10 @@ import trio
 from werkzeug.datastructures import ImmutableMultiDict, MIMEAccept
 from werkzeug.http import parse_accept_header
 
+from common.errors import DurableSessionsError, PayloadTooLargeError, RequestTimeoutError
+from common.wire import JSON, MSGPACK, SESSIONS_PREFIX, decode_body, encode_body, unquote_segment
 from runtime.server.client_io import quiet_send
 from runtime.server.routes import Call, Route, describe_error, match
-from runtime.wire import JSON, MSGPACK, SESSIONS_PREFIX, decode_body, encode_body, unquote_segment
-from storage.errors import DurableSessionsError, PayloadTooLargeError, RequestTimeoutError
 
 if TYPE_CHECKING:
     from runtime.host.ids import ActorId

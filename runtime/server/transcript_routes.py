@@ -21,38 +21,63 @@ GET     ``/v1/transcripts/subkeys?project_key=&session_id=`` ``{"subkeys": [...]
 ======  ===================================================  ==========================================
 
 ``mtime`` is epoch milliseconds. Bodies are JSON or msgpack as on every
-route (:mod:`runtime.wire`); errors are ``{"error": {"type", "message",
+route (:mod:`common.wire`); errors are ``{"error": {"type", "message",
 "field"?}}`` with the status of the error's class (400 for a bad key or
-entry, 401 without the token, 413 for a body over the limit).
+entry, 401 without the token, 413 for a body over the limit), answered by
+the server's :class:`~runtime.server.responder.Responder`.
+
+:func:`install` adds these routes to the server's app when its host has the
+``"transcripts"`` namespace bound; in a cluster, where they are not served,
+every transcript path is answered 501 ``NotSupportedError`` instead.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from runtime.server.client_io import read_body
-from runtime.server.routes import describe_error, retry_headers
-from runtime.server.transcripts import HostTranscriptStore
-from runtime.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX, decode_body, encode_body
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError, NotSupportedError
+from common.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX
+from runtime.server.responder import Responder
+from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
 
-__all__ = ["TRANSCRIPTS_PREFIX", "TranscriptRoutes", "add_transcript_routes"]
+if TYPE_CHECKING:
+    from runtime.server.app import SessionsServer
+
+__all__ = ["TRANSCRIPTS_PREFIX", "TranscriptRoutes", "add_transcript_routes", "install"]
 
 logger = logging.getLogger(__name__)
-
-#: Prefix of every transcript route.
 
 View = Callable[[], Awaitable[tuple[int, Any]]]
 
 
-def add_transcript_routes(app: QuartTrio, store: HostTranscriptStore) -> TranscriptRoutes:
-    """Register the routes of the table above on ``app``, served by ``store``."""
-    routes = TranscriptRoutes(store)
+def install(app: QuartTrio, server: SessionsServer) -> None:
+    """Serve the transcript routes on ``app`` when ``server``'s host has the ``"transcripts"``
+    namespace bound; in a cluster (``server.forwarder`` set) without it, answer them 501."""
+    if TRANSCRIPTS_NAMESPACE in server.host.namespaces:
+        add_transcript_routes(app, HostTranscriptStore(server.host.namespace(TRANSCRIPTS_NAMESPACE)),
+                              server.responder)
+    elif server.forwarder is not None:  # a cluster: say why, not "no route"
+        responder = server.responder
+
+        async def not_in_cluster(rest: str) -> Response:
+            return responder.error(NotSupportedError(
+                "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
+                "listings come from a catalog local to one host; serve them from a host without --cluster"))
+
+        app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/<rest:rest>", "transcripts_in_cluster", not_in_cluster,
+                         methods=["GET", "POST", "PUT", "DELETE"])
+
+
+def add_transcript_routes(app: QuartTrio, store: HostTranscriptStore,
+                          responder: Responder | None = None) -> TranscriptRoutes:
+    """Register the routes of the table above on ``app``, served by ``store`` and answered by
+    ``responder`` (default: a new :class:`~runtime.server.responder.Responder`)."""
+    routes = TranscriptRoutes(store, responder or Responder())
     routes.register(app)
     return routes
 
@@ -60,8 +85,9 @@ def add_transcript_routes(app: QuartTrio, store: HostTranscriptStore) -> Transcr
 class TranscriptRoutes:
     """The views; each turns one request into one call of :attr:`store`."""
 
-    def __init__(self, store: HostTranscriptStore) -> None:
+    def __init__(self, store: HostTranscriptStore, responder: Responder) -> None:
         self.store = store
+        self.responder = responder
 
     def register(self, app: QuartTrio) -> None:
         """Add the URL rules (names ``transcripts_*``) to ``app``."""
@@ -75,12 +101,12 @@ class TranscriptRoutes:
         )
         for method, path, view in rules:
             app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/{path}", f"transcripts_{method.lower()}_{path}",
-                             _answering(view), methods=[method])
+                             self._answering(view), methods=[method])
 
     # -- views ----------------------------------------------------------------------------
 
     async def append(self) -> tuple[int, Any]:
-        body = await _read_object()
+        body = await self._read_object()
         if "key" not in body:
             raise InvalidInputError("key is missing", field="key")
         if "entries" not in body:
@@ -89,7 +115,7 @@ class TranscriptRoutes:
 
     async def load(self) -> tuple[int, Any]:
         key = _query_key()
-        if _response_type() == MSGPACK:
+        if self.responder.kind() == MSGPACK:
             return 200, {"entries": await self.store.load(key)}
         text = await self.store.load_json(key)
         return 200, _RawJson(b'{"entries":' + (text or "null").encode("utf-8") + b"}")
@@ -107,6 +133,32 @@ class TranscriptRoutes:
         return 200, {"subkeys": await self.store.list_subkeys(_query_key())}
 
 
+    # -- answering ------------------------------------------------------------------------
+
+    def _answering(self, view: View) -> Callable[[], Awaitable[Response]]:
+        """Wrap a view: its ``(status, body)`` or its error, encoded as the client accepts; a body
+        already encoded as JSON (:class:`_RawJson`) is sent as it is."""
+        responder = self.responder
+
+        async def answer() -> Response:
+            try:
+                status, body = await view()
+            except Exception as exc:  # noqa: BLE001 - every error becomes an error response
+                return responder.error(exc)
+            if isinstance(body, _RawJson):
+                return Response(body.data, status=status, content_type=JSON)
+            return responder.respond(status, body)
+
+        answer.__name__ = view.__name__
+        return answer
+
+    async def _read_object(self) -> dict[str, Any]:
+        body = await self.responder.read_body()
+        if not isinstance(body, dict):
+            raise InvalidInputError("the body must be an object with key and entries", field="body")
+        return body
+
+
 class _RawJson:
     """A response body already encoded as JSON (sent as it is)."""
 
@@ -114,34 +166,6 @@ class _RawJson:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-
-
-def _answering(view: View) -> Callable[[], Awaitable[Response]]:
-    """Wrap a view: its ``(status, body)`` or its error, encoded as the client accepts."""
-
-    async def answer() -> Response:
-        try:
-            status, body = await view()
-        except Exception as exc:  # noqa: BLE001 - every error becomes an error response
-            status, body = describe_error(exc)
-        if isinstance(body, _RawJson):
-            return Response(body.data, status=status, content_type=JSON)
-        kind = _response_type()
-        return Response(encode_body(body, kind), status=status, content_type=kind, headers=retry_headers(status))
-
-    answer.__name__ = view.__name__
-    return answer
-
-
-def _response_type() -> str:
-    return request.accept_mimetypes.best_match([JSON, MSGPACK], default=JSON)
-
-
-async def _read_object() -> dict[str, Any]:
-    body = decode_body(await read_body(), request.headers.get("Content-Type"))
-    if not isinstance(body, dict):
-        raise InvalidInputError("the body must be an object with key and entries", field="body")
-    return body
 
 
 def _query_key() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Claude Agent SDK transcripts served by an actor host (``../shared/seeds/002_*``).
+"""Claude Agent SDK transcripts served by an actor host (the SDK's ``SessionStore``; docs/architecture.md).
 
 ``async with open_transcripts(host) as store:`` binds
 :class:`actors.transcript_agent.TranscriptAgent` as the ``"transcripts"``
@@ -25,10 +25,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from actors.transcript_agent import TranscriptAgent
+from common.errors import InvalidInputError
 from runtime.host.actor_host import ActorHost
 from runtime.host.ids import ActorId
 from runtime.host.namespace import ActorStub, Namespace
-from storage.errors import InvalidInputError
 from storage.transcripts import CATALOG_FILE_NAME, MAIN_SUBPATH, TranscriptCatalog, parse_session_key
 
 __all__ = ["TRANSCRIPTS_NAMESPACE", "HostTranscriptStore", "open_transcripts", "transcript_actor_name"]
@@ -79,7 +79,7 @@ class HostTranscriptStore:
     Raises:
         TypeError: ``namespace`` is not such a namespace.
 
-    Every method raises :class:`~storage.errors.InvalidInputError`
+    Every method raises :class:`~common.errors.InvalidInputError`
     (``field="key"``, ``"entries"`` or ``"project_key"``) for malformed
     input, before anything is stored.
     """

@@ -23,7 +23,7 @@ answered with a ``PayloadTooLargeError`` frame.
 In a cluster, a socket for a session another host owns is relayed to that
 owner (:mod:`runtime.server.relay`); a peer the host drops because the
 session moved away (:meth:`_Peer.close`), and every peer when the host
-shuts down, is closed with 1012 (:data:`~runtime.wire.CLOSE_RECONNECT`):
+shuts down, is closed with 1012 (:data:`~common.wire.CLOSE_RECONNECT`):
 connect again, to any host.
 """
 
@@ -40,11 +40,15 @@ import trio
 from quart import Response, websocket
 
 from actors.agent import callable_method
-from runtime.host.ids import ActorId
-from runtime.server.browsers import WS_PROTOCOL, OriginPolicy, refusal_message, token_from_protocols
-from runtime.server.relay import open_upstream, relay_frames
-from runtime.server.routes import call_method, describe_error
-from runtime.wire import (
+from common.errors import (
+    InvalidInputError,
+    OriginNotAllowedError,
+    PayloadTooLargeError,
+    RouteNotFoundError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+)
+from common.wire import (
     CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
     HOP_HEADER,
@@ -54,15 +58,11 @@ from runtime.wire import (
     encode_body,
     unquote_segment,
 )
+from runtime.host.ids import ActorId
+from runtime.server.browsers import WS_PROTOCOL, OriginPolicy, refusal_message, token_from_protocols
+from runtime.server.relay import open_upstream, relay_frames
+from runtime.server.routes import call_method, describe_error
 from runtime.wsclient import WebSocketConnection
-from storage.errors import (
-    InvalidInputError,
-    OriginNotAllowedError,
-    PayloadTooLargeError,
-    RouteNotFoundError,
-    ServiceUnavailableError,
-    UnauthorizedError,
-)
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer

@@ -15,12 +15,12 @@
   ready and every timeout set (:mod:`storage.postgres.pool`).
 
 Connections and how calls run under trio: :mod:`storage.postgres.connection`.
-Errors come from :mod:`storage.errors`: :class:`~storage.errors.InvalidInputError` for a value
-Postgres cannot hold, :class:`~storage.errors.StorageUnavailableError` (503) when it cannot be
-reached, :class:`~storage.errors.DatabaseError` when it refuses a statement.
+Errors come from :mod:`common.errors`: :class:`~common.errors.InvalidInputError` for a value
+Postgres cannot hold, :class:`~common.errors.StorageUnavailableError` (503) when it cannot be
+reached, :class:`~common.errors.DatabaseError` when it refuses a statement.
 """
 
-from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from common.errors import DatabaseError, InvalidInputError, StorageUnavailableError
 
 from .context import PostgresContextProvider, PostgresSearchProvider
 from .messages import PostgresSessionProvider

@@ -37,7 +37,7 @@ closed unmerged). The two ways left were measured on a local server
   cancellation) that may change in any release. Rejected.
 
 ``anyio`` (not ``trio``) is imported here because ``storage`` must not
-import trio (DESIGN.md); under trio anyio dispatches to trio's threads.
+import trio (docs/architecture.md); under trio anyio dispatches to trio's threads.
 
 Cancellation: a call whose task is cancelled still runs to its end in the
 worker (``abandon_on_cancel=False``) and returns its result, so its
@@ -53,9 +53,9 @@ one transaction at a time. A pool needs no such lock.
 
 Errors: psycopg's connection and availability failures (``OperationalError``,
 ``InterfaceError``, serialization failures and deadlocks) become
-:class:`~storage.errors.StorageUnavailableError`, a value over a
-Postgres limit :class:`~storage.errors.InvalidInputError`, any other
-psycopg error :class:`~storage.errors.DatabaseError`. Exceptions of
+:class:`~common.errors.StorageUnavailableError`, a value over a
+Postgres limit :class:`~common.errors.InvalidInputError`, any other
+psycopg error :class:`~common.errors.DatabaseError`. Exceptions of
 a custom ``execute`` object pass through unchanged.
 """
 
@@ -71,7 +71,9 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from storage.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from common.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from storage.tree.steps import Many as TreeMany
+from storage.tree.steps import Operation as TreeOperation
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -99,6 +101,25 @@ class Many:
 Operation = Generator["Query | Many", Rows, T]
 
 
+def on_postgres(op: TreeOperation[T]) -> Operation[T]:
+    """The tree operation ``op`` as steps of :mod:`storage.postgres.connection` (named
+    parameters, rows as dicts), its rows handed back as tuples in column order."""
+    try:
+        step = next(op)
+        while True:
+            if isinstance(step, TreeMany):
+                names = step.statement.names
+                yield Many(step.statement.sql, [dict(zip(names, args)) for args in step.args])
+                step = op.send([])
+            else:
+                statement, args = step
+                rows = yield Query(statement.sql, dict(zip(statement.names, args)) if statement.names else None)
+                step = op.send([tuple(row.values()) for row in rows])
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
 class Runner(Protocol):
     """Runs an :data:`Operation` on a connection; ``write=True`` -> one transaction."""
 
@@ -114,7 +135,7 @@ def runner_for(conn: Any, *, deadline_s: float | None = None) -> Runner:
 
     ``deadline_s`` (a psycopg connection or pool only): the longest a
     caller waits for one call, in seconds, thread and connection included;
-    past it the caller gets :class:`~storage.errors.StorageUnavailableError`
+    past it the caller gets :class:`~common.errors.StorageUnavailableError`
     and the worker is abandoned (its transaction still commits or rolls
     back as a whole when Postgres answers: the outcome of such a write is
     unknown to the caller). ``None``: wait as long as the call takes.

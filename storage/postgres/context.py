@@ -14,44 +14,75 @@ Both take ``init(label)`` from the context engine as the SQLite ones do.
 Values are checked before anything is sent
 (:mod:`storage.postgres.values`); an entry whose words overflow Postgres'
 1 MB ``tsvector`` is refused with
-:class:`~storage.errors.InvalidInputError` (``field="content"``)
+:class:`~common.errors.InvalidInputError` (``field="content"``)
 and nothing is stored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
-from ..fts import parse_query
-from .connection import Operation, Query, runner_for
-from .message_sql import NOW_MS
+from ..fts import ParsedQuery, parse_query
+from ..tree import context as rules
+from ..tree.context import SEARCH_LIMIT, entries_summary, entries_text
+from ..tree.postgres import NOW_MS, pg
+from ..tree.steps import Operation
+from .connection import on_postgres, runner_for
 from .search import match
 from .values import MAX_VALUE_BYTES, check_text
 
-#: Most entries one :meth:`PostgresSearchProvider.search` returns (as the SQLite provider).
-SEARCH_LIMIT = 10
+__all__ = ["SEARCH_LIMIT", "PostgresContextDialect", "PostgresContextProvider", "PostgresSearchProvider"]
 
-_READ_BLOCK = "SELECT content FROM cf_agents_context_blocks WHERE label = %(label)s"
-_WRITE_BLOCK = f"""
-INSERT INTO cf_agents_context_blocks (label, content, updated_at) VALUES (%(label)s, %(content)s, {NOW_MS})
-ON CONFLICT (label) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at
-"""
-_COUNT_ENTRIES = "SELECT count(*) AS n FROM cf_agents_search_entries WHERE label = %(label)s"
-_UPSERT_ENTRY = f"""
+_UPSERT_ENTRY = pg(f"""
 INSERT INTO cf_agents_search_entries (label, key, content, created_at, updated_at)
 VALUES (%(label)s, %(key)s, %(content)s, {NOW_MS}, {NOW_MS})
 ON CONFLICT (label, key) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at
-"""
+""", "label", "key", "content")
 _SEARCH_ENTRIES = """
 SELECT key, content FROM cf_agents_search_entries WHERE label = %(label)s AND {where}
 ORDER BY {rank} DESC, seq LIMIT %(limit)s
 """
 
 
-def _rows(sql: str, params: dict[str, Any]) -> Operation[list[dict[str, Any]]]:
-    return (yield Query(sql, params))
+class PostgresContextDialect:
+    """The Postgres :class:`~storage.tree.context.ContextDialect`: an entry's words are searched
+    in its own row (:mod:`storage.postgres.search`)."""
+
+    READ_BLOCK = pg("SELECT content FROM cf_agents_context_blocks WHERE label = %(label)s", "label")
+    WRITE_BLOCK = pg(f"""
+INSERT INTO cf_agents_context_blocks (label, content, updated_at) VALUES (%(label)s, %(content)s, {NOW_MS})
+ON CONFLICT (label) DO UPDATE SET content = excluded.content, updated_at = excluded.updated_at
+""", "label", "content")
+    DELETE_BLOCKS = pg(
+        "DELETE FROM cf_agents_context_blocks WHERE label = ANY(%(labels)s::text[]) RETURNING label", "labels"
+    )
+    COUNT_ENTRIES = pg("SELECT count(*) AS n FROM cf_agents_search_entries WHERE label = %(label)s", "label")
+
+    @staticmethod
+    def label_list(labels: Sequence[str]) -> list[str]:
+        """A ``text[]`` value."""
+        return list(labels)
+
+    @staticmethod
+    def upsert_entry(label: str, key: str, content: str) -> Operation[None]:
+        """One statement: the row carries its searched words."""
+        yield _UPSERT_ENTRY, (label, key, content)
+
+    @staticmethod
+    def search_entries(label: str, query: ParsedQuery, limit: int) -> Operation[list[tuple[str, str]]]:
+        """One statement over the entries' searched words (:func:`storage.postgres.search.match`)."""
+        found = match(query)
+        names = ("label", "limit", *found.params)
+        statement = pg(_SEARCH_ENTRIES.format(where=found.where, rank=found.rank), *names)
+        rows = yield statement, (label, limit, *found.params.values())
+        return [(key, content) for key, content in rows]
+
+
+#: The dialect the Postgres context providers run the rules with.
+POSTGRES_CONTEXT = PostgresContextDialect()
 
 
 class PostgresContextProvider:
@@ -79,13 +110,12 @@ class PostgresContextProvider:
 
     async def get(self) -> str | None:
         """The block's content, or ``None`` when no row exists."""
-        rows = await self._runner.run(_rows(_READ_BLOCK, {"label": self.key}), write=False)
-        return rows[0]["content"] if rows else None
+        return await self._runner.run(on_postgres(rules.read_block(POSTGRES_CONTEXT, self.key)), write=False)
 
     async def set(self, content: str) -> None:
         """Insert or replace the row (``updated_at`` = now, ms)."""
-        params = {"label": self.key, "content": check_text(content, "content", max_bytes=MAX_VALUE_BYTES)}
-        await self._runner.run(_rows(_WRITE_BLOCK, params), write=True)
+        op = rules.write_block(POSTGRES_CONTEXT, self.key, check_text(content, "content", max_bytes=MAX_VALUE_BYTES))
+        await self._runner.run(on_postgres(op), write=True)
 
 
 class PostgresSearchProvider:
@@ -115,9 +145,9 @@ class PostgresSearchProvider:
 
     async def get(self) -> str | None:
         """``"<n> entries indexed."`` (also for 1), or ``None`` with no entries."""
-        rows = await self._runner.run(_rows(_COUNT_ENTRIES, {"label": self.label}), write=False)
-        count = rows[0]["n"]
-        return f"{count} entries indexed." if count else None
+        return entries_summary(
+            await self._runner.run(on_postgres(rules.count_entries(POSTGRES_CONTEXT, self.label)), write=False)
+        )
 
     async def search(self, query: str) -> str | None:
         """Best :data:`SEARCH_LIMIT` matches as ``[<key>]\\n<content>`` joined by a blank line, or ``None``.
@@ -131,11 +161,8 @@ class PostgresSearchProvider:
         parsed = parse_query(query)
         if parsed is None:
             return None
-        found = match(parsed)
-        sql = _SEARCH_ENTRIES.format(where=found.where, rank=found.rank)
-        params = {"label": self.label, "limit": SEARCH_LIMIT, **found.params}
-        rows = await self._runner.run(_rows(sql, params), write=False)
-        return "\n\n".join(f"[{r['key']}]\n{r['content']}" for r in rows) if rows else None
+        op = rules.search_entries(POSTGRES_CONTEXT, self.label, parsed, SEARCH_LIMIT)
+        return entries_text(await self._runner.run(on_postgres(op), write=False))
 
     async def set(self, key: str, content: str) -> None:
         """Insert or replace entry ``key`` (a new key keeps nothing; an old one keeps ``created_at``).
@@ -144,13 +171,11 @@ class PostgresSearchProvider:
             InvalidInputError: also when the content's words overflow the
                 1 MB ``tsvector`` limit (``field="content"``); nothing is stored.
         """
-        params = {
-            "label": self.label,
-            "key": check_text(key, "key"),
-            "content": check_text(content, "content", max_bytes=MAX_VALUE_BYTES),
-        }
+        op = rules.upsert_entry(
+            POSTGRES_CONTEXT, self.label, check_text(key, "key"), check_text(content, "content", max_bytes=MAX_VALUE_BYTES)
+        )
         try:
-            await self._runner.run(_rows(_UPSERT_ENTRY, params), write=True)
+            await self._runner.run(on_postgres(op), write=True)
         except InvalidInputError as exc:
             raise InvalidInputError(
                 f"content of entry {key!r} cannot be indexed by Postgres: {exc}", field="content"

@@ -8,7 +8,7 @@ or completes the schema, and yields a :class:`PostgresStorage` whose calls
 never wait longer than ``timeout_s``. Every actor of the host shares it.
 
 Timeouts, so that a database that is down or stalled gives
-:class:`~storage.errors.StorageUnavailableError` (503) and never a hang:
+:class:`~common.errors.StorageUnavailableError` (503) and never a hang:
 
 * ``connect_timeout`` -- opening a connection;
 * the pool's ``timeout`` -- waiting for a free connection;
@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from storage.errors import StorageUnavailableError
+from common.errors import StorageUnavailableError
 
 from .schema import create_schema
 from .storage import PostgresStorage

@@ -1,21 +1,23 @@
 """The session registry (``assistant_sessions``) and the cross-session search in Postgres.
 
 :class:`PostgresRegistry` is the async twin of :mod:`storage.registry` (the
-SQLite functions behind ``actors.SessionManager``): the same rows -- dicts
-with the spec's columns :data:`storage.registry.SESSION_COLUMNS`, times as
-UTC ``YYYY-MM-DD HH:MM:SS.SSS`` text -- and the same rules:
+SQLite functions behind ``actors.SessionManager``): both run the operations
+of :mod:`storage.tree.registry` (the registry's rules, written once), here
+in the statements of :class:`PostgresRegistryDialect`. The same rows --
+dicts with the spec's columns :data:`storage.tree.registry.SESSION_COLUMNS`,
+times as UTC ``YYYY-MM-DD HH:MM:SS.SSS`` text -- and the same rules:
 
 * :meth:`~PostgresRegistry.list_sessions` lists the most recently updated
   session first; every write that sets ``updated_at`` (creation included)
   takes the next ``updated_seq`` from a sequence, so sessions touched
   within one millisecond list in the order of those writes, the later
-  first (DEVIATIONS 2);
+  first (docs/deviations.md #2);
 * :meth:`~PostgresRegistry.delete_session` removes everything the session
   owns -- messages, compactions, ``assistant_config`` rows, the block rows
   named ``<something>_<session id>`` (auto-wired blocks, the cached
-  prompt) -- and its registry row, in one transaction (DEVIATIONS 15);
+  prompt) -- and its registry row, in one transaction (docs/deviations.md #15);
 * :meth:`~PostgresRegistry.search_messages` looks only at messages of
-  registered sessions, with the one query syntax (DEVIATIONS 9-11; how
+  registered sessions, with the one query syntax (docs/deviations.md #9-#11; how
   terms match: :mod:`storage.postgres.search`).
 
 :meth:`~PostgresRegistry.insert_session` can end another session and store
@@ -26,52 +28,39 @@ the new session's first messages in the same transaction, which is how
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..fts import ParsedQuery
-from ..messages import NewMessage
-from ..registry import SESSION_COLUMNS
-from .connection import Operation, Query, runner_for
-from .message_sql import NOW_MS, _stamp
-from .messages import PostgresSessionProvider
+from ..tree import postgres as POSTGRES
+from ..tree import registry as rules
+from ..tree import steps as tree
+from ..tree.postgres import NOW_MS, pg, stamp
+from ..tree.registry import SESSION_COLUMNS
+from ..tree.rows import NewMessage
+from .connection import Operation, Query, on_postgres, runner_for
+from .messages import check_messages
 from .search import match
-from .values import check_int, check_optional_text, check_text
+from .values import MAX_VALUE_BYTES, check_int, check_optional_text, check_text
+
+T = TypeVar("T")
 
 #: The sequence numbering registry writes (see the module docstring).
 UPDATED_SEQ = "assistant_sessions_updated_seq"
 
 _COLUMNS = ", ".join(
-    _stamp(name) + f" AS {name}" if name in ("created_at", "updated_at") else name for name in SESSION_COLUMNS
+    stamp(name) + f" AS {name}" if name in ("created_at", "updated_at") else name for name in SESSION_COLUMNS
 )
 _TOUCH = f"updated_at = {NOW_MS}, updated_seq = nextval('{UPDATED_SEQ}')"
-
 _GET = f"SELECT {_COLUMNS} FROM assistant_sessions WHERE id = %(id)s"
-_GET_FOR_UPDATE = _GET + " FOR UPDATE"
-_EXISTS = "SELECT 1 AS found FROM assistant_sessions WHERE id = %(id)s"
-_LIST = f"SELECT {_COLUMNS} FROM assistant_sessions ORDER BY updated_at DESC, updated_seq DESC"
-_COUNT = "SELECT count(*) AS n FROM assistant_sessions"
-_INSERT = f"""
-INSERT INTO assistant_sessions (id, name, parent_session_id, model, source, created_at, updated_at, updated_seq)
-VALUES (%(id)s, %(name)s, %(parent)s, %(model)s, %(source)s, {NOW_MS}, {NOW_MS}, nextval('{UPDATED_SEQ}'))
-RETURNING {_COLUMNS}
-"""
-_TOUCH_ROW = f"UPDATE assistant_sessions SET {_TOUCH} WHERE id = %(id)s RETURNING id"
-_RENAME = f"UPDATE assistant_sessions SET name = %(name)s, {_TOUCH} WHERE id = %(id)s RETURNING {_COLUMNS}"
-_END = f"UPDATE assistant_sessions SET end_reason = %(reason)s, {_TOUCH} WHERE id = %(id)s RETURNING {_COLUMNS}"
-_ADD_USAGE = f"""
-UPDATE assistant_sessions SET input_tokens = input_tokens + %(input)s, output_tokens = output_tokens + %(output)s,
-    estimated_cost = estimated_cost + %(cost)s, {_TOUCH}
-WHERE id = %(id)s RETURNING {_COLUMNS}
-"""
-_DELETE_SESSION = """
+_DELETE_SESSION = pg("""
 WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(id)s),
 compactions AS (DELETE FROM assistant_compactions WHERE session_id = %(id)s),
 config AS (DELETE FROM assistant_config WHERE session_id = %(id)s),
 blocks AS (DELETE FROM cf_agents_context_blocks WHERE length(label) > %(n)s AND right(label, %(n)s) = %(suffix)s)
 DELETE FROM assistant_sessions WHERE id = %(id)s RETURNING id
-"""
+""", "id", "n", "suffix")
 _SEARCH = f"""
-SELECT m.id, m.role, m.text_content AS content, {_stamp('m.created_at')} AS created_at, m.session_id
+SELECT m.id, m.role, m.text_content AS content, {stamp('m.created_at')} AS created_at, m.session_id
 FROM assistant_messages AS m
 WHERE EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = m.session_id) AND {{where}}
 ORDER BY {{rank}} DESC, m.seq LIMIT %(limit)s
@@ -80,8 +69,38 @@ ORDER BY {{rank}} DESC, m.seq LIMIT %(limit)s
 Row = dict[str, Any]
 
 
-def _one_row(rows: list[Row]) -> Row | None:
-    return dict(rows[0]) if rows else None
+class PostgresRegistryDialect:
+    """The Postgres :class:`~storage.tree.registry.RegistryDialect`."""
+
+    GET = pg(_GET, "id")
+    GET_FOR_UPDATE = pg(_GET + " FOR UPDATE", "id")
+    EXISTS = pg("SELECT 1 AS found FROM assistant_sessions WHERE id = %(id)s", "id")
+    LIST = pg(f"SELECT {_COLUMNS} FROM assistant_sessions ORDER BY updated_at DESC, updated_seq DESC")
+    COUNT = pg("SELECT count(*) AS n FROM assistant_sessions")
+    INSERT = pg(f"""
+INSERT INTO assistant_sessions (id, name, parent_session_id, model, source, created_at, updated_at, updated_seq)
+VALUES (%(id)s, %(name)s, %(parent)s, %(model)s, %(source)s, {NOW_MS}, {NOW_MS}, nextval('{UPDATED_SEQ}'))
+RETURNING {_COLUMNS}
+""", "id", "name", "parent", "model", "source")
+    TOUCH = pg(f"UPDATE assistant_sessions SET {_TOUCH} WHERE id = %(id)s RETURNING id", "id")
+    RENAME = pg(f"UPDATE assistant_sessions SET name = %(name)s, {_TOUCH} WHERE id = %(id)s RETURNING {_COLUMNS}",
+                "id", "name")
+    END = pg(f"UPDATE assistant_sessions SET end_reason = %(reason)s, {_TOUCH} WHERE id = %(id)s RETURNING {_COLUMNS}",
+             "id", "reason")
+    ADD_USAGE = pg(f"""
+UPDATE assistant_sessions SET input_tokens = input_tokens + %(input)s, output_tokens = output_tokens + %(output)s,
+    estimated_cost = estimated_cost + %(cost)s, {_TOUCH}
+WHERE id = %(id)s RETURNING {_COLUMNS}
+""", "id", "input", "output", "cost")
+
+    @staticmethod
+    def delete_rows(session_id: str) -> tree.Operation[None]:
+        """Everything the session owns and its row, in one statement."""
+        suffix = rules.block_suffix(session_id)
+        yield _DELETE_SESSION, (session_id, len(suffix), suffix)
+
+
+_DIALECT = PostgresRegistryDialect()
 
 
 class PostgresRegistry:
@@ -93,38 +112,38 @@ class PostgresRegistry:
             ``execute(query, args)`` (see :mod:`storage.postgres.connection`).
 
     Every method is ``async``; writes are one transaction each. Raises, besides
-    what a method lists: :class:`~storage.errors.InvalidInputError` (a value
-    Postgres cannot store, nothing sent), :class:`~storage.errors.StorageUnavailableError`
-    (no connection; nothing committed), :class:`~storage.errors.DatabaseError`.
+    what a method lists: :class:`~common.errors.InvalidInputError` (a value
+    Postgres cannot store, nothing sent), :class:`~common.errors.StorageUnavailableError`
+    (no connection; nothing committed), :class:`~common.errors.DatabaseError`.
     """
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self._runner = runner_for(conn)
 
-    async def _read(self, sql: str, **params: Any) -> list[Row]:
-        return await self._runner.run(_rows(sql, params), write=False)
+    async def _read(self, op: tree.Operation[T]) -> T:
+        return await self._runner.run(on_postgres(op), write=False)
 
-    async def _write(self, sql: str, **params: Any) -> list[Row]:
-        return await self._runner.run(_rows(sql, params), write=True)
+    async def _write(self, op: tree.Operation[T]) -> T:
+        return await self._runner.run(on_postgres(op), write=True)
 
     # -- reads ----------------------------------------------------------------------
 
     async def get_session(self, session_id: str) -> Row | None:
         """The registry row of ``session_id``, or ``None``."""
-        return _one_row(await self._read(_GET, id=check_text(session_id, "session_id")))
+        return await self._read(rules.get_session(_DIALECT, check_text(session_id, "session_id")))
 
     async def session_exists(self, session_id: str) -> bool:
         """``True`` when ``session_id`` has a registry row."""
-        return bool(await self._read(_EXISTS, id=check_text(session_id, "session_id")))
+        return await self._read(rules.session_exists(_DIALECT, check_text(session_id, "session_id")))
 
     async def list_sessions(self) -> list[Row]:
         """Every registry row, most recently updated first (ties: the later write first)."""
-        return [dict(row) for row in await self._read(_LIST)]
+        return await self._read(rules.list_sessions(_DIALECT))
 
     async def count_sessions(self) -> int:
         """Number of registered sessions."""
-        return int((await self._read(_COUNT))[0]["n"])
+        return await self._read(rules.count_sessions(_DIALECT))
 
     async def search_messages(self, query: ParsedQuery, limit: int) -> list[Row]:
         """Stored messages of registered sessions matching ``query``, best first (ties: oldest first).
@@ -136,7 +155,8 @@ class PostgresRegistry:
         """
         found = match(query)
         sql = _SEARCH.format(where=found.where, rank=found.rank)
-        return [dict(row) for row in await self._read(sql, limit=check_int(limit, "limit"), **found.params)]
+        params = {"limit": check_int(limit, "limit"), **found.params}
+        return [dict(row) for row in await self._runner.run(_rows(sql, params), write=False)]
 
     # -- writes ---------------------------------------------------------------------
 
@@ -165,43 +185,31 @@ class PostgresRegistry:
         Raises:
             DatabaseError: ``session_id`` is already registered (nothing written).
         """
-        params = {
-            "id": check_text(session_id, "session_id"),
-            "name": check_text(name, "name"),
-            "parent": check_optional_text(parent_session_id, "parent_session_id"),
-            "model": check_optional_text(model, "model"),
-            "source": check_optional_text(source, "source"),
-        }
-        store = PostgresSessionProvider(self._runner, session_id)
-        if max_value_bytes is not None:
-            store.max_value_bytes = max_value_bytes
-        rows = [store._chain_row(i, m) for i, m in enumerate(messages)]
+        checked = (
+            check_text(session_id, "session_id"),
+            check_text(name, "name"),
+            check_optional_text(parent_session_id, "parent_session_id"),
+            check_optional_text(model, "model"),
+            check_optional_text(source, "source"),
+        )
+        rows = check_messages(messages, MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes)
         if end is not None:
             end = (check_text(end[0], "session_id"), check_text(end[1], "reason"))
-
-        def op() -> Operation[Row]:
-            if end is not None:
-                yield Query(_END, {"id": end[0], "reason": end[1]})
-            [row] = yield Query(_INSERT, params)
-            if rows:
-                yield from store._chain(rows, None)
-            return dict(row)
-
-        return await self._runner.run(op(), write=True)
+        return await self._write(rules.insert_session(_DIALECT, POSTGRES, *checked, rows, end))
 
     async def touch_session(self, session_id: str) -> bool:
         """Set ``updated_at`` to now (and take the next ``updated_seq``); ``False`` if unknown."""
-        return bool(await self._write(_TOUCH_ROW, id=check_text(session_id, "session_id")))
+        return await self._write(rules.touch_session(_DIALECT, check_text(session_id, "session_id")))
 
     async def rename_session(self, session_id: str, name: str) -> Row | None:
         """Set the name and touch the row; the new row, ``None`` if unknown."""
-        rows = await self._write(_RENAME, id=check_text(session_id, "session_id"), name=check_text(name, "name"))
-        return _one_row(rows)
+        session_id, name = check_text(session_id, "session_id"), check_text(name, "name")
+        return await self._write(rules.rename_session(_DIALECT, session_id, name))
 
     async def end_session(self, session_id: str, reason: str) -> Row | None:
         """Set ``end_reason`` and touch the row; the new row, ``None`` if unknown."""
-        rows = await self._write(_END, id=check_text(session_id, "session_id"), reason=check_text(reason, "reason"))
-        return _one_row(rows)
+        session_id, reason = check_text(session_id, "session_id"), check_text(reason, "reason")
+        return await self._write(rules.end_session(_DIALECT, session_id, reason))
 
     async def add_usage(
         self,
@@ -217,38 +225,22 @@ class PostgresRegistry:
         ``check(row)`` sees the current row (locked until the commit) first
         and may raise to write nothing (e.g. a counter that would overflow).
         """
-        params = {
-            "id": check_text(session_id, "session_id"),
-            "input": check_int(input_tokens, "input_tokens"),
-            "output": check_int(output_tokens, "output_tokens"),
-            "cost": float(cost),
-        }
-
-        def op() -> Operation[Row | None]:
-            current = yield Query(_GET_FOR_UPDATE, {"id": params["id"]})
-            if not current:
-                return None
-            if check is not None:
-                check(dict(current[0]))
-            return _one_row((yield Query(_ADD_USAGE, params)))
-
-        return await self._runner.run(op(), write=True)
+        op = rules.add_usage(
+            _DIALECT,
+            check_text(session_id, "session_id"),
+            check_int(input_tokens, "input_tokens"),
+            check_int(output_tokens, "output_tokens"),
+            float(cost),
+            check,
+        )
+        return await self._write(op)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete everything the session owns and its row, in one transaction (see the module docstring).
 
         Returns ``False`` (and deletes nothing) when ``session_id`` is not registered.
         """
-        session_id = check_text(session_id, "session_id")
-        suffix = "_" + session_id
-
-        def op() -> Operation[bool]:
-            if not (yield Query(_EXISTS, {"id": session_id})):
-                return False
-            yield Query(_DELETE_SESSION, {"id": session_id, "n": len(suffix), "suffix": suffix})
-            return True
-
-        return await self._runner.run(op(), write=True)
+        return await self._write(rules.delete_session(_DIALECT, check_text(session_id, "session_id")))
 
 
 def _rows(sql: str, params: dict[str, Any]) -> Operation[list[Row]]:

@@ -13,7 +13,7 @@ processes may run it at once):
 
    * ``seq`` (a ``BIGINT`` identity) on messages, compactions and search
      entries: insertion order, the tie-breaker of every ordering
-     (DEVIATIONS 2); existing rows are numbered when the column is added;
+     (docs/deviations.md #2); existing rows are numbered when the column is added;
    * ``assistant_messages.tools_content`` (tool names and string inputs,
      the second searched text, as the SQLite ``assistant_fts.tools``) and
      ``tokens`` (the actor layer's estimate, summed for the token count);
@@ -21,11 +21,11 @@ processes may run it at once):
      the root, the root being 1), ``path_bytes`` and ``path_tokens`` (its
      content bytes and tokens summed from the root) and ``jump_seq`` (a
      skew-binary jump pointer), kept by every write
-     (:mod:`storage.postgres.places`), so a path's length, size and token
+     (:mod:`storage.tree.places`), so a path's length, size and token
      total are one row read; rows stored before (or by the original) are
      placed once by the migration;
    * ``assistant_config (session_id, key, value)``, as in the SQLite file:
-     the persisted active leaf (DEVIATIONS 3) and other per-session values;
+     the persisted active leaf (docs/deviations.md #3) and other per-session values;
    * the text search configuration ``durable_sessions_english``: English
      snowball stemming *without* a stop-word list, so ``the`` or ``it`` are
      searchable as they are with SQLite's ``porter unicode61``;
@@ -38,7 +38,7 @@ processes may run it at once):
      (``重跑gen-itgc后``) are found by ``gen`` and ``itgc``; a GIN index on it;
    * ``cjk_content``, generated: the searched text when it holds CJK
      characters, else ``''``; a ``pg_trgm`` GIN index on the non-empty
-     ones serves ``ILIKE`` substring searches of CJK terms (DEVIATIONS 10);
+     ones serves ``ILIKE`` substring searches of CJK terms (docs/deviations.md #10);
    * indexes for children (``session_id, parent_id, seq``), the newest
      leaf (``session_id, created_at, seq``) and compactions;
    * ``assistant_sessions``, the SessionManager's registry (the SQLite
@@ -46,7 +46,7 @@ processes may run it at once):
      ``assistant_sessions_updated_seq`` orders writes within one
      millisecond), added in version 2;
    * ``durable_sessions_meta``: ``schema_version``. A database of a newer
-     version is refused (:class:`~storage.errors.SchemaTooNewError`).
+     version is refused (:class:`~common.errors.SchemaTooNewError`).
 
 Needs a UTF-8 database (``server_encoding``) and ``pg_trgm`` (a trusted
 extension since Postgres 13: the database owner may create it). The
@@ -61,11 +61,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import DatabaseError, SchemaTooNewError
+from common.errors import DatabaseError, SchemaTooNewError
 
 from ..fts import _CJK_RANGES
-from .connection import Operation, Query, runner_for
-from .places import place_subtrees
+from ..tree import postgres as POSTGRES
+from ..tree.places import place_subtrees
+from .connection import Operation, Query, on_postgres, runner_for
 
 #: Version of the schema this code writes; stored in ``durable_sessions_meta``.
 SCHEMA_VERSION = 2
@@ -248,7 +249,7 @@ def _migrate() -> Operation[None]:
     yield Query(ADDITIONS)
     for session in (yield Query(_UNPLACED_SESSIONS)):
         tops = [row["id"] for row in (yield Query(_TOPS, {"s": session["session_id"]}))]
-        yield from place_subtrees(session["session_id"], tops)
+        yield from on_postgres(place_subtrees(POSTGRES, session["session_id"], tops))
     yield Query(_SET_VERSION, {"v": str(SCHEMA_VERSION)})
 
 

@@ -1,6 +1,6 @@
 """A parsed query (:func:`storage.fts.parse_query`) as Postgres conditions: one search syntax everywhere.
 
-The query language is the one of :mod:`storage.fts` (DEVIATIONS 9, 10):
+The query language is the one of :mod:`storage.fts` (docs/deviations.md #9, #10):
 every word must match, in any order; a ``"quoted part"`` must match as a
 phrase; nothing typed is query syntax (every term reaches Postgres as a
 bound parameter, never as ``tsquery`` text). How a term matches a row:

@@ -30,13 +30,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .connection import Operation, Query, Runner, runner_for
-from .context import PostgresContextProvider, PostgresSearchProvider
+from ..tree.context import delete_blocks
+from .connection import Runner, on_postgres, runner_for
+from .context import POSTGRES_CONTEXT, PostgresContextProvider, PostgresSearchProvider
 from .messages import PostgresSessionProvider
 from .registry import PostgresRegistry
 from .values import MAX_VALUE_BYTES, check_text
-
-_DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE label = ANY(%(labels)s::text[]) RETURNING label"
 
 
 class PostgresStorage:
@@ -81,8 +80,5 @@ class PostgresStorage:
     async def delete_blocks(self, labels: Sequence[str]) -> int:
         """Delete the block rows named in ``labels``, in one transaction; returns how many existed."""
         labels = [check_text(label, "labels") for label in labels]
-
-        def op() -> Operation[int]:
-            return len((yield Query(_DELETE_BLOCKS, {"labels": labels})))
-
-        return await self.runner.run(op(), write=True) if labels else 0
+        op = delete_blocks(POSTGRES_CONTEXT, labels)
+        return await self.runner.run(on_postgres(op), write=True) if labels else 0

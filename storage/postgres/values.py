@@ -2,7 +2,7 @@
 
 Postgres ``TEXT`` holds UTF-8 without NUL, so a value the SQLite path would
 store can still be refused here: each check raises
-:class:`~storage.errors.InvalidInputError` naming the field,
+:class:`~common.errors.InvalidInputError` naming the field,
 never a driver exception, and runs before the call's transaction starts.
 
 * :func:`check_text` -- a stored value (id, role, message JSON, block
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import InvalidInputError
+from common.errors import InvalidInputError
 
 #: Most UTF-8 bytes of one stored value: SQLite's string limit, the bound of the SQLite path.
 MAX_VALUE_BYTES = 1_000_000_000

@@ -5,9 +5,14 @@ import pytest
 from actors.context import ContextBlocks, row_provider
 from common.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage import SqlStorage
-from storage.context import read_block, read_config
+from storage.context import read_config
 
 pytestmark = pytest.mark.both_storages
+
+
+def read_block(storage, label):
+    """The stored content of the block row ``label`` on either storage (``None``: no row)."""
+    return storage.scalar("SELECT content FROM cf_agents_context_blocks WHERE label = ?", label)
 
 SEP = "═" * 46
 

@@ -14,10 +14,14 @@ from actors.context import ContextBlocks, render_header, search_provider_for
 from actors.session import Session
 from actors.tools import context_entry_key, slugify, stable_hash
 from common.errors import ConflictError, ContextBlockError, InvalidInputError
-from storage.context import read_block
 from tests.support.backends import kind_of, refusing_inserts
 
 pytestmark = pytest.mark.both_storages
+
+
+def read_block(storage, label):
+    """The stored content of the block row ``label`` on either storage (``None``: no row)."""
+    return storage.scalar("SELECT content FROM cf_agents_context_blocks WHERE label = ?", label)
 
 
 class Skills:

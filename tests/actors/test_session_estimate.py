@@ -10,9 +10,9 @@ import random
 import pytest
 
 from actors.session import LATEST_LEAF, Session
+from actors.session_store import sync_store
 from actors.tokens import estimate_message_tokens, estimate_string_tokens
 from storage.messages import MessageStore
-from tests.support.backends import kind_of
 
 pytestmark = pytest.mark.both_storages
 
@@ -35,32 +35,18 @@ async def assert_totals_match_history(session):
 
 
 async def assert_jumps_find_every_ancestor(session):
-    if kind_of(session.storage) == "sqlite":
-        store = MessageStore(session.storage, session.session_id)
-        climb = store.ancestor_at_depth
-    else:  # the same jump pointers, kept by storage/postgres/places.py
-        from storage.postgres.places import ancestor_at_depth
+    store = session._messages  # the session's own store: the same jump pointers on SQLite and Postgres
+    sync = sync_store(store)  # SQLite: the MessageStore behind the Session's awaitable view
 
-        def climb(seq, depth):
-            import psycopg
+    async def climb(seq, depth):
+        return sync.ancestor_at_depth(seq, depth) if sync is not None else await store.ancestor_at_depth(seq, depth)
 
-            conn = session.storage.conn
-            with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-                op, result = ancestor_at_depth(seq, depth), None
-                try:
-                    step = next(op)
-                    while True:
-                        cur.execute(step.sql, step.params)
-                        step = op.send(cur.fetchall())
-                except StopIteration as done:
-                    result = done.value
-            return result
     seq_of = seqs(session.storage, session.session_id)
     for mid, seq in seq_of.items():
         path = [row["id"] for row in await session.get_history_row_stats(mid)]
-        assert [climb(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
-        assert climb(seq, len(path) + 1) is None
-        assert climb(seq, 0) is None
+        assert [await climb(seq, d) for d in range(1, len(path) + 1)] == [seq_of[i] for i in path]
+        assert await climb(seq, len(path) + 1) is None
+        assert await climb(seq, 0) is None
 
 
 async def test_estimate_of_a_plain_chain_is_the_heuristic_plus_the_prompt(storage):

@@ -13,7 +13,7 @@ import pytest
 from actors.manager import SessionManager
 from actors.session import Session
 from actors.session_messages import parse_all, parse_path
-from storage import messages as sql
+from storage.tree import sqlite as sql
 from tests.support.backends import kind_of
 
 pytestmark = pytest.mark.both_storages
@@ -118,10 +118,10 @@ def test_parse_path_refuses_text_that_does_not_hold_count_values():
 
 
 @pytest.mark.parametrize("name, walk", [
-    ("_PATH_JSON", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
-    ("_PATH_CONTENT", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
-    ("_PATH_STATS", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
-    ("_WINDOW", ["SCAN w", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
+    ("PATH_JSON", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
+    ("PATH_CONTENT", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
+    ("PATH_STATS", ["SCAN p", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
+    ("WINDOW", ["SCAN w", "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)"]),
 ])
 @pytest.mark.parametrize("analyzed", [False, True])
 @pytest.mark.sqlite_only("SQLite query plans (Postgres: tests/storage/test_postgres_messages.py)")
@@ -131,7 +131,7 @@ async def test_each_step_up_a_path_is_one_rowid_lookup(storage, name, walk, anal
     await Session.create(storage).for_session("other").append_messages([msg(f"m{i}") for i in range(200)])
     if analyzed:
         storage.exec("ANALYZE")
-    params = ("", "m199", 5, 1000) if name == "_WINDOW" else ("", "m199")
+    params = ("", "m199", 5, 1000) if name == "WINDOW" else ("", "m199")
     plan = [row[3] for row in storage.connection.execute("EXPLAIN QUERY PLAN " + getattr(sql, name), params)]
     step = plan.index("RECURSIVE STEP")
     assert plan[step + 1 : step + 3] == walk

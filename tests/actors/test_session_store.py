@@ -52,11 +52,28 @@ def compact_middle(messages):
 
 def test_the_protocol_names_what_the_sqlite_store_provides():
     assert PROTOCOL == [
-        "add_compaction", "append", "append_chain", "children", "clear", "compactions", "delete", "get",
-        "latest_leaf", "path_chunks", "path_contents", "path_ids", "path_json", "path_stats", "path_tokens", "place",
-        "search", "update", "window",
+        "add_compaction", "append", "append_chain", "children", "clear", "compactions", "delete", "depth_on_path",
+        "get", "latest_leaf", "latest_path_tokens", "path_chunks", "path_contents", "path_ids", "path_json",
+        "path_stats", "path_tokens", "place", "search", "update", "window",
     ]
     assert all(callable(getattr(MessageStore, name, None)) for name in PROTOCOL)
+
+
+def public_methods(cls):
+    return sorted(name for name, value in vars(cls).items() if callable(value) and not name.startswith("_"))
+
+
+def test_both_stores_offer_the_same_methods_one_sync_one_async():
+    import inspect
+
+    from storage.postgres import PostgresSessionProvider
+
+    assert public_methods(MessageStore) == public_methods(PostgresSessionProvider)
+    for name in public_methods(MessageStore):
+        sync, other = getattr(MessageStore, name), getattr(PostgresSessionProvider, name)
+        assert list(inspect.signature(sync).parameters) == list(inspect.signature(other).parameters), name
+        if name not in ("for_session", "path_chunks"):
+            assert not inspect.iscoroutinefunction(sync) and inspect.iscoroutinefunction(other), name
 
 
 async def test_a_session_runs_every_path_on_exactly_the_protocol(storage):
@@ -89,6 +106,7 @@ async def test_a_session_runs_every_path_on_exactly_the_protocol(storage):
     assert await session.get_path_length() == 4
     assert [m["id"] for m in await session.get_branches("m1")] == ["m2"]
     assert [row["id"] for row in await session.get_history_row_stats()] == ["m1", "m2", "m3", "m4"]
+    assert [m["id"] for m in await session.get_history(limit=1, before="m4")] == [f"compaction_{record['id']}"]
     window = await session.get_recent_history(10, 2)
     assert ([m["id"] for m in window["messages"]], window["truncated"]) == (["m3", "m4"], True)
     assert [hit["id"] for hit in await session.search("Lisbon")] == ["m1"]

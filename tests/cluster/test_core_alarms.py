@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from actors import Agent
-from storage.errors import NotOwnerError
+from common.errors import NotOwnerError
 
 FIRED: list[tuple[str, str]] = []
 

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from actors import BlockConfig, SessionAgent, SessionConfig
+from common.errors import NotOwnerError
 from runtime.testing import run_in_actor
-from storage.errors import NotOwnerError
 from tests.support.cluster import file_digest
 
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from actors import Agent, SessionAgent, SessionConfig
-from storage.errors import StorageUnavailableError
+from common.errors import StorageUnavailableError
 from tests.support.cluster import file_digest
 
 

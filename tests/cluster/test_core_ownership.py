@@ -10,10 +10,10 @@ import pytest
 import trio
 
 from actors import Agent, SessionAgent, SessionConfig
+from common.errors import NotOwnerError, OwnershipLostError
 from runtime.host.actor_host import WAL_KEEP_BYTES
 from runtime.host.ids import ActorId
 from runtime.testing import run_in_actor
-from storage.errors import NotOwnerError, OwnershipLostError
 from tests.support.agents import RecordingConnection
 
 STARTS: list[tuple[str, str]] = []

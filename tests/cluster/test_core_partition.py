@@ -7,9 +7,9 @@ import pytest
 import trio
 
 from actors import Agent
+from common.errors import NotOwnerError, StorageUnavailableError
 from runtime.host import open_host
 from runtime.host.cluster import ClusterOptions
-from storage.errors import NotOwnerError, StorageUnavailableError
 from tests.support.cluster import TcpProxy, dsn_with_port
 
 FIRED: list[tuple[str, str]] = []

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from actors import SessionAgent, SessionConfig
-from storage.errors import StorageUnavailableError
+from common.errors import StorageUnavailableError
 
 
 def text(i: int) -> dict:

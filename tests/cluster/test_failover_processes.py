@@ -2,7 +2,7 @@
 stopped (SIGSTOP) past its lease.
 
 Two ``serve --cluster`` hosts (:func:`tests.support.cluster_hosts.run_cluster`) on one real Postgres.
-The requests carry the hop header (:data:`runtime.wire.HOP_HEADER`), as a forwarded request does, so
+The requests carry the hop header (:data:`common.wire.HOP_HEADER`), as a forwarded request does, so
 a host answers only for itself: ``NotOwnerError`` (503) while another host owns the session, never a
 forward. That shows exactly when the ownership moves and that a host past its lease answers nothing.
 """
@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from runtime.wire import HOP_HEADER
+from common.wire import HOP_HEADER
 from tests.support.cluster_hosts import await_until, run_cluster
 
 LEASE_S = 1.5

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import trio
 
+from common.wire import OWNER_HEADER, quote_segment
 from runtime.client import SessionsClient
-from runtime.wire import OWNER_HEADER, quote_segment
 from tests.support.cluster_hosts import await_until, run_cluster
 
 pytestmark = pytest.mark.slow

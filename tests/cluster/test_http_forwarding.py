@@ -20,9 +20,9 @@ import httpx
 import pytest
 import trio
 
+from common.errors import InvalidMessageError, MessageNotFoundError, NotOwnerError
+from common.wire import HOP_HEADER, OWNER_HEADER
 from runtime.client import SessionsClient
-from runtime.wire import HOP_HEADER, OWNER_HEADER
-from storage.errors import InvalidMessageError, MessageNotFoundError, NotOwnerError
 from tests.support.cluster_hosts import await_until, run_cluster
 
 pytestmark = pytest.mark.slow
@@ -282,8 +282,8 @@ async def _hibernations(host):
 
 async def test_transcripts_are_refused_with_a_clear_501_in_a_cluster(cluster):
     """Their listings read a catalog local to one host: a cluster says so instead of answering wrong."""
+    from common.errors import NotSupportedError
     from runtime.client.transcripts import DurableSessionStore
-    from storage.errors import NotSupportedError
 
     h1 = cluster.hosts[0]
     key = {"project_key": "p", "session_id": "s"}

@@ -389,9 +389,9 @@ async def test_same_tree_as_the_sqlite_store(store, tmp_path):
 
 
 def _walk_plan(conn, leaf: str) -> str:
-    from storage.postgres import message_sql as sql
+    from storage.tree import postgres as sql
 
-    query = sql.PATH_STATS.replace("%(s)s", "'s'").replace("%(leaf)s", f"'{leaf}'")
+    query = sql.PATH_STATS.sql.replace("%(s)s", "'s'").replace("%(leaf)s", f"'{leaf}'")
     return "\n".join(row[0] for row in conn.execute("EXPLAIN " + query))
 
 

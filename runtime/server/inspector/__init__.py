@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from quart import Response
 from quart_trio import QuartTrio
 
-from storage.errors import RouteNotFoundError
+from common.errors import RouteNotFoundError
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
@@ -97,7 +97,7 @@ def add_inspector_routes(app: QuartTrio, server: SessionsServer) -> None:
     async def asset(name: str) -> Response:
         kind = ASSETS.get(name)
         if kind is None:
-            return server._error(RouteNotFoundError(f"no route for /inspect/static/{name}"))
+            return server.responder.error(RouteNotFoundError(f"no route for /inspect/static/{name}"))
         return Response(read_asset(name), status=200, content_type=kind, headers=HEADERS)
 
     app.add_url_rule("/inspect", "inspect", page, methods=["GET"])

@@ -46,7 +46,7 @@ def clock():
 def index_rows(source):
     """The index's rows: a running host's (it holds the file exclusively), or a data folder's."""
     if not isinstance(source, Path):
-        return [tuple(row) for row in source._index.entries()]
+        return [tuple(row) for row in source.alarm_index.entries()]
     index = AlarmIndex.open(source)
     try:
         return list(index._storage.exec("SELECT namespace, actor_id, scheduled_ms FROM alarms"))

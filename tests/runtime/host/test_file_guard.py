@@ -9,11 +9,11 @@ import trio
 
 from actors import Agent
 from actors.session_agent import SessionAgent, SessionConfig
+from common.errors import ActorStorageCorruptError
 from runtime import open_host
 from runtime.host.file_guard import QUARANTINE_DIR
 from runtime.testing import actor_data_dir, run_in_actor  # noqa: F401 (fixtures)
 from storage.catalog import HostCatalog
-from storage.errors import ActorStorageCorruptError
 from storage.integrity import read_generation
 
 
@@ -37,7 +37,7 @@ def msg(message_id):
 
 
 def catalog_entry(host, stub):
-    return host._guard.catalog.get(stub.namespace.name, stub.id.hex)
+    return host.catalog.get(stub.namespace.name, stub.id.hex)
 
 
 async def test_hibernating_after_writes_raises_the_generation_and_records_the_catalog(actor_data_dir):

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from common.errors import DataFolderLockedError
 from runtime import open_host
 from runtime.host.folder_lock import LOCK_FILE, DataFolderLock
-from storage.errors import DataFolderLockedError
 from tests.support.data import TEST_DATA
 from tests.support.processes import cli_command, cli_env, kill_hard, server_process
 

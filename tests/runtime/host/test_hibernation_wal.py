@@ -14,11 +14,11 @@ import pytest
 import trio
 
 from actors import Agent
+from common.errors import ActorStorageCorruptError, StorageFullError
 from runtime import open_host
 from runtime.host.actor_host import WAL_KEEP_BYTES
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
 from storage.catalog import HostCatalog
-from storage.errors import ActorStorageCorruptError, StorageFullError
 from storage.integrity import check_files, examine, open_for_inspection, read_generation
 from storage.kv import ActorStorage
 from tests.support.disks import fill, free, small_ext4
@@ -285,7 +285,7 @@ async def test_a_full_disk_during_the_checkpoint_loses_nothing_and_is_logged(tmp
             await other.write(1)
             await big.write(200)
             assert fill(mount) > 0
-            with caplog.at_level(logging.WARNING, logger="runtime.host.actor_host"):
+            with caplog.at_level(logging.WARNING, logger="runtime.host"):
                 assert await host.hibernate(ns, big.id) is True
             [record] = [r for r in caplog.records if "checkpoint" in r.getMessage()]
             assert record.levelno == logging.WARNING

@@ -7,9 +7,7 @@ import pytest
 import trio
 
 from actors import Agent
-from runtime.host.actor_host import open_host
-from runtime.testing import actor_data_dir, actor_host, run_in_actor  # noqa: F401 (fixtures)
-from storage.errors import (
+from common.errors import (
     ActorOverloadedError,
     HostClosedError,
     InvalidActorIdError,
@@ -19,6 +17,8 @@ from storage.errors import (
     UnknownMethodError,
     UnknownNamespaceError,
 )
+from runtime.host.actor_host import open_host
+from runtime.testing import actor_data_dir, actor_host, run_in_actor  # noqa: F401 (fixtures)
 
 
 class Notes(Agent):

@@ -6,9 +6,9 @@ import pytest
 import trio
 
 from actors import Agent
+from common.errors import ActorBusyError, ActorOverloadedError
 from runtime import open_host
 from runtime.testing import actor_data_dir, run_alarm  # noqa: F401 (fixture)
-from storage.errors import ActorBusyError, ActorOverloadedError
 
 
 class Worker(Agent):

@@ -7,12 +7,12 @@ import httpx
 import pytest
 import trio
 
+from common.errors import HttpError, InvalidInputError, UnauthorizedError
 from runtime import open_host
 from runtime.server.app import bind_sessions, serve
 from runtime.server.browsers import WS_PROTOCOL, bearer_protocol
 from runtime.server.config import ConfigError, ServerSettings
 from runtime.wsclient import WebSocketConnection
-from storage.errors import HttpError, InvalidInputError, UnauthorizedError
 
 TOKEN = "browser-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

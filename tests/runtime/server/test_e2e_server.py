@@ -10,9 +10,9 @@ flight number or user id) finds exactly the messages that mention it. The
 CLI's read commands run against the same server. SIGTERM must then stop
 it cleanly: exit status 0, no traceback.
 
-The 200 trajectories of ``../shared/data/chat/tau-bench/gpt-4o-airline.json``
-run when that file is present; two small copies in ``tests/data`` always run
-the same path.
+The 200 trajectories of ``chat/tau-bench/gpt-4o-airline.json`` of the optional
+shared data set (tests/support/data.py) run when that file is present; two
+small copies in ``tests/data`` always run the same path.
 """
 
 import json

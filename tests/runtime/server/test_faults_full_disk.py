@@ -12,8 +12,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from common.errors import StorageFullError
 from runtime.client import SessionsClient
-from storage.errors import StorageFullError
 from tests.support.disks import fill, free, small_ext4
 from tests.support.processes import server_process
 

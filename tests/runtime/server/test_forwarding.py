@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
+from common.errors import NotOwnerError, StorageUnavailableError
 from runtime.host.ids import ActorId
 from runtime.server.app import SessionsServer
 from runtime.server.forwarding import LEASE_MARGIN_S, Forwarder
-from storage.errors import NotOwnerError, StorageUnavailableError
 
 ACTOR = ActorId("sessions", "ab" * 32)
 

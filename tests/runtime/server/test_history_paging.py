@@ -4,11 +4,11 @@ against a real server on a loopback port."""
 import httpx
 import pytest
 
+from common.errors import InvalidInputError, MessageNotFoundError
 from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
-from storage.errors import InvalidInputError, MessageNotFoundError
 
 TOKEN = "paging-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

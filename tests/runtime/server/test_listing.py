@@ -9,12 +9,12 @@ import httpx
 import pytest
 import trio
 
+from common.errors import InvalidInputError, SessionNotFoundError
 from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
 from storage.catalog import CATALOG_FILE, HostCatalog
-from storage.errors import InvalidInputError, SessionNotFoundError
 
 TOKEN = "listing-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

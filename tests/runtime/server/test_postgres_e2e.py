@@ -25,9 +25,9 @@ import psycopg
 import pytest
 import trio
 
+from common.errors import StorageUnavailableError
 from runtime.cli.importer import read_conversations
 from runtime.client import SessionsClient
-from storage.errors import StorageUnavailableError
 from tests.runtime.server.test_e2e_server import _cli, _hibernate_all, _inputs, _verify
 from tests.support.postgres import PostgresServer, _postmaster_pid, find_bin_dir
 from tests.support.processes import kill_hard, server_process

@@ -10,9 +10,9 @@ import trio
 
 from actors.session_agent import SessionConfig
 from actors.session_agent_postgres import PostgresSessionAgent, PostgresSessionEnv, postgres_spec
+from common.errors import StorageUnavailableError
 from runtime import open_host
 from runtime.server.app import bind_sessions, create_app
-from storage.errors import StorageUnavailableError
 
 TOKEN = "pg-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

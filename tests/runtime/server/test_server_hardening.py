@@ -18,10 +18,10 @@ import msgpack
 import pytest
 import trio
 
+from common.errors import UnauthorizedError
+from common.wire import quote_segment
 from runtime.client import SessionsClient
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
-from runtime.wire import quote_segment
-from storage.errors import UnauthorizedError
 from tests.support.processes import server_process
 
 TOKEN = "hardening-token"

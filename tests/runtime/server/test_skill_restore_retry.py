@@ -13,11 +13,11 @@ import trio
 
 from actors.session_agent import BlockConfig, SessionAgent, SessionConfig
 from actors.skills import DirectorySkillProvider, SkillTracker
+from common.errors import SkillRestoreError
 from runtime import open_host
 from runtime.server.app import bind_sessions, create_app
 from runtime.testing import run_alarm, run_in_actor
 from storage.context import delete_config
-from storage.errors import SkillRestoreError
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -25,6 +25,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk import fold_session_summary as sdk_fold
 from claude_agent_sdk.testing import run_session_store_conformance
 
+from common.errors import InvalidInputError, UnauthorizedError
 from runtime import DurableSessionStore, open_host
 from runtime.cli.formats.claude_code import find_claude_code_files, read_transcript_entries
 from runtime.client import SessionsClient
@@ -36,7 +37,6 @@ from runtime.server.transcripts import (
     open_transcripts,
     transcript_actor_name,
 )
-from storage.errors import InvalidInputError, UnauthorizedError
 from tests.support.processes import kill_hard, server_process
 
 TOKEN = "transcripts-token"

@@ -8,10 +8,10 @@ import trio
 from quart.testing.connections import WebsocketDisconnectError, WebsocketResponseError
 
 from actors.session_agent import SessionAgent
+from common.errors import ConflictError
 from runtime import open_host
 from runtime.server.app import bind_sessions, create_app
 from runtime.server.websocket import PEER_QUEUE_FRAMES, _Peer
-from storage.errors import ConflictError
 
 TOKEN = "tok"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

