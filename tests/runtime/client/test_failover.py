@@ -23,7 +23,7 @@ from runtime.client import SessionsClient
 from runtime.client.failover import NOT_RETRY_SAFE, RETRY_SAFE, Endpoints, parse_retry_after, parse_urls
 from runtime.server.app import bind_sessions, create_app
 from runtime.wire import CLOSE_RECONNECT
-from storage.errors import ServiceUnavailableError, StorageUnavailableError
+from storage.errors import ServerUnreachableError, ServiceUnavailableError, StorageUnavailableError
 from tests.support.postgres import free_port
 from tests.support.processes import kill_hard, server_process
 
@@ -148,8 +148,9 @@ async def test_a_host_that_refuses_connections_is_passed_over(nursery, tmp_path)
 async def test_no_host_answering_raises_the_connect_error_within_bounds(tmp_path):
     async with SessionsClient([dead_url(), dead_url()], retries=4) as client:
         started = trio.current_time()
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(ServerUnreachableError) as raised:
             await client.session("s").get_history()
+        assert raised.value.urls == client.urls and isinstance(raised.value.__context__, httpx.ConnectError)
         assert trio.current_time() - started < 5
 
 
