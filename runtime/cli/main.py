@@ -361,6 +361,7 @@ def load_agent_class(spec: str) -> type[Agent]:
 def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
     from runtime.server.app import require_token_for
     from runtime.server.config import load_config
+
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
         access_log=args.access_log,
