@@ -54,7 +54,8 @@ brackets) and whether repeating the same call can succeed (``retryable``)::
         ├── ServerBusyError                  too many requests in flight (retryable) [503]
         ├── RequestTimeoutError              the body did not arrive in time (retryable) [408]
         ├── NotSupportedError                not in this server's mode (listing, transcripts in a cluster) [501]
-        └── OriginNotAllowedError            a browser page of another origin       [403]
+        ├── OriginNotAllowedError            a browser page of another origin       [403]
+        └── ServerUnreachableError (ConnectionError) no server answered; not run (retryable) [client only]
 
 Bad input (400) and unknown things (404) never change with a retry of the
 same call; only fixing the input or the state helps. Messages are part of
@@ -71,7 +72,7 @@ __all__ = [
     "MethodNotAllowedError", "NotFoundError", "NotOwnerError", "NotSupportedError", "OriginNotAllowedError",
     "OwnerUnreachableError", "OwnershipLostError", "PayloadTooLargeError", "RequestTimeoutError", "RestoreError",
     "RouteNotFoundError", "SchemaTooNewError", "SearchQueryError", "ServerBusyError", "ServiceUnavailableError",
-    "SessionError", "SessionNotFoundError", "SkillRestoreError", "StorageClosedError", "StorageError",
+    "ServerUnreachableError", "SessionError", "SessionNotFoundError", "SkillRestoreError", "StorageClosedError", "StorageError",
     "StorageFullError", "StorageUnavailableError", "TransactionLeftOpenError", "UnauthorizedError",
     "UnknownMethodError", "UnknownNamespaceError", "UnsupportedMediaTypeError",
 ]
@@ -546,3 +547,28 @@ class OriginNotAllowedError(HttpError):
     (``[server] cors_origins``); nothing was run."""
 
     status = 403
+
+
+class ServerUnreachableError(HttpError, ConnectionError):
+    """No server answered the client: every URL it tried refused the connection or did not accept it in
+    time (raised by :class:`runtime.client.SessionsClient`, never answered by a server).
+
+    The request was never sent, so the call did not run; a retry once a server listens can succeed.
+    It is a :class:`ConnectionError` too (so an ``except OSError`` keeps catching it); the transport's
+    own error is its ``__context__`` (not printed: the traceback stays short).
+
+    Attributes:
+        urls: the base URLs tried, in order.
+        hint: what to try next, in words (also the end of the message).
+        reason: the transport's words for the last failure (``""`` when none).
+    """
+
+    status = 503
+    retryable = True
+
+    def __init__(self, urls: tuple[str, ...] | list[str], hint: str, reason: str = "") -> None:
+        detail = f" ({reason})" if reason else ""
+        super().__init__(f"no server answered at {', '.join(urls)}{detail}: {hint}")
+        self.urls = tuple(urls)
+        self.hint = hint
+        self.reason = reason

@@ -50,11 +50,6 @@ from runtime.cli.formats.claude_code import (
     read_transcript_entries,
 )
 from runtime.cli.importer import DEFAULT_MAX_BATCH_BYTES, plan_batches
-from runtime.client import SessionsClient
-from runtime.client.transcripts import DurableSessionStore
-from runtime.host.actor_host import open_host
-from runtime.server.app import bind_sessions
-from runtime.server.transcripts import open_transcripts
 
 __all__ = [
     "TARGETS",
@@ -245,13 +240,21 @@ async def run_import_command(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, files: list[ClaudeCodeFile], progress: Callable[[int], Any]) -> ClaudeImportReport:
     options = {"concurrency": args.concurrency, "on_progress": progress}
-    if args.data is not None:
+    if args.data is not None:  # the host's modules only here: the client path loads no server (runtime.cli.main)
+        from runtime.host.actor_host import open_host
+        from runtime.server.app import bind_sessions
+        from runtime.server.transcripts import open_transcripts
+
         async with open_host(Path(args.data)) as host:
             if args.target == "transcripts":
                 async with open_transcripts(host) as store:
                     return await push_claude_code_transcripts(files, store, **options)
             namespace = bind_sessions(host)
             return await import_claude_code_sessions(files, namespace.get_by_name, prefix=args.prefix, **options)
+    from runtime.client import DurableSessionStore, SessionsClient
+
+    async with SessionsClient(args.url, token=args.token) as client:
+        await client.health()  # no server: one line and a hint (runtime.cli.main), not one failure per file
     if args.target == "transcripts":
         async with DurableSessionStore(args.url, token=args.token) as store:
             return await push_claude_code_transcripts(files, store, **options)

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from actors.tokens import js_stringify
+from common.wire import JSON, encode_body
 from runtime.cli.formats import ImportedMessage, ImportedSession
 from runtime.cli.formats.claude_code import iter_claude_code_sessions
 from runtime.cli.formats.openai_chat import load_openai_chat
@@ -109,7 +109,7 @@ def plan_batches(
     size = 0
     previous: str | None = None
     for item in messages:
-        cost = len(js_stringify(item.message).encode("utf-8")) + 1
+        cost = len(encode_body(item.message, JSON)) + 1  # its bytes in the request body
         if not batches or item.parent_id != previous or size + cost > max_batch_bytes:
             batches.append((item.parent_id, []))
             size = 0

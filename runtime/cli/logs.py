@@ -7,7 +7,7 @@ one object per line, ``{"time", "level", "logger", "message"}`` plus
 or after the subcommand. Everything goes to stderr.
 
 The access log (``serve --access-log``, ``[server] access_log``) is the logger
-:data:`ACCESS_LOGGER` at INFO: one line per HTTP request or WebSocket, as
+:data:`runtime.server.config.ACCESS_LOGGER` at INFO: one line per HTTP request or WebSocket, as
 hypercorn writes it (client, request line, status, bytes, user agent, and the
 time taken). No token ever appears in it: tokens travel in headers (and a
 browser's WebSocket token in a subprotocol), never in a URL.
@@ -20,9 +20,7 @@ import json
 import logging
 import sys
 
-from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER
-
-__all__ = ["ACCESS_FORMAT", "ACCESS_LOGGER", "LEVELS", "LOG_FORMATS", "JsonFormatter", "configure_logging"]
+__all__ = ["LEVELS", "LOG_FORMATS", "JsonFormatter", "configure_logging"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")

@@ -25,7 +25,10 @@ naming it, and exit status 2.
 
 Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 ``http://127.0.0.1:8787``) with ``--token`` (default
-``$DURABLE_SESSIONS_TOKEN``). ``serve`` prints the address it listens on
+``$DURABLE_SESSIONS_TOKEN``) through :mod:`runtime.client`, on asyncio: they
+(and ``--version``, ``--help``) load no server module (trio, quart,
+hypercorn, apsw), so they start at once. No server answering is one line
+naming the URL and one with a hint. ``serve`` prints the address it listens on
 (also written as JSON to ``--ready-file``) and stops gracefully on SIGINT or
 SIGTERM: it stops accepting, lets running requests finish, closes
 WebSockets and every actor file, and exits 0.
@@ -41,8 +44,9 @@ unreachable it exits with status 1 and one line saying so.
 :mod:`runtime.cli.doctor`).
 
 Exit status: 0 success, 1 a failure at run time (server error, failed
-import, damage found by ``doctor``, an unknown session), 2 bad usage or
-configuration, 130 interrupted (Ctrl-C). When the reader of stdout goes
+import, damage found by ``doctor``, an unknown session, no server
+answering), 2 bad usage or configuration (a data folder another process
+holds included), 130 interrupted (Ctrl-C). When the reader of stdout goes
 away (``history ... | head``) the command stops quietly with 0: nothing
 more is written, no traceback.
 """
@@ -63,29 +67,26 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
 from tqdm import tqdm
 
-from actors.agent import Agent
-from actors.session_agent import SessionAgent
-from actors.session_agent_postgres import PostgresSessionAgent, PostgresSessionEnv
-from common.errors import MessageNotFoundError, NotSupportedError, UnauthorizedError
+from common.errors import (
+    DataFolderLockedError,
+    MessageNotFoundError,
+    NotSupportedError,
+    ServerUnreachableError,
+    UnauthorizedError,
+)
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
-from runtime.cli.cluster import ClusterUnreachableError, serve_cluster
-from runtime.cli.doctor import run_doctor
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
 from runtime.cli.logs import LEVELS, LOG_FORMATS, configure_logging
-from runtime.client import SessionsClient
-from runtime.client.http import server_url
-from runtime.host.actor_host import open_host
-from runtime.server.app import bind_sessions, bind_socket, require_token_for, serve
-from runtime.server.config import ConfigError, HostConfig, load_config
-from runtime.server.managers import bind_managers
-from runtime.server.transcripts import open_transcripts
-from storage.postgres import describe_dsn, open_postgres_storage
+
+if TYPE_CHECKING:  # imported where used: client commands load no server module (trio, quart, hypercorn, apsw)
+    from actors.agent import Agent
+    from runtime.client import SessionsClient
+    from runtime.server.config import HostConfig
 
 logger = logging.getLogger("durable_sessions")
 
@@ -225,15 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
                "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
     try:
-        status = trio.run(command, args)
+        status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
         return status
     except BrokenPipeError:
         return _stdout_gone()
-    except (UsageError, ConfigError) as exc:
+    except (UsageError,) + _loaded("runtime.server.config", "ConfigError") as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
-    except ClusterUnreachableError as exc:
+    except _loaded("runtime.cli.cluster", "ClusterUnreachableError") as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -249,22 +250,60 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(args.command, exc, _server_url(args))
 
 
+#: The commands that run an actor host in this process, on trio (``import`` only with ``--data``);
+#: the others are clients of a server and run on asyncio, loading no server module.
+HOST_COMMANDS = frozenset({"serve", "doctor"})
+
+
+def _run(command: Any, args: argparse.Namespace) -> int:
+    """Run ``command(args)``: on trio when it runs a host here, else on asyncio (client commands)."""
+    if args.command in HOST_COMMANDS or (args.command == "import" and args.data is not None):
+        import trio
+
+        return trio.run(command, args)
+    import asyncio
+
+    # httpcore imports trio whenever it is installed (to support it); on asyncio none of it is used, so it
+    # is marked absent while the command runs (a tenth of a second of start-up). A process that imported
+    # trio before calling main() keeps it.
+    hide_trio = "trio" not in sys.modules
+    if hide_trio:
+        sys.modules["trio"] = None  # type: ignore[assignment]
+    try:
+        return asyncio.run(command(args))
+    finally:
+        if hide_trio and "trio" in sys.modules and sys.modules["trio"] is None:
+            del sys.modules["trio"]
+
+
+def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
+    """``(module.name,)`` when ``module`` was imported, else ``()``: an error class of a module that was
+    never loaded cannot have been raised (so ``except`` needs no import of the server's modules)."""
+    found = sys.modules.get(module)
+    return (getattr(found, name),) if found is not None else ()
+
+
 def _failed(command: str, exc: Exception, url: str | Sequence[str] | None = None) -> int:
+    """One line naming the failure (and one with a hint when there is one); exit status 1, or 2 for a data
+    folder another process holds (it is in use: nothing was done)."""
     logger.debug("failure", exc_info=exc)
-    print(f"durable-sessions {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    if isinstance(exc, ServerUnreachableError):  # its own hint is the Python client's; the command's follows
+        reason = f" ({exc.reason})" if exc.reason else ""
+        print(f"durable-sessions {command}: {type(exc).__name__}: no server answered at {', '.join(exc.urls)}"
+              f"{reason}", file=sys.stderr)
+    else:
+        print(f"durable-sessions {command}: {type(exc).__name__}: {exc}", file=sys.stderr)
     hint = _hint(exc, url)
     if hint:
         print(f"  {hint}", file=sys.stderr)
-    return 1
+    return 2 if isinstance(exc, DataFolderLockedError) else 1
 
 
 def _hint(exc: Exception, url: str | Sequence[str] | None) -> str | None:
     """What to try next after a client command's failure, when the failure says it (else ``None``)."""
-    import httpx  # a client command loaded it already
-
     if isinstance(exc, UnauthorizedError):
         return "this server wants its token: pass --token or set DURABLE_SESSIONS_TOKEN"
-    if isinstance(exc, httpx.ConnectError) and url is not None:
+    if isinstance(exc, ServerUnreachableError) and url is not None:
         return (f"no server answers at {url}: start one (durable-sessions serve), or name another "
                 "with --url or DURABLE_SESSIONS_URL")
     return None
@@ -304,6 +343,8 @@ def load_agent_class(spec: str) -> type[Agent]:
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
         raise UsageError(f"--app must be module:Class, not {spec!r}")
+    from actors.agent import Agent
+
     # Like `python -m` (and uvicorn's --app-dir), modules are found from the current folder too:
     # a console script's sys.path starts with its bin/ folder, not the working directory.
     if os.getcwd() not in sys.path:
@@ -318,6 +359,9 @@ def load_agent_class(spec: str) -> type[Agent]:
 
 
 def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
+    from runtime.server.app import require_token_for
+    from runtime.server.config import load_config
+
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
         access_log=args.access_log,
@@ -336,6 +380,17 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from actors.session_agent import SessionAgent
+    from actors.session_agent_postgres import PostgresSessionAgent
+    from runtime.cli.cluster import serve_cluster
+    from runtime.host.actor_host import open_host
+    from runtime.server.app import bind_sessions, serve
+    from runtime.server.managers import bind_managers
+    from runtime.server.transcripts import open_transcripts
+    from storage.postgres import describe_dsn
+
     config, token = _serve_config(args)
     postgres = config.storage.postgres
     agent_class = load_agent_class(args.app) if args.app else (PostgresSessionAgent if postgres else SessionAgent)
@@ -398,6 +453,8 @@ def listen_on(bind: str) -> Any:
     Raises:
         UsageError: the address cannot be bound (in use, not local, unknown host, no permission).
     """
+    from runtime.server.app import bind_socket
+
     try:
         return bind_socket(bind)[0]
     except OSError as exc:
@@ -411,6 +468,9 @@ async def _session_storage(config: HostConfig) -> AsyncIterator[Any]:
     if settings.postgres is None:
         yield config.session
         return
+    from actors.session_agent_postgres import PostgresSessionEnv
+    from storage.postgres import open_postgres_storage
+
     async with open_postgres_storage(
         settings.postgres, pool_size=settings.pool_size, timeout_s=settings.timeout_s
     ) as storage:
@@ -441,8 +501,14 @@ async def _import(args: argparse.Namespace) -> int:
     total = sum(len(s.messages) for s in sessions)
     if args.data is not None:
         check_data_folder(args.data)
+    else:  # no server: one line and a hint, rather than one failure per conversation
+        async with _client(args) as client:
+            await client.health()
     with tqdm(total=total, unit="msg", desc="import", disable=args.no_progress or None, file=sys.stderr) as bar:
         if args.data is not None:
+            from runtime.host.actor_host import open_host
+            from runtime.server.app import bind_sessions
+
             async with open_host(args.data) as host:
                 namespace = bind_sessions(host)
                 report = await import_sessions(sessions, namespace.get_by_name, concurrency=args.concurrency,
@@ -473,6 +539,8 @@ def _is_claude_code(args: argparse.Namespace) -> bool:
 
 
 async def _doctor(args: argparse.Namespace) -> int:
+    from runtime.cli.doctor import run_doctor
+
     try:
         return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
     except FileNotFoundError as exc:
@@ -490,10 +558,14 @@ def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
     """The server a client command talks to, as the client resolves it (``None`` for ``serve``, ``doctor``)."""
     if args.command not in CLIENT_COMMANDS:
         return None
+    from runtime.client.http import server_url
+
     return server_url(getattr(args, "url", None))
 
 
 def _client(args: argparse.Namespace) -> SessionsClient:
+    from runtime.client import SessionsClient
+
     return SessionsClient(args.url, token=args.token)
 
 

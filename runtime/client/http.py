@@ -53,6 +53,7 @@ import anyio
 import httpx
 import msgpack
 
+from common.errors import ServerUnreachableError
 from common.shapes import LATEST_LEAF
 from common.wire import (
     CLOSE_RECONNECT,
@@ -102,6 +103,11 @@ Message = dict[str, Any]
 
 #: Transport errors raised before the request left: the call certainly did not run.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: Transport errors that mean no server answered at a URL (raised as :class:`ServerUnreachableError`).
+_NO_ANSWER = (httpx.ConnectError, httpx.ConnectTimeout)
+#: What :class:`ServerUnreachableError` suggests to a program using this client.
+UNREACHABLE_HINT = ("is a server running there? Start one with `durable-sessions serve`, or pass its URL "
+                    "(SessionsClient(url), $DURABLE_SESSIONS_URL)")
 #: Transport errors after which the call may or may not have run.
 _MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.WriteTimeout)
 
@@ -203,7 +209,10 @@ class SessionsClient:
         Raises:
             RuntimeError: the client is not open.
             Exception: the error the server answered with, as its own class.
-            httpx.TransportError: no host could be reached (the last failure).
+            ServerUnreachableError: no host accepted the connection (refused, timed out, unknown
+                name): the call did not run; the transport's error is its ``__context__``.
+            httpx.TransportError: the connection broke after the request was sent (the call may
+                have run), or no connection of the pool was free in time.
         """
         if self._http is None or self._closed:
             raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
@@ -221,9 +230,11 @@ class SessionsClient:
             try:
                 response = await self._http.request(method, url + path, content=content, headers=headers,
                                                     params=query)
-            except _NOT_SENT:
+            except _NOT_SENT as exc:
                 self.endpoints.failed(url)
                 if not self._may_retry(attempt, started, 0.0):
+                    if isinstance(exc, _NO_ANSWER):
+                        raise self.unreachable(exc) from None  # one short traceback; the cause stays in __context__
                     raise
                 wait = _backoff(attempt) if self._all_failed() else 0.0
             except _MAYBE_SENT:
@@ -255,6 +266,12 @@ class SessionsClient:
             if wait:
                 await anyio.sleep(wait)
 
+    def unreachable(self, cause: BaseException) -> ServerUnreachableError:
+        """The :class:`ServerUnreachableError` for this client's URLs after the transport failed with ``cause``."""
+        reason = str(cause) or ("timed out" if isinstance(cause, (httpx.ConnectTimeout, TimeoutError))
+                                else type(cause).__name__)
+        return ServerUnreachableError(self.urls, UNREACHABLE_HINT, reason)
+
     def _may_retry(self, attempt: int, started: float, wait: float) -> bool:
         """Whether one more attempt fits the retry count and the failover time."""
         return attempt < self.retries and time.monotonic() - started + wait < self.failover_s
@@ -274,7 +291,10 @@ class SessionsClient:
         """The Prometheus text of ``GET /metrics``."""
         if self._http is None or self._closed:
             raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
-        response = await self._http.get("/metrics")
+        try:
+            response = await self._http.get("/metrics")
+        except _NO_ANSWER as exc:
+            raise self.unreachable(exc) from None  # one short traceback; the cause stays in __context__
         if response.status_code >= 400:
             raise error_from_payload(response.status_code, _decode(response))
         return response.text
@@ -626,7 +646,8 @@ class SessionSocket:
         """Open the socket on the session's owner if known, else on the first URL that accepts it.
 
         Raises:
-            OSError: no URL accepted a connection within the client's retries and failover time.
+            ServerUnreachableError: no URL accepted a connection within the client's retries and failover
+                time (an ``OSError`` too; the last socket error is its ``__context__``).
             Exception: a host refused the socket with an HTTP error (raised at once).
         """
         client = self.handle.client
@@ -639,10 +660,10 @@ class SessionSocket:
             try:
                 ws = await WebSocketConnection.connect(client.websocket_url(f"{self.handle.path}/ws", url),
                                                        headers=headers)
-            except OSError:
+            except OSError as exc:
                 client.endpoints.failed(url)
                 if not client._may_retry(attempt, started, 0.0):
-                    raise
+                    raise client.unreachable(exc) from None
                 attempt += 1
                 if client.endpoints.all_failed():
                     await anyio.sleep(_backoff(attempt))

@@ -170,7 +170,7 @@ class ServerSettings:
             raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
             raise ConfigError(f"server.access_log must be true or false, not {self.access_log!r}")
-        if not isinstance(self.bind, str) or not self.bind.rpartition(":")[2].isdigit():
+        if not isinstance(self.bind, str) or ":" not in self.bind or not self.bind.rpartition(":")[2].isdigit():
             raise ConfigError(f"server.bind must be 'host:port', not {self.bind!r}")
         if int(self.bind.rpartition(":")[2]) > 65535:
             raise ConfigError(f"server.bind: port {self.bind.rpartition(':')[2]} is not a port (0-65535)")

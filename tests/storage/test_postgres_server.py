@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from tests.support import postgres as _postgres
-from tests.support.postgres import PostgresServer, find_bin_dir, remove_stale_runs
+from tests.support.postgres import PostgresServer, find_bin_dir, remove_stale_runs, require_bin_dir
 
 TESTS_DIR = Path(__file__).resolve().parents[2]  # the repository root: tests is a package
 
@@ -44,6 +44,7 @@ def test_restart_keeps_the_port_and_the_data(pg_server, pg_dsn):
 
 def test_a_killed_run_leaves_nothing_that_breaks_the_next(tmp_path):
     """A test process killed with SIGKILL leaves its server running; the next run stops it."""
+    require_bin_dir()  # the child starts a server of its own
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -80,7 +81,7 @@ def test_live_runs_are_not_stale(pg_server):
 
 
 def test_close_stops_the_server_and_removes_its_directory():
-    server = PostgresServer().start()
+    server = PostgresServer(require_bin_dir()).start()
     run_dir, pid = server.run_dir, _postgres._postmaster_pid(server.data_dir)
     server.close()
     server.close()  # twice is fine
@@ -92,7 +93,7 @@ def test_binaries_from_the_environment_variable(monkeypatch, tmp_path):
     monkeypatch.setenv(_postgres.BIN_ENV, str(tmp_path))
     assert find_bin_dir() is None  # an empty directory has no initdb
     monkeypatch.delenv(_postgres.BIN_ENV)
-    found = find_bin_dir()
+    found = require_bin_dir()
     assert found is not None and all((found / name).exists() for name in ("initdb", "pg_ctl", "postgres"))
 
 

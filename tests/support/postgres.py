@@ -372,13 +372,19 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def pg_server():
-    """The session's running :class:`PostgresServer` (skipped locally, failed in CI, without binaries)."""
+def require_bin_dir() -> Path:
+    """:func:`find_bin_dir` for a test that starts a server of its own; without binaries the test is
+    skipped (failed under ``CI``) instead of failing on ``initdb``."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
         _unavailable(f"Postgres binaries not found (set ${BIN_ENV}, put initdb on PATH, or install postgresql)")
-    server = PostgresServer(bin_dir)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's running :class:`PostgresServer` (skipped locally, failed in CI, without binaries)."""
+    server = PostgresServer(require_bin_dir())
     atexit.register(server.close)
     try:
         server.start()

@@ -17,7 +17,7 @@ def test_no_server_listening_points_at_serve_and_the_url_option():
     assert result.returncode == 1
     assert result.stdout == ""
     first, hint = result.stderr.splitlines()
-    assert first.startswith("durable-sessions list: ConnectError: ")
+    assert first.startswith(f"durable-sessions list: ServerUnreachableError: no server answered at {url} (")
     assert hint == (f"  no server answers at {url}: start one (durable-sessions serve), or name another "
                     "with --url or DURABLE_SESSIONS_URL")
 

@@ -17,7 +17,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from actors.session_agent import SessionAgent
-from common.errors import ServiceUnavailableError, StorageUnavailableError
+from common.errors import ServerUnreachableError, ServiceUnavailableError, StorageUnavailableError
 from common.wire import CLOSE_RECONNECT
 from runtime import open_host
 from runtime.api import METHODS
@@ -148,8 +148,9 @@ async def test_a_host_that_refuses_connections_is_passed_over(nursery, tmp_path)
 async def test_no_host_answering_raises_the_connect_error_within_bounds(tmp_path):
     async with SessionsClient([dead_url(), dead_url()], retries=4) as client:
         started = trio.current_time()
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(ServerUnreachableError) as raised:
             await client.session("s").get_history()
+        assert raised.value.urls == client.urls and isinstance(raised.value.__context__, httpx.ConnectError)
         assert trio.current_time() - started < 5
 
 

@@ -25,7 +25,7 @@ async def test_a_second_serve_on_the_same_data_folder_refuses_to_start(tmp_path)
     with server_process(data) as first:
         started = time.monotonic()
         second = run_cli("serve", "--bind", "127.0.0.1:0", "--data", str(data))
-        assert second.returncode == 1
+        assert second.returncode == 2  # as docs/operations.md says: the folder is in use, nothing was done
         assert time.monotonic() - started < 20  # refused at once, not after a timeout
         assert f"the data folder {data} is in use by another process (pid {first.process.pid}: " in second.stderr
         assert "stop it first, or give this one another data folder" in second.stderr
@@ -40,7 +40,7 @@ async def test_offline_import_refuses_a_folder_a_running_host_holds(tmp_path):
     source = TEST_DATA / "openai_chat" / "tau-bench-airline-3.json"
     with server_process(data) as server:
         refused = run_cli("import", str(source), "--data", str(data), "--no-progress")
-        assert refused.returncode == 1
+        assert refused.returncode == 2
         assert "is in use by another process" in refused.stderr
         kill_hard(server)  # the kernel drops a killed holder's lock: no stale lock blocks the folder
     imported = run_cli("import", str(source), "--data", str(data), "--no-progress")

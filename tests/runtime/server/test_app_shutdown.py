@@ -1,10 +1,10 @@
 """Graceful shutdown of ``serve``: running calls finish, sockets close with 1001, then it returns."""
 
-import httpx
 import pytest
 import trio
 
 from actors.session_agent import SessionAgent
+from common.errors import ServerUnreachableError
 from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.server.app import bind_sessions, serve
@@ -50,7 +50,7 @@ async def test_shutdown_lets_running_calls_finish_and_closes_sockets(tmp_path):
                 assert outcome["call"] == "finished"
                 assert outcome["closed"] == 1001
             async with SessionsClient(urls[0]) as late:
-                with pytest.raises(httpx.TransportError):
+                with pytest.raises(ServerUnreachableError):
                     await late.session("late").get_history()  # no longer listening
         # serve returned: the nursery closed without cancelling it
         stub = host.namespace("sessions").get_by_name("busy")

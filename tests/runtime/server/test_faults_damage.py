@@ -202,4 +202,4 @@ async def test_a_clean_folder_passes_the_doctor_and_a_running_host_refuses_it(tm
     assert (status, report["checked"], report["findings"]) == (0, 2, [])
     with server_process(data):
         status, stderr = run_doctor(data)
-        assert status == 1 and "is in use by another process" in stderr
+        assert status == 2 and "is in use by another process" in stderr
