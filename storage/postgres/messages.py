@@ -27,7 +27,7 @@ keeps the connection (and the value limit), and the session's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -208,7 +208,7 @@ class PostgresSessionProvider:
 
     async def path_chunks(
         self, leaf_id: str, *, max_bytes: int = PATH_CHUNK_BYTES, max_rows: int = PATH_CHUNK_ROWS
-    ) -> AsyncIterator[list[Any]]:
+    ) -> AsyncGenerator[list[Any], None]:
         """The stored JSON of the path ``leaf_id`` -> root in chunks, **leaf first**, as
         :meth:`storage.messages.MessageStore.path_chunks` gives them: at most
         ``max_rows`` rows and ``max_bytes`` UTF-8 bytes each (a larger row alone), one
