@@ -264,7 +264,7 @@ class PostgresSessionProvider:
             return None
         return await self._read(reads.depth_on_path(POSTGRES, self.session_id, key, leaf))
 
-    async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
+    async def window(self, leaf_id: str, max_bytes: float, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
 
         The window holds the leaf, then grows toward the root while it has
@@ -276,10 +276,10 @@ class PostgresSessionProvider:
             an unknown leaf) and whether older rows were left out.
         """
         key = lookup_key(leaf_id, "leaf_id")
-        max_bytes, min_rows = check_number(max_bytes, "max_bytes"), check_int(min_rows, "min_rows")  # type: ignore[assignment]
+        budget, rows = check_number(max_bytes, "max_bytes"), check_int(min_rows, "min_rows")
         if key is None:
             return [], False
-        return await self._read(reads.window(POSTGRES, self.session_id, key, max_bytes, min_rows))
+        return await self._read(reads.window(POSTGRES, self.session_id, key, budget, rows))
 
     async def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
