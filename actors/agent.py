@@ -45,14 +45,22 @@ class ConnectionLike(Protocol):
 
 
 class ActorIdLike(Protocol):
-    """What ``ctx.id`` offers: ``str(id)`` is the 64-hex id."""
+    """What ``ctx.id`` offers (read-only): ``str(id)`` is the 64-hex id."""
 
-    #: The namespace the id belongs to.
-    namespace: str
-    #: 64 lowercase hex digits.
-    hex: str
-    #: The name given to ``id_from_name``, when the id was made from one (else ``None``).
-    name: str | None
+    @property
+    def namespace(self) -> str:
+        """The namespace the id belongs to."""
+        ...
+
+    @property
+    def hex(self) -> str:
+        """64 lowercase hex digits."""
+        ...
+
+    @property
+    def name(self) -> str | None:
+        """The name given to ``id_from_name``, when the id was made from one (else ``None``)."""
+        ...
 
 
 class AgentContext(Protocol):
@@ -65,7 +73,9 @@ class AgentContext(Protocol):
             ``storage.transaction()``.
     """
 
-    id: ActorIdLike
+    @property
+    def id(self) -> ActorIdLike: ...
+
     storage: ActorStorage
 
     async def block_concurrency_while(self, fn: Callable[[], Awaitable[T]]) -> T:

@@ -33,7 +33,7 @@ after a compaction of 100,000 messages costs what any page costs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -91,7 +91,8 @@ async def history_page(store: AsyncHistoryStore, leaf: str, limit: int | None, b
     elif await store.place(leaf) is None:
         return await _no_page(store, before, leaf)
     by_end = {row.to_message_id: row for row in applied}
-    anchor, skip = leaf, False
+    anchor: str | None = leaf
+    skip = False
     if before is not None:
         anchor, skip = await _anchor(store, leaf, before, applied)
     wanted = limit if limit is not None else -1
@@ -154,7 +155,7 @@ async def _anchor(store: AsyncHistoryStore, leaf: str, before: str,
     return before, True
 
 
-async def _walk(store: AsyncHistoryStore, anchor: str, rows: int | None) -> AsyncIterator[Message]:
+async def _walk(store: AsyncHistoryStore, anchor: str, rows: int | None) -> AsyncGenerator[Message, None]:
     """The messages ``anchor`` -> root, parsed, leaf-side first, read ``rows`` at a time (else 1,024)."""
     options = {"max_bytes": PAGE_CHUNK_BYTES} if rows is None else {"max_bytes": PAGE_CHUNK_BYTES, "max_rows": rows}
     async with aclosing(store.path_chunks(anchor, **options)) as chunks:

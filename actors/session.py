@@ -84,6 +84,7 @@ parts, ``""`` for a message found through its tool calls alone.
 from __future__ import annotations
 
 import inspect
+import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
@@ -675,7 +676,7 @@ class Session:
     async def _after_write(self, change: MessagesChange) -> None:
         """Run after every committed write (append, also when nothing was inserted;
         update; delete; clear): skill state, status broadcast, auto-compaction (docs/behaviours.md §12)."""
-        if change.kind == "append" and change.inserted:
+        if change.kind == "append" and change.inserted and change.message is not None:
             await self._context.note_appended(change.message)
             await self._compaction.after_append()
             return
@@ -684,7 +685,7 @@ class Session:
                 await self._context.note_appended(message)
             await self._compaction.after_append()
             return
-        if change.kind == "update":
+        if change.kind == "update" and change.message is not None:
             await self._context.note_updated(change.message)
         elif change.kind == "clear":
             await self._context.note_cleared()
@@ -808,12 +809,13 @@ class Session:
         Raises:
             InvalidInputError: ``max_bytes`` or ``min_recent`` is not a number.
         """
-        budget = min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)
+        # Whole bytes: a sum of row sizes ``used <= x`` iff ``used <= floor(x)``; below 0 nothing fits.
+        budget = math.floor(max(-1, min(_check_number(max_bytes, "max_bytes"), _MAX_SQL_INT)))
         floor = min(_check_number(min_recent, "min_recent"), _MAX_SQL_INT)
         floor = 1 if floor < 1 else int(floor)  # -inf and anything below 1 mean "the leaf"
         leaf = await self._leaf(leaf_id)
         place = None if leaf is None else await self._messages.place(leaf)
-        if place is None:
+        if leaf is None or place is None:
             return {"messages": [], "truncated": False, "totalContentBytes": 0}
         contents, truncated = await self._messages.window(leaf, budget, floor)
         return {

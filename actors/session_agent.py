@@ -39,7 +39,7 @@ from common.errors import InvalidInputError, NotFoundError
 from storage.context import read_config, write_config
 
 from .agent import Agent, AgentContext
-from .compaction import create_compact_function, extractive_summarize
+from .compaction import CompactResult, create_compact_function, extractive_summarize
 from .context import search_provider_for
 from .session import LATEST_LEAF, Session
 from .session_metadata import read_metadata, write_metadata
@@ -256,10 +256,13 @@ class _FileProvider:
 
 def _provider(block: BlockConfig) -> Any:
     """The provider a block of this kind declares: shared fixed text or file, one per session
-    for the actor's skills folder and search entries, ``None`` (the actor's own row) for writable."""
-    if block.kind == "readonly":
-        return _TextProvider(block.text) if block.text is not None else _FileProvider(block.file)
-    if block.kind == "skills":
+    for the actor's skills folder and search entries, ``None`` (the actor's own row) for writable.
+    (:class:`BlockConfig` checked that a readonly block has text or file and a skills block a path.)"""
+    if block.kind == "readonly" and block.text is not None:
+        return _TextProvider(block.text)
+    if block.kind == "readonly" and block.file is not None:
+        return _FileProvider(block.file)
+    if block.kind == "skills" and block.path is not None:
         path = block.path
         return PerSession(lambda storage: DirectorySkillProvider(path))
     if block.kind == "searchable":
@@ -531,7 +534,7 @@ class SessionAgent(Agent):
 
     # -- compaction -----------------------------------------------------------------------------
 
-    async def compact(self) -> dict[str, str] | None:
+    async def compact(self) -> CompactResult | None:
         """Compact now; ``{"fromMessageId", "toMessageId", "summary"}``, or ``None`` when nothing
         was compacted (too short, or the summarizer failed: ``cf_agent_session_error`` is broadcast).
 

@@ -107,8 +107,10 @@ class BroadcastChannel:
         self._broadcaster = value
         # Agent.broadcast itself (not an override) sends to the actor's peers and to no one else.
         owner = getattr(value, "__self__", None)
-        plain = isinstance(owner, Agent) and getattr(value, "__func__", None) is Agent.broadcast
-        self._peers_of = owner.ctx.get_connections if plain else None
+        if isinstance(owner, Agent) and getattr(value, "__func__", None) is Agent.broadcast:
+            self._peers_of: Callable[[], Any] | None = owner.ctx.get_connections
+        else:
+            self._peers_of = None
 
     @property
     def listening(self) -> bool:
@@ -305,6 +307,8 @@ class SessionCompaction:
         leaf = await store.latest_leaf()
         history = await read_history(store, leaf)
         spec = self.spec
+        if spec.function is None:  # unregistered while the history was read
+            raise CompactionError(NO_FUNCTION)
         result = await call_compaction_function(spec.function, history, token_counter=spec.token_counter)
         return plan_compaction(
             result,
@@ -319,7 +323,8 @@ class SessionCompaction:
         compaction problem: the message is already stored."""
         estimate = await self.emit_status("idle")
         spec = self.spec
-        if spec.threshold is None or spec.function is None or estimate <= spec.threshold or self._running:
+        threshold = spec.threshold
+        if threshold is None or spec.function is None or estimate <= threshold or self._running:
             return
         try:
             result, failed = await self._run(auto=True)
@@ -332,5 +337,5 @@ class SessionCompaction:
             self._warned_noop = True
             spec = self.spec
             logger.warning(
-                noop_compaction_warning(estimate, spec.threshold, has_token_counter=spec.token_counter is not None)
+                noop_compaction_warning(estimate, threshold, has_token_counter=spec.token_counter is not None)
             )

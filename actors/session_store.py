@@ -36,13 +36,15 @@ the Session and its compaction both use them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .session_messages import apply_overlays, compaction_record, parse_all, parse_path
 
 if TYPE_CHECKING:
     from storage.fts import ParsedQuery
+    from typing_extensions import TypeIs
+
     from storage.tree.rows import CompactionRow, NewMessage, PathTokens, SearchRow
 
 __all__ = [
@@ -158,7 +160,7 @@ class AsyncHistoryStore(Protocol):
     async def latest_leaf(self) -> str | None: ...
     async def path_json(self, leaf_id: str) -> tuple[str, int] | None: ...
     async def path_contents(self, leaf_id: str) -> list[str]: ...
-    def path_chunks(self, leaf_id: str, *, max_bytes: int = ..., max_rows: int = ...) -> AsyncIterator[list[Any]]: ...
+    def path_chunks(self, leaf_id: str, *, max_bytes: int = ..., max_rows: int = ...) -> AsyncGenerator[list[Any], None]: ...
     async def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]: ...
     async def path_ids(self, leaf_id: str) -> list[str]: ...
     async def place(self, message_id: str) -> tuple[int, int] | None: ...
@@ -209,7 +211,7 @@ class SyncStore:
     async def path_contents(self, leaf_id: str) -> list[str]:
         return self.sync.path_contents(leaf_id)
 
-    async def path_chunks(self, leaf_id: str, **limits: int) -> AsyncIterator[list[Any]]:
+    async def path_chunks(self, leaf_id: str, **limits: int) -> AsyncGenerator[list[Any], None]:
         for chunk in self.sync.path_chunks(leaf_id, **limits):
             yield chunk
 
@@ -268,9 +270,14 @@ class SyncStore:
 
 def as_async_store(store: HistoryStore | AsyncHistoryStore) -> AsyncHistoryStore:
     """``store`` itself when its methods are ``async``, else ``store`` wrapped in :class:`SyncStore`."""
-    if isinstance(store, SyncStore) or inspect.iscoroutinefunction(getattr(store, "get", None)):
+    if _is_async(store):
         return store
     return SyncStore(store)
+
+
+def _is_async(store: HistoryStore | AsyncHistoryStore) -> TypeIs[AsyncHistoryStore]:
+    """Whether ``store``'s methods are ``async`` (a :class:`SyncStore`, or ``get`` is a coroutine function)."""
+    return isinstance(store, SyncStore) or inspect.iscoroutinefunction(getattr(store, "get", None))
 
 
 def sync_store(store: AsyncHistoryStore) -> HistoryStore | None:

@@ -64,6 +64,8 @@ the API where the original fixed them (``Block "soul" is readonly``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ActorBusyError", "ActorOverloadedError", "ActorRuntimeError", "ActorStorageCorruptError", "CompactionError",
     "ConflictError", "ContextBlockError", "DataFolderLockedError", "DatabaseError", "DurableSessionsError",
@@ -401,6 +403,8 @@ class MethodNotAllowedError(HttpError):
     """The path exists but does not take this HTTP method."""
 
     status = 405
+    #: The methods the path takes (the answer's ``Allow`` header); set where known.
+    allowed: Sequence[str] = ()
 
 
 class PayloadTooLargeError(HttpError):

@@ -155,7 +155,7 @@ SESSION_SUMMARY = _object("SessionSummary", {
 #: A page of the session listing; ``cursor`` reads the next page (``null``: this was the last).
 SESSION_PAGE = _object("SessionPage", {"sessions": _array(SESSION_SUMMARY), "cursor": {"type": ["string", "null"]}})
 #: ``limit`` of the session listing (default :data:`LIST_DEFAULT_LIMIT`).
-LIST_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+LIST_LIMIT: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 1000}
 LIST_DEFAULT_LIMIT = 50
 
 # -- the shapes of the table -------------------------------------------------------------------------

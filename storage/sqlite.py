@@ -26,7 +26,7 @@ import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import apsw
 import apsw.bestpractice
@@ -77,7 +77,7 @@ class SqlStorage:
         migrations: Sequence[Migration] = MIGRATIONS,
         template: str | os.PathLike[str] | None = None,
         locking: Locking = "exclusive",
-    ) -> SqlStorage:
+    ) -> Self:
         """Open (creating if needed) the SQLite file at ``path`` and migrate it.
 
         Args:
@@ -140,7 +140,7 @@ class SqlStorage:
         """``True`` once :meth:`close` ran."""
         return self._con is None
 
-    def __enter__(self) -> SqlStorage:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -99,7 +99,7 @@ class Turns:
                         continue
                     raise error.cause from None
                 raise error
-            return reply.value  # type: ignore[no-any-return]
+            return reply.value
         raise AssertionError("unreachable")
 
     def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:

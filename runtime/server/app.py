@@ -110,7 +110,7 @@ from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openapi import add_docs_routes
 from runtime.server.responder import Responder
-from runtime.server.routes import SESSIONS_PREFIX, Call, Route, match, not_found
+from runtime.server.routes import SESSIONS_PREFIX, Call, Route, match, not_found, path_methods
 from runtime.server.shortcut import SessionShortcut
 from runtime.server.websocket import WebSocketEndpoint
 
@@ -225,15 +225,18 @@ class SessionsServer:
         app.config["BODY_TIMEOUT"] = self.body_timeout_s
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
-        app.asgi_app = _ShieldedResponseEnd(app.asgi_app)
+        asgi: Callable[..., Awaitable[None]] = _ShieldedResponseEnd(app.asgi_app)
         if self.forwarder is not None:
-            app.asgi_app = ForwardingShortcut(app.asgi_app, self)
+            asgi = ForwardingShortcut(asgi, self, self.forwarder)
         else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
-            app.asgi_app = SessionShortcut(app.asgi_app, self)
-        app.asgi_app = _EncodedPaths(app.asgi_app)
-        app.asgi_app = BrowserGate(app.asgi_app, self.origins)  # Origin and CORS (runtime.server.browsers)
+            asgi = SessionShortcut(asgi, self)
+        asgi = _EncodedPaths(asgi)
+        asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
-            app.asgi_app = self.request_limit = RequestLimit(app.asgi_app, self.max_requests, self._early_refusal)
+            asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
+        # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
+        # take the scope as the plain dict it is (hypercorn's stubs describe it as TypedDicts).
+        app.asgi_app = asgi  # type: ignore[method-assign, assignment]
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
@@ -382,9 +385,10 @@ class SessionsServer:
             if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
                 return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
-            route, values = match(request.method, segments) if segments else (None, None)
-            if route is None:
+            found = match(request.method, segments) if segments else (None, [])
+            if found[0] is None:
                 raise _no_route(request.path, _session_path_methods(rest))
+            route, values = found
             g.route = route.name
             if self.forwarder is not None:
                 return await self._session_in_cluster(actor_id, route, values)
@@ -418,8 +422,14 @@ class SessionsServer:
     async def in_cluster(self, actor_id: ActorId, local: Callable[[], Awaitable[tuple[int, Any]]]) -> Response:
         """Cluster mode: the answer of ``local()`` (``(status, body)``) when this host owns ``actor_id``,
         else the owner's answer to this very request (:meth:`Forwarder.answer`). The request's body is
-        read by ``local`` or passed on as it came."""
+        read by ``local`` or passed on as it came.
+
+        Raises:
+            RuntimeError: the server is not in cluster mode (it has no forwarder).
+        """
         forwarder = self.forwarder
+        if forwarder is None:
+            raise RuntimeError("in_cluster needs a server in cluster mode (a forwarder)")
 
         async def here() -> Response:
             status, payload = await local()
@@ -428,7 +438,7 @@ class SessionsServer:
 
         async def remote(url: str) -> Response:
             try:
-                body = await request.get_data()
+                body = await request.get_data(cache=True, as_text=False, parse_form_data=False)  # the bytes overload
             except RequestEntityTooLarge:
                 raise PayloadTooLargeError(f"the body is larger than {self.max_body_bytes} bytes") from None
             headers = {name.lower(): value for name, value in request.headers.items()}
@@ -536,7 +546,7 @@ def _session_path_methods(rest: str) -> list[str]:
     """The methods of ``/v1/sessions/`` + ``rest`` (still percent-encoded): the listing's ``GET`` of
     ``/v1/sessions/{id}``, else those of the session table's routes with that path (``[]``: none)."""
     _, *segments = rest.split("/")
-    return match("", segments)[1] if segments else ["GET"]
+    return path_methods(segments) if segments else ["GET"]
 
 
 def _no_route(path: str, allowed: list[str]) -> Exception:

@@ -40,7 +40,7 @@ async def read_body() -> bytes:
             (the connection is closed after the answer).
     """
     try:
-        body = await request.get_data()
+        body = await request.get_data(cache=True, as_text=False, parse_form_data=False)  # the bytes overload
     except RequestEntityTooLarge:
         limit = current_app.config.get("MAX_CONTENT_LENGTH")
         raise PayloadTooLargeError(f"the body is larger than {limit} bytes") from None

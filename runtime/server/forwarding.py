@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpcore
 import trio
@@ -77,6 +77,9 @@ from runtime.server.routes import describe_error, match
 __all__ = ["ForwardedAnswer", "Forwarder", "ForwardingShortcut", "OwnerGone", "OwnerMoved", "retry_after"]
 
 logger = logging.getLogger(__name__)
+
+#: What one answer is: a response here, a WebSocket upstream there (see :meth:`Forwarder.answer`).
+A = TypeVar("A")
 
 #: Request headers passed on to the owner (the rest are the hop's own: Host, Content-Length, ...).
 FORWARDED_REQUEST_HEADERS = ("authorization", "content-type", "accept")
@@ -290,9 +293,9 @@ class Forwarder:
 
     async def answer(
         self, actor_id: ActorId, forwarded: bool,
-        local: Callable[[], Awaitable[object]],
-        remote: Callable[[str], Awaitable[object]],
-    ) -> object:
+        local: Callable[[], Awaitable[A]],
+        remote: Callable[[str], Awaitable[A]],
+    ) -> A:
         """Answer one call about ``actor_id``: here when this host owns it, else at its owner.
 
         ``local()`` asks this host's actors (raising :class:`NotOwnerError` when
@@ -366,7 +369,6 @@ def retry_after(error: BaseException) -> str:
 class ShortcutServer(Protocol):
     """What :class:`ForwardingShortcut` needs of the server (:class:`runtime.server.app.SessionsServer`)."""
 
-    forwarder: Forwarder
     max_body_bytes: int
     closing: trio.Event
     metrics: Any
@@ -388,9 +390,11 @@ class ForwardingShortcut:
     takes the session over; any other failure is answered like the app would.
     """
 
-    def __init__(self, app: Callable[..., Awaitable[None]], server: ShortcutServer) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]], server: ShortcutServer, forwarder: Forwarder) -> None:
+        """``forwarder``: the server's (a server in cluster mode has one)."""
         self.app = app
         self.server = server
+        self.forwarder = forwarder
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         target = self._target(scope) if scope.get("type") == "http" else None
@@ -403,10 +407,10 @@ class ForwardingShortcut:
         if body is None:  # the client went away
             return
         try:
-            answer = await self.server.forwarder.forward(owner, scope["method"], scope["path"],
+            answer = await self.forwarder.forward(owner, scope["method"], scope["path"],
                                                          scope.get("query_string", b""), headers, body, actor_id)
         except (OwnerGone, OwnerMoved):
-            self.server.forwarder.forget(actor_id)
+            self.forwarder.forget(actor_id)
             await self.app(scope, _replay(body, receive), send)
             return
         except Exception as exc:  # noqa: BLE001 - answered as the app answers errors
@@ -423,7 +427,7 @@ class ForwardingShortcut:
     def _target(self, scope: dict[str, Any]) -> tuple[ActorId, str, dict[str, str], str] | None:
         path = scope.get("path", "")
         server = self.server
-        if not path.startswith(SESSIONS_PREFIX) or not server.forwarder.remembers_owners:
+        if not path.startswith(SESSIONS_PREFIX) or not self.forwarder.remembers_owners:
             return None  # (a host that forwards nothing parses nothing twice)
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         if HOP_HEADER.lower() in headers or "transfer-encoding" in headers:
@@ -436,7 +440,7 @@ class ForwardingShortcut:
             actor_id = server.actor_id(unquote_segment(segment, "session_id"))
         except DurableSessionsError:
             return None
-        owner = server.forwarder.owner_of(actor_id)
+        owner = self.forwarder.owner_of(actor_id)
         if owner is None or server.closing.is_set() or not server.authorized(headers.get("authorization")):
             return None
         route, _ = match(scope["method"], rest.split("/"))

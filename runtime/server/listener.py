@@ -46,7 +46,7 @@ from hypercorn.config import Config
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ConnectionState, Scope
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
 from common.errors import ServerBusyError
@@ -73,7 +73,7 @@ _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, e
 _ACCEPT_RETRY_S = 0.1
 
 
-class AdmittingListener(trio.abc.Listener[trio.SocketStream]):
+class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
     """A listening socket that admits connections as described in the module docstring.
 
     Attributes:
@@ -91,7 +91,7 @@ class AdmittingListener(trio.abc.Listener[trio.SocketStream]):
         self._waiting: dict[tuple[str, int], _Admitted] = {}
         self.refused = 0
 
-    async def accept(self) -> trio.SocketStream:
+    async def accept(self) -> _ReleasingStream:
         """The next admitted connection (one at a time; :meth:`accept_batch` is what the server uses)."""
         while True:
             batch = await self.accept_batch(limit=1)
@@ -200,7 +200,7 @@ class _Admitted:
             room.release()
 
 
-class _ReleasingStream:
+class _ReleasingStream(trio.abc.HalfCloseableStream):
     """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest)."""
 
     def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None]) -> None:
@@ -214,7 +214,19 @@ class _ReleasingStream:
             on_close()
         await self._stream.aclose()
 
-    def __getattr__(self, name: str) -> Any:  # send_all, receive_some, send_eof, ...; no do_handshake
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._stream.receive_some(max_bytes)
+
+    def __getattr__(self, name: str) -> Any:  # setsockopt, getsockopt, ...; no do_handshake
         return getattr(self._stream, name)
 
 
@@ -345,8 +357,8 @@ class _Dispatched:
         self.app = app
         self.listeners = listeners
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") in ("http", "websocket"):
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "http" or scope["type"] == "websocket":
             for listener in self.listeners:
                 listener.dispatched(scope.get("client"))
         await self.app(scope, receive, send)

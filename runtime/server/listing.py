@@ -168,13 +168,13 @@ class SessionListing:
                 break
             candidate = self._awake(actor, found[0], row)
             if candidate is not None:
-                return _entry(candidate, session_id)
+                return _named_entry(candidate, session_id)
             await trio.sleep(0.01)  # a new actor inside a transaction: look again when it ends
         if row is None and self._record(actor):
             row = host.catalog.get(namespace, actor.hex)
         if row is None:
             raise SessionNotFoundError(session_id)
-        return _entry(_Candidate(row.updated_ms, actor, row), session_id)
+        return _named_entry(_Candidate(row.updated_ms, actor, row), session_id)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -279,6 +279,14 @@ def _entry(candidate: _Candidate, name: str | None = None) -> dict[str, Any] | N
         "createdAt": iso_ms(created), "updatedAt": iso_ms(candidate.updated_ms), "state": state,
         "problem": problem, "active": candidate.awake,
     }
+
+
+def _named_entry(candidate: _Candidate, name: str) -> dict[str, Any]:
+    """The summary of a candidate that is awake or has a row, under ``name``."""
+    entry = _entry(candidate, name)
+    if entry is None:  # neither awake nor in the catalog: not a session of this host
+        raise SessionNotFoundError(name)
+    return entry
 
 
 def iso_ms(epoch_ms: int) -> str:

@@ -127,13 +127,6 @@ class ManagedSessionStub:
         return await self.manager.call("call_session", self.session_id, method, list(args), kwargs)
 
 
-class _ManagedCall(Call):
-    """A call of a managed session's route: every read goes to the manager (which knows the session)."""
-
-    async def read(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.stub.call(method, *args, **kwargs)
-
-
 class ManagerRoutes:
     """Finds the route of a request under ``/v1/managers/`` and answers it with one call of the manager.
 
@@ -173,7 +166,7 @@ class ManagerRoutes:
             label = f"{verb} {MANAGERS_PREFIX}{{id}}/sessions/{{session_id}}/{'/'.join(route.pattern)}"
             if not self.namespace.exists(actor_id):
                 raise _session_not_found(session_id)
-            return label, route, _ManagedCall(ManagedSessionStub(stub, session_id), values, query)
+            return label, route, Call(ManagedSessionStub(stub, session_id), values, query)
         route, values = _matched(verb, segments, MANAGER_ROUTES, rest)
         if "session_id" in values and not self.namespace.exists(actor_id):
             raise _session_not_found(values["session_id"])
@@ -184,19 +177,20 @@ def path_methods(rest: str) -> list[str]:
     """The methods of ``MANAGERS_PREFIX + rest`` (still percent-encoded); ``[]`` when no route has that path."""
     _, *segments = rest.split("/")
     if segments[:1] == ["sessions"] and len(segments) >= 3:
-        return routes.match("", segments[2:], routes.ROUTES)[1]
-    return routes.match("", segments, MANAGER_ROUTES)[1]
+        return routes.path_methods(segments[2:], routes.ROUTES)
+    return routes.path_methods(segments, MANAGER_ROUTES)
 
 
 def _matched(verb: str, segments: list[str], table: tuple[Route, ...], rest: str) -> tuple[Route, dict[str, str]]:
-    route, found = routes.match(verb, segments, table)
-    if route is not None:
-        return route, found
+    found = routes.match(verb, segments, table)
+    if found[0] is not None:
+        return found
+    allowed = found[1]
     path = MANAGERS_PREFIX + rest
-    if not found:
+    if not allowed:
         raise routes.not_found(path)
-    error = MethodNotAllowedError(f"{verb} is not allowed on {path}; use {', '.join(found)}")
-    error.allowed = found
+    error = MethodNotAllowedError(f"{verb} is not allowed on {path}; use {', '.join(allowed)}")
+    error.allowed = allowed
     raise error
 
 

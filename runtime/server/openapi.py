@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 __all__ = ["DOCS_ASSETS", "add_docs_routes", "openapi_document"]
 
 OPENAPI_VERSION = "3.1.0"
+#: An error class an operation documents (its ``status`` is the response's).
+_ErrorClass = type[errors.DurableSessionsError]
 #: The error body of every status >= 400.
 ERROR = {
     "title": "Error", "type": "object", "required": ["error"], "additionalProperties": False,
@@ -121,8 +123,12 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
     for append in ("session.append_message", "managed_session.append_message"):
         if append in builder.operations:
             messages = builder.operations[append][0] + "/"  # ...{session_id}/messages/
+
+            def under(path: str, messages: str = messages) -> bool:
+                return path.startswith(messages)
+
             for status in ("200", "201"):
-                builder.link(append, status, message, lambda path, messages=messages: path.startswith(messages))
+                builder.link(append, status, message, under)
     builder.add_host_routes()
     builder.add_listing_routes()
     if transcripts:
@@ -172,7 +178,7 @@ class _Builder:
 
     # -- operations --------------------------------------------------------------------------
 
-    def operation(self, path: str, verb: str, operation: dict[str, Any], *, errors_of: Iterable[type] = (),
+    def operation(self, path: str, verb: str, operation: dict[str, Any], *, errors_of: Iterable[_ErrorClass] = (),
                   public: bool = False) -> None:
         """Add ``operation`` (``responses`` holding its successes) at ``verb path`` with its error responses."""
         if operation["operationId"] in self.operations:
@@ -187,7 +193,7 @@ class _Builder:
             operation["security"] = []
         self.paths.setdefault(path, {})[verb.lower()] = operation
 
-    def _error_responses(self, classes: Iterable[type]) -> dict[str, Any]:
+    def _error_responses(self, classes: Iterable[_ErrorClass]) -> dict[str, Any]:
         by_status: dict[int, list[str]] = {}
         for cls in classes:
             names = by_status.setdefault(cls.status, [])
@@ -237,8 +243,8 @@ class _Builder:
             operation["responses"]["200"] = reply
         return operation
 
-    def _route_errors(self, method: ApiMethod, route: HttpRoute, session_scoped: bool) -> list[type]:
-        classes: list[type] = [errors.InvalidInputError, *method.errors]
+    def _route_errors(self, method: ApiMethod, route: HttpRoute, session_scoped: bool) -> list[_ErrorClass]:
+        classes: list[_ErrorClass] = [errors.InvalidInputError, *method.errors]
         if route.not_found is not None:
             classes.append(route.not_found.catch)
         if session_scoped:
@@ -255,7 +261,7 @@ class _Builder:
         }}
         reply = {"type": "object", "required": ["result"], "properties": {"result": ANY},
                  "additionalProperties": False}
-        operation = {
+        operation: dict[str, Any] = {
             "operationId": f"{prefix}.rpc", "tags": [tag], "summary": f"Call any public method of the {what} by name.",
             "description": "``params``: an object of keyword arguments or a list of positional ones.",
             "parameters": [], "requestBody": {"required": True, "content": _content(self.lift(request))},
@@ -373,7 +379,7 @@ class _Builder:
             return {"200": {"description": name, "content": _content(
                 {"type": "object", "required": [name], "properties": {name: schema}, "additionalProperties": False})}}
 
-        listed = {"type": "object", "required": ["session_id", "mtime"],
+        listed: dict[str, Any] = {"type": "object", "required": ["session_id", "mtime"],
                   "properties": {"session_id": {"type": "string"}, "mtime": {"type": "integer"}}}
         summary = {**listed, "required": ["session_id", "mtime", "data"],
                    "properties": {**listed["properties"], "data": {"type": "object"}}}
@@ -466,7 +472,8 @@ class _Builder:
 
 def _statistics() -> dict[str, Any]:
     kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"}}
-    properties = {f.name: kinds.get(str(f.type), {}) for f in dataclasses.fields(HostStatistics)}
+    properties: dict[str, dict[str, Any]] = {
+        f.name: kinds.get(str(f.type), {}) for f in dataclasses.fields(HostStatistics)}
     properties["namespaces"] = {"type": "array", "items": {"type": "string"}}
     return {"title": "HostStatistics", "type": "object", "required": list(properties), "properties": properties}
 

@@ -54,7 +54,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from common.errors import (
     ActorStorageCorruptError,
@@ -73,6 +73,13 @@ from storage.faults import classify, fault_detail
 logger = logging.getLogger(__name__)
 
 
+class Stub(Protocol):
+    """What a route calls: an actor's :class:`~runtime.host.namespace.ActorStub`, or a stub-like handle
+    on a managed session (:class:`runtime.server.managers.ManagedSessionStub`)."""
+
+    async def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any: ...
+
+
 @dataclass
 class Call:
     """One matched request: the actor's stub, decoded path values, query and body.
@@ -82,7 +89,7 @@ class Call:
     a question to Postgres, since another host may hold it).
     """
 
-    stub: ActorStub
+    stub: ActorStub | Stub
     values: dict[str, str]
     query: Mapping[str, str]
     body: Any = None
@@ -112,6 +119,8 @@ class Call:
                 argument names a message (``get_history(before=)``): the empty
                 session holds none, and an empty page would say "the root".
         """
+        if not isinstance(self.stub, ActorStub):  # a managed session's: every read goes to the manager
+            return await self.stub.call(method, *args, **kwargs)
         namespace = self.stub.namespace
         empty = getattr(namespace.agent_class, "EMPTY_READS", None)
         if empty and method in empty:
@@ -214,6 +223,13 @@ def match(
     return None, allowed
 
 
+def path_methods(segments: list[str], routes: tuple[Route, ...] | None = None) -> list[str]:
+    """The methods of the routes among ``routes`` (default :data:`ROUTES`) whose path is
+    ``segments``, in table order; ``[]`` when no route has that path."""
+    found = match("", segments, routes)  # no route takes the method ""
+    return found[1] if found[0] is None else []
+
+
 def _refuse_missing(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Raise :class:`MessageNotFoundError` when ``method``'s ``empty_missing`` argument names a message."""
     api = METHODS.get(method)
@@ -308,7 +324,7 @@ def _param(method: ApiMethod, field: Field) -> Any:
     return next(p for p in method.params if p.name == field.param)
 
 
-_JSON_TYPES = {
+_JSON_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "string": (str, "a string"), "null": (type(None), "null"), "integer": (int, "an integer"),
     "number": ((int, float), "a number"), "boolean": (bool, "a boolean"), "object": (dict, "an object"),
     "array": (list, "a list"),
@@ -382,7 +398,7 @@ async def rpc(call: Call) -> tuple[int, Any]:
     return 200, {"result": await call_method(call.stub, body["method"], body.get("params"))}
 
 
-async def call_method(stub: ActorStub, method: Any, params: Any) -> Any:
+async def call_method(stub: ActorStub | Stub, method: Any, params: Any) -> Any:
     """Call ``method`` with ``params`` (an object of keyword arguments, a list of
     positional ones, or ``None``) -- the RPC of ``/rpc`` and WebSocket frames.
 

@@ -98,11 +98,12 @@ class SessionShortcut:
             return None
         try:
             actor_id = server.actor_id(unquote_segment(session_id, "session_id"))
-            route, values = match(method, segments)
+            found = match(method, segments)
         except DurableSessionsError:  # a bad id or path value: the app names it
             return None
-        if route is None:
+        if found[0] is None:
             return None
+        route, values = found
         authorization = length = content_type = accept = None
         for name, value in scope.get("headers", ()):  # the first of each, as the app reads them
             if name == b"authorization":

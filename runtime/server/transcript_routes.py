@@ -124,10 +124,12 @@ class TranscriptRoutes:
         return 200, {"deleted": await self.store.delete(_query_key())}
 
     async def list_sessions(self) -> tuple[int, Any]:
-        return 200, {"sessions": await self.store.list_sessions(request.args.get("project_key"))}
+        project_key = request.args.get("project_key")  # none given: no project, no sessions
+        return 200, {"sessions": [] if project_key is None else await self.store.list_sessions(project_key)}
 
     async def list_session_summaries(self) -> tuple[int, Any]:
-        return 200, {"summaries": await self.store.list_session_summaries(request.args.get("project_key"))}
+        project_key = request.args.get("project_key")
+        return 200, {"summaries": [] if project_key is None else await self.store.list_session_summaries(project_key)}
 
     async def list_subkeys(self) -> tuple[int, Any]:
         return 200, {"subkeys": await self.store.list_subkeys(_query_key())}

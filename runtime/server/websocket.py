@@ -66,6 +66,7 @@ from runtime.wsclient import WebSocketConnection
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
+    from runtime.server.forwarding import Forwarder
 
 logger = logging.getLogger(__name__)
 
@@ -209,19 +210,20 @@ class WebSocketEndpoint:
             if segments != ["ws"]:
                 raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
             peer = _Peer(PEER_QUEUE_BODIES * self.server.max_body_bytes)
-            if self.server.forwarder is None:
+            forwarder = self.server.forwarder
+            if forwarder is None:
                 await self.server.namespace.connect(actor_id, peer)
                 upstream = None
             else:
-                upstream = await self._connect_in_cluster(actor_id, peer, authorization)
+                upstream = await self._connect_in_cluster(forwarder, actor_id, peer, authorization)
         except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
             status, body = describe_error(exc)
             return Response(encode_body(body, JSON), status=status, content_type=JSON,
                             headers=self.server.error_headers(exc, status))
-        if upstream is not None:
+        if upstream is not None and forwarder is not None:
             try:
                 await websocket.accept(subprotocol=subprotocol)
-                await relay_frames(upstream, self.server.closing, self.server.forwarder.lease_s)
+                await relay_frames(upstream, self.server.closing, forwarder.lease_s)
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await upstream.aclose()
@@ -234,20 +236,20 @@ class WebSocketEndpoint:
                 await self._disconnect(actor_id, peer)
         return None
 
-    async def _connect_in_cluster(self, actor_id: ActorId, peer: _Peer,
+    async def _connect_in_cluster(self, forwarder: Forwarder, actor_id: ActorId, peer: _Peer,
                                   authorization: str | None) -> WebSocketConnection | None:
         """Hold ``peer`` here when this host owns the session (``None``), else open the relay to the owner
         (with the token as ``Authorization``, however the browser sent it)."""
-        forwarder = self.server.forwarder
         headers = {name.lower(): value for name, value in websocket.headers.items()}
         headers.pop("sec-websocket-protocol", None)
         if authorization is not None:
             headers["authorization"] = authorization
 
-        async def local() -> None:
+        async def local() -> WebSocketConnection | None:
             await self.server.namespace.connect(actor_id, peer)
+            return None
 
-        async def remote(url: str) -> WebSocketConnection:
+        async def remote(url: str) -> WebSocketConnection | None:
             return await open_upstream(forwarder, url, websocket.path, websocket.query_string, headers,
                                        self.server.relay_max_message_bytes)
 

@@ -71,7 +71,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from common.errors import DatabaseError, InvalidInputError, StorageUnavailableError
+from common.errors import DatabaseError, DurableSessionsError, InvalidInputError, StorageUnavailableError
 from storage.tree.steps import Many as TreeMany
 from storage.tree.steps import Operation as TreeOperation
 
@@ -147,10 +147,10 @@ def runner_for(conn: Any, *, deadline_s: float | None = None) -> Runner:
     import psycopg
     import psycopg_pool
 
-    if isinstance(conn, (_ThreadRunner, _ExecuteRunner)):
+    if isinstance(conn, (_PsycopgRunner, _PoolRunner, _ExecuteRunner)):
         return conn
     held = getattr(conn, "runner", None)
-    if isinstance(held, (_ThreadRunner, _ExecuteRunner)):
+    if isinstance(held, (_PsycopgRunner, _PoolRunner, _ExecuteRunner)):
         return held
     if isinstance(conn, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
         raise TypeError(
@@ -191,7 +191,7 @@ def _drive_psycopg(conn: Any, op: Operation[T]) -> T:
             return done.value
 
 
-def _translate(exc: Exception) -> DatabaseError:
+def _translate(exc: Exception) -> DurableSessionsError:
     """A psycopg error as one of ours (see the module docstring)."""
     import psycopg
     from psycopg import errors as pg

@@ -27,7 +27,7 @@ keeps the connection (and the value limit), and the session's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -208,7 +208,7 @@ class PostgresSessionProvider:
 
     async def path_chunks(
         self, leaf_id: str, *, max_bytes: int = PATH_CHUNK_BYTES, max_rows: int = PATH_CHUNK_ROWS
-    ) -> AsyncIterator[list[Any]]:
+    ) -> AsyncGenerator[list[Any], None]:
         """The stored JSON of the path ``leaf_id`` -> root in chunks, **leaf first**, as
         :meth:`storage.messages.MessageStore.path_chunks` gives them: at most
         ``max_rows`` rows and ``max_bytes`` UTF-8 bytes each (a larger row alone), one
@@ -264,7 +264,7 @@ class PostgresSessionProvider:
             return None
         return await self._read(reads.depth_on_path(POSTGRES, self.session_id, key, leaf))
 
-    async def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
+    async def window(self, leaf_id: str, max_bytes: float, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
 
         The window holds the leaf, then grows toward the root while it has
@@ -276,10 +276,10 @@ class PostgresSessionProvider:
             an unknown leaf) and whether older rows were left out.
         """
         key = lookup_key(leaf_id, "leaf_id")
-        max_bytes, min_rows = check_number(max_bytes, "max_bytes"), check_int(min_rows, "min_rows")  # type: ignore[assignment]
+        budget, rows = check_number(max_bytes, "max_bytes"), check_int(min_rows, "min_rows")
         if key is None:
             return [], False
-        return await self._read(reads.window(POSTGRES, self.session_id, key, max_bytes, min_rows))
+        return await self._read(reads.window(POSTGRES, self.session_id, key, budget, rows))
 
     async def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""

@@ -39,7 +39,8 @@ def _one(d: Any, args: tuple[Any, ...]) -> Operation[Any]:
 
 def get(d: Dialect, s: str, message_id: str) -> Operation[str | None]:
     """The stored JSON of ``message_id``, or ``None``."""
-    return (yield from _one(d.GET, (s, message_id)))  # type: ignore[no-any-return]
+    content: str | None = yield from _one(d.GET, (s, message_id))
+    return content
 
 
 def exists(d: Dialect, s: str, message_id: str) -> Operation[bool]:
@@ -54,7 +55,8 @@ def count(d: Dialect, s: str) -> Operation[int]:
 
 def latest_leaf(d: Dialect, s: str) -> Operation[str | None]:
     """Id of the session's latest leaf (the dialect's rule); ``None`` when it is empty."""
-    return (yield from _one(d.LATEST_LEAF, (s,)))  # type: ignore[no-any-return]
+    leaf: str | None = yield from _one(d.LATEST_LEAF, (s,))
+    return leaf
 
 
 def path_contents(d: Dialect, s: str, leaf_id: str) -> Operation[list[str]]:
@@ -99,8 +101,8 @@ def place(d: Dialect, s: str, message_id: str) -> Operation[tuple[int, int] | No
     return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
 
-def window(d: Dialect, s: str, leaf_id: str, max_bytes: int, min_rows: int) -> Operation[tuple[list[str], bool]]:
-    """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
+def window(d: Dialect, s: str, leaf_id: str, max_bytes: float, min_rows: int) -> Operation[tuple[list[str], bool]]:
+    """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON (a number: only compared).
 
     The window holds the leaf, then grows toward the root while it has
     fewer than ``min_rows`` rows or the next row still fits. Returns

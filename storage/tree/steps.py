@@ -175,12 +175,12 @@ def drive(connection: Connection, op: Operation[T]) -> T:
     """
     send, execute = op.send, connection.execute
     try:
-        step = send(None)  # type: ignore[arg-type]
+        step = next(op)
         while True:
             if step.__class__ is Many:
                 connection.executemany(step.statement, step.args)
                 step = send([])
-            else:
+            else:  # a (statement, args) tuple: the `__class__ is` test (the hot path's) does not narrow
                 step = send(execute(*step).fetchall())  # type: ignore[misc]
     except StopIteration as done:
         result: T = done.value

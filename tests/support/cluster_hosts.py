@@ -166,7 +166,12 @@ class Cluster:
         Asks with a read, so an unowned session becomes owned by the host asked.
         """
         via = via or next(host for host in self.hosts if host.running and not host.paused)
-        response = httpx.get(f"{via.url}/v1/sessions/{quote_segment(session_id)}/messages:count", timeout=30)
+        url = f"{via.url}/v1/sessions/{quote_segment(session_id)}/messages:count"
+        for _ in range(50):  # a 429/503 refusal was not run: ask again, as a client does (a busy machine queues)
+            response = httpx.get(url, timeout=30)
+            if response.status_code not in (429, 503) or "Retry-After" not in response.headers:
+                break
+            time.sleep(min(float(response.headers["Retry-After"]), 1.0))
         response.raise_for_status()
         return self.host_at(response.headers[OWNER_HEADER])
 
