@@ -337,7 +337,7 @@ def normalize_token_count(value: Any) -> int:
     try:
         number = float(value)
     except OverflowError:  # an int (or fraction) beyond float range is still a finite count
-        return max(0, math.ceil(value))
+        return max(0, int(math.ceil(value)))  # an int already: numbers.Real only promises an Integral
     if not math.isfinite(number):
         return 0
     return max(0, math.ceil(number))
@@ -394,7 +394,7 @@ def _clamp(value: Any) -> float:
     try:
         number = float(value)
     except OverflowError:
-        return sys.float_info.max if value > 0 else 0.0
+        return 0.0 if value <= 0 else sys.float_info.max  # (numbers.Real declares <= but not >)
     return max(0.0, number) if math.isfinite(number) else 0.0
 
 

@@ -36,7 +36,7 @@ import inspect
 import weakref
 from collections.abc import KeysView
 from dataclasses import replace
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from common.errors import ConflictError, ContextBlockError, InvalidInputError
 from storage import context as sql
@@ -511,7 +511,7 @@ class ContextBlocks:
         seen = self._writes_signature()
         if seen != self._writes_seen:
             blocks = {}
-            for config in list(self._configs):
+            for config in list(self._resolve()):
                 blocks[config.label] = await self._read(config)
             self._blocks, self._writes_seen = blocks, seen
         return self._blocks
@@ -529,13 +529,23 @@ class ContextBlocks:
     def _config(self, label: str) -> BlockSpec | None:
         return next((c for c in self._resolve() if c.label == label), None)
 
+    def _block_config(self, label: str) -> BlockSpec:
+        """The config of loaded block ``label`` (every loaded block has one)."""
+        return next(c for c in self._resolve() if c.label == label)
+
+    def _skill_tracker(self) -> SkillTracker:
+        """The loaded-skill tracker, made with the configs (see :meth:`_resolve`)."""
+        self._resolve()
+        assert self._skills is not None  # _resolve() makes it together with the configs
+        return self._skills
+
     def _may_scan(self) -> bool:
         return any(is_skill_provider(c.provider) for c in self._resolve())
 
     async def _tracker(self) -> SkillTracker:
-        self._resolve()
-        await self._skills.ensure(may_scan=self._may_scan())
-        return self._skills
+        skills = self._skill_tracker()
+        await skills.ensure(may_scan=self._may_scan())
+        return skills
 
     # -- reading blocks -------------------------------------------------------------------
 
@@ -570,7 +580,7 @@ class ContextBlocks:
             raise ContextBlockError(
                 f'Block "{label}" is a keyed provider. Use setSkill() or setSearchEntry() instead.', field="label"
             )
-        config = self._config(label)
+        config = self._block_config(label)
         tokens = estimate_string_tokens(content)
         if config.max_tokens is not None and tokens > config.max_tokens:
             message = f'Block "{label}" exceeds maxTokens: {tokens} > {config.max_tokens}'
@@ -596,12 +606,14 @@ class ContextBlocks:
         sep = "\n" if block["content"] and not content.startswith("\n") else ""
         return await self.replace_context_block(label, block["content"] + sep + content)
 
-    async def _keyed(self, label: str, kind: str, check: Any) -> tuple[ContextBlock, Any]:
+    async def _keyed(
+        self, label: str, kind: Literal["isSkill", "isSearchable"], check: Any
+    ) -> tuple[ContextBlock, Any]:
         block = (await self._loaded()).get(_check_label(label))
         if block is None or not block[kind]:
             noun = "skill" if kind == "isSkill" else "search"
             raise ContextBlockError(f'Block "{label}" is not a {noun} provider', field="label")
-        provider = self._config(label).provider
+        provider = self._block_config(label).provider
         if not check(provider) or not is_writable_provider(provider):
             raise ContextBlockError(f'Block "{label}" does not support writes', field="label")
         return block, provider
@@ -622,8 +634,8 @@ class ContextBlocks:
         block, provider = await self._keyed(label, "isSkill", is_skill_provider)
         await _call(provider.set, key, content, description)
         listing = _provider_text(await _call(provider.get), label, "get")
-        self._blocks[label] = ContextBlock(**{**block, "content": listing, "tokens": estimate_string_tokens(listing)})
-        self._wrote(self._config(label))
+        self._reread(label, block, listing)
+        self._wrote(self._block_config(label))
 
     async def set_search_entry(self, label: str, key: str, content: str) -> None:
         """Index ``content`` under ``key`` in search block ``label`` and re-read its summary.
@@ -638,8 +650,13 @@ class ContextBlocks:
         block, provider = await self._keyed(label, "isSearchable", is_search_provider)
         await _call(provider.set, key, content)
         summary = _provider_text(await _call(provider.get), label, "get")
-        self._blocks[label] = ContextBlock(**{**block, "content": summary, "tokens": estimate_string_tokens(summary)})
-        self._wrote(self._config(label))
+        self._reread(label, block, summary)
+        self._wrote(self._block_config(label))
+
+    def _reread(self, label: str, block: ContextBlock, content: str) -> None:
+        """Record ``content``, just read back from the provider, as keyed block ``label``'s content."""
+        assert self._blocks is not None  # loaded by _keyed(); blocks are never unloaded
+        self._blocks[label] = ContextBlock(**{**block, "content": content, "tokens": estimate_string_tokens(content)})
 
     async def search_context(self, label: str, query: str) -> str | None:
         """The search provider's answer for ``query``, or ``None`` for no results.
@@ -678,7 +695,7 @@ class ContextBlocks:
             raise ConflictError(f'Block "{label}" already exists')
         config = self._wire(BlockSpec(label, description, max_tokens, provider))
         block = await self._init_and_read(config)
-        self._configs.append(config)
+        self._resolve().append(config)
         blocks[label] = block
         self._writes_seen = self._writes_signature()
         if block["isSkill"]:
@@ -692,7 +709,7 @@ class ContextBlocks:
         if config is None:
             return False
         tracker = await self._tracker()
-        self._configs.remove(config)
+        self._resolve().remove(config)
         if self._blocks is not None:
             self._blocks.pop(label, None)
             self._writes_seen = self._writes_signature()
@@ -792,21 +809,18 @@ class ContextBlocks:
 
     async def clear_loaded_skills(self) -> None:
         """Forget every loaded skill (persisted), without touching history."""
-        self._resolve()
-        await self._skills.clear()
+        await self._skill_tracker().clear()
 
     # -- host notifications ----------------------------------------------------------------------------
 
     async def note_appended(self, message: dict[str, Any]) -> None:
         """Call after a message was stored: its finished load/unload tool parts
         update the loaded set. Costs nothing for a message without such parts."""
-        self._resolve()
-        await self._skills.note_appended(message, may_scan=self._may_scan())
+        await self._skill_tracker().note_appended(message, may_scan=self._may_scan())
 
     async def note_updated(self, message: dict[str, Any]) -> None:
         """Call after a message was updated (see :meth:`SkillTracker.note_updated`)."""
-        self._resolve()
-        await self._skills.note_updated(message, may_scan=self._may_scan())
+        await self._skill_tracker().note_updated(message, may_scan=self._may_scan())
 
     async def note_cleared(self) -> str:
         """Call after all messages were cleared: empties the loaded set and

@@ -50,6 +50,7 @@ message, an update, a delete, a clear, a compaction, a rename, usage
 
 from __future__ import annotations
 
+import builtins
 import copy
 import math
 import types
@@ -158,7 +159,8 @@ class SessionManager:
         self._sessions: dict[str, Session] = {}
         self._opened = False
 
-    def _create_manager(cls, target: Any) -> SessionManager:
+    @staticmethod  # bound to the class by _ClassOrInstanceMethod, not by Python
+    def _create_manager(cls: type[SessionManager], target: Any) -> SessionManager:
         """``SessionManager.create(target)``: a manager on ``target``'s storage.
 
         Args:
@@ -335,12 +337,12 @@ class SessionManager:
                 neither a string nor ``None``.
         """
         name = _check_text(name, "name")
-        options = {
-            "parent_session_id": _check_optional_text(parent_session_id, "parent_session_id"),
-            "model": _check_optional_text(model, "model"),
-            "source": _check_optional_text(source, "source"),
-        }
-        row = await self._registry.insert_session(str(uuid.uuid4()), name, **options)
+        parent_session_id = _check_optional_text(parent_session_id, "parent_session_id")
+        model = _check_optional_text(model, "model")
+        source = _check_optional_text(source, "source")
+        row = await self._registry.insert_session(
+            str(uuid.uuid4()), name, parent_session_id=parent_session_id, model=model, source=source
+        )
         self._session_count_changed()
         return row
 
@@ -452,7 +454,7 @@ class SessionManager:
         await session.append_messages(batch, parent_id)
         return batch[-1]["id"] if batch else None
 
-    async def get_history(self, session_id: str, leaf_id: str | None = None) -> list[Message]:
+    async def get_history(self, session_id: str, leaf_id: str | None = None) -> builtins.list[Message]:
         """:meth:`Session.get_history` of the session (overlays applied). Raises NotFoundError."""
         return await (await self.get_session(session_id)).get_history(leaf_id)
 
@@ -460,7 +462,7 @@ class SessionManager:
         """Stored messages on the path to the latest leaf (:meth:`Session.get_path_length`)."""
         return await (await self.get_session(session_id)).get_path_length()
 
-    async def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+    async def get_branches(self, session_id: str, message_id: str) -> builtins.list[Message]:
         """Children of ``message_id``, oldest first (:meth:`Session.get_branches`)."""
         return await (await self.get_session(session_id)).get_branches(message_id)
 
@@ -478,7 +480,7 @@ class SessionManager:
         """:meth:`Session.add_compaction` (touches ``updated_at``); returns the record."""
         return await (await self.get_session(session_id)).add_compaction(summary, from_id, to_id)
 
-    async def get_compactions(self, session_id: str) -> list[dict[str, str]]:
+    async def get_compactions(self, session_id: str) -> builtins.list[dict[str, str]]:
         """:meth:`Session.get_compactions` of the session, oldest first."""
         return await (await self.get_session(session_id)).get_compactions()
 
@@ -578,7 +580,7 @@ class SessionManager:
 
     # -- search and tools ----------------------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
+    async def search(self, query: str, *, limit: int = 20) -> builtins.list[dict[str, str]]:
         """Full-text search of the stored messages of every registered session.
 
         Query rules as :meth:`Session.search`: every word must match, a

@@ -34,6 +34,7 @@ of the Session methods; an unknown session method is
 
 from __future__ import annotations
 
+import builtins
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -243,7 +244,7 @@ class ManagerAgent(Agent):
         """Append a chain in one transaction; the last id, or ``None`` for an empty batch."""
         return await self.manager.append_all(session_id, messages, parent_id)
 
-    async def get_history(self, session_id: str, leaf_id: str | None = None) -> list[Message]:
+    async def get_history(self, session_id: str, leaf_id: str | None = None) -> builtins.list[Message]:
         """The session's path root -> leaf, overlays applied."""
         return await self.manager.get_history(session_id, leaf_id)
 
@@ -251,7 +252,7 @@ class ManagerAgent(Agent):
         """Stored messages on the path to the session's latest leaf."""
         return await self.manager.get_message_count(session_id)
 
-    async def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+    async def get_branches(self, session_id: str, message_id: str) -> builtins.list[Message]:
         """The children of ``message_id`` in the session, oldest first."""
         return await self.manager.get_branches(session_id, message_id)
 
@@ -267,17 +268,17 @@ class ManagerAgent(Agent):
         """Store an overlay in the session; the compaction record."""
         return await self.manager.add_compaction(session_id, summary, from_id, to_id)
 
-    async def get_compactions(self, session_id: str) -> list[dict[str, str]]:
+    async def get_compactions(self, session_id: str) -> builtins.list[dict[str, str]]:
         """The session's compaction records, oldest first."""
         return await self.manager.get_compactions(session_id)
 
     # -- search and tools -----------------------------------------------------------------------------
 
-    async def search(self, query: str, limit: int = 20) -> list[dict[str, str]]:
+    async def search(self, query: str, limit: int = 20) -> builtins.list[dict[str, str]]:
         """Full-text search over every session: ``{id, role, content, createdAt, sessionId}``, best first."""
         return await self.manager.search(query, limit=limit)
 
-    async def tools(self, format: str = "raw") -> dict[str, Any] | list[dict[str, Any]]:
+    async def tools(self, format: str = "raw") -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """The manager's tools (``session_search``), raw or as the OpenAI / Anthropic list.
 
         Raises:

@@ -201,14 +201,14 @@ class SkillTracker:
                 elif self._host is None:
                     self._loaded = {}  # no history to restore from; nothing to pin in storage
                 elif may_scan:
-                    self._loaded = await self._restore()
+                    self._loaded = await self._restore(self._host)
                     await self._persist()
         return self._loaded is not None
 
-    async def _restore(self) -> dict[str, str | None]:
+    async def _restore(self, host: SkillHost) -> dict[str, str | None]:
         """The set as history records it; any failure of the walk -> :class:`SkillRestoreError`."""
         try:
-            return await self._scan()
+            return await self._scan(host)
         except Exception as exc:
             logger.warning("session %r: restoring loaded skills from history failed", self._session_id, exc_info=True)
             raise SkillRestoreError(
@@ -216,11 +216,11 @@ class SkillTracker:
                 f"({type(exc).__name__}: {exc}); nothing was written, the next call tries again"
             ) from exc
 
-    async def _scan(self) -> dict[str, str | None]:
+    async def _scan(self, host: SkillHost) -> dict[str, str | None]:
         fold = _NewestFirst()
-        chunks = getattr(self._host, "raw_path_chunks", None)
+        chunks = getattr(host, "raw_path_chunks", None)
         if chunks is None:
-            for message in reversed(list(await self._path_messages())):
+            for message in reversed(list(await self._path_messages(host))):
                 fold.add(message)
             return fold.result()
         walk = chunks(keep=may_record_skills)
@@ -234,10 +234,11 @@ class SkillTracker:
                     fold.add(message)
         return fold.result()
 
-    async def _path_messages(self) -> Iterable[Mapping[str, Any]]:
-        raw = getattr(self._host, "raw_path_messages", None)
+    @staticmethod
+    async def _path_messages(host: SkillHost) -> Iterable[Mapping[str, Any]]:
+        raw = getattr(host, "raw_path_messages", None)
         if raw is None:
-            return await self._host.get_history()
+            return await host.get_history()
         result = raw()
         return await result if inspect.isawaitable(result) else result
 
@@ -286,20 +287,21 @@ class SkillTracker:
         message_id = self._loaded.pop(skill_id)
         await self._persist()
         if self._host is not None:
-            await self._rewrite(message_id, label, key)
+            await self._rewrite(self._host, message_id, label, key)
         return True
 
-    async def _rewrite(self, message_id: str | None, label: str, key: str) -> None:
+    @staticmethod
+    async def _rewrite(host: SkillHost, message_id: str | None, label: str, key: str) -> None:
         if message_id is not None:
-            stored = await self._host.get_message(message_id)
+            stored = await host.get_message(message_id)
             updated = rewrite_unloaded(stored, label, key) if stored else None
             if updated is not None:
-                await self._host.update_message(updated)
+                await host.update_message(updated)
                 return
-        for message in reversed(await self._host.get_history()):
+        for message in reversed(await host.get_history()):
             updated = rewrite_unloaded(message, label, key)
             if updated is not None:
-                await self._host.update_message(updated)
+                await host.update_message(updated)
                 return
 
     async def _known_after_write(self, may_scan: bool) -> bool:
@@ -331,9 +333,11 @@ class SkillTracker:
         await self._apply(events, message.get("id"), allow_loads=allow)
 
     async def _apply(self, events: list[tuple[str, bool]], message_id: Any, *, allow_loads: bool) -> None:
-        before = list(self._loaded.items())
-        self._fold(self._loaded, events, message_id, allow_loads=allow_loads)
-        if before != list(self._loaded.items()):
+        loaded = self._loaded
+        assert loaded is not None  # the callers' ensure() returned True, and a known set stays known
+        before = list(loaded.items())
+        self._fold(loaded, events, message_id, allow_loads=allow_loads)
+        if before != list(loaded.items()):
             await self._persist()
 
     @staticmethod

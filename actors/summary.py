@@ -434,7 +434,7 @@ class _Writer:
         return text
 
     def _select(
-        self, candidates: list[_Candidate | None], *, cap: int | None,
+        self, candidates: Sequence[_Candidate | None], *, cap: int | None,
         stop_at: int | None = None, remember: bool = True,
     ) -> list[_Candidate]:
         """Take candidates best first while they fit; a long one may be clipped to fit.

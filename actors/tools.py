@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -101,7 +101,7 @@ def _kind(block: Mapping[str, Any]) -> str:
     return _KIND["skill" if block["isSkill"] else "search" if block["isSearchable"] else "plain"]
 
 
-def set_context_description(writable: list[Mapping[str, Any]]) -> str:
+def set_context_description(writable: Sequence[Mapping[str, Any]]) -> str:
     """Description of ``set_context`` for the writable blocks (records, config order)."""
     lines = [
         f'- "{b["label"]}" ({_kind(b)}): '
@@ -246,7 +246,7 @@ def _zod_literal(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else _js_type(value) if value is None else str(value)
 
 
-def _schema_order(schema: Mapping[str, Any], path: tuple[str, ...]) -> tuple[int, ...]:
+def _schema_order(schema: bool | Mapping[str, Any], path: tuple[str, ...]) -> tuple[int, ...]:
     """Where ``path`` comes in the schema's property order (zod checks properties in that order)."""
     order: list[int] = []
     for name in path:
@@ -357,11 +357,11 @@ def _zodish(schema: Mapping[str, Any]) -> dict[str, Any]:
 class ToolBackend(Protocol):
     """What the tools need from the context engine (:class:`actors.context.ContextBlocks`)."""
 
-    async def get_context_blocks(self) -> list[dict[str, Any]]: ...
-    async def get_context_block(self, label: str) -> dict[str, Any] | None: ...
+    async def get_context_blocks(self) -> Sequence[Mapping[str, Any]]: ...
+    async def get_context_block(self, label: str) -> Mapping[str, Any] | None: ...
     async def get_loaded_skill_keys(self) -> Iterable[str]: ...
-    async def replace_context_block(self, label: str, content: str) -> dict[str, Any]: ...
-    async def append_context_block(self, label: str, content: str) -> dict[str, Any]: ...
+    async def replace_context_block(self, label: str, content: str) -> Mapping[str, Any]: ...
+    async def append_context_block(self, label: str, content: str) -> Mapping[str, Any]: ...
     async def set_skill(self, label: str, key: str, content: str, description: str | None = None) -> None: ...
     async def set_search_entry(self, label: str, key: str, content: str) -> None: ...
     async def load_skill(self, label: str, key: str) -> str | None: ...
@@ -403,7 +403,7 @@ async def build_context_tools(backend: ToolBackend) -> dict[str, Tool]:
     return tools
 
 
-def _set_context_tool(backend: ToolBackend, writable: list[dict[str, Any]]) -> Tool:
+def _set_context_tool(backend: ToolBackend, writable: Sequence[Mapping[str, Any]]) -> Tool:
     keyed = [b["label"] for b in writable if b["isSkill"] or b["isSearchable"]]
 
     async def run(args: dict[str, Any]) -> str:

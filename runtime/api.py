@@ -579,9 +579,11 @@ def _schema(method: ApiMethod, field: Field) -> Mapping[str, Any]:
         return field.schema
     schema = next(p.schema for p in method.params if p.name == field.param)
     if field.key is not None:
-        return schema["properties"][field.key]
+        keyed: Mapping[str, Any] = schema["properties"][field.key]
+        return keyed
     if field.item:
-        return schema["items"]
+        items: Mapping[str, Any] = schema["items"]
+        return items
     return schema
 
 

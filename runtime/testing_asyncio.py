@@ -167,13 +167,14 @@ class ThreadedHost:
             RuntimeError: the host was not started with ``mock_clock=True``.
             ValueError: ``seconds`` is negative.
         """
-        if self._clock is None:
+        clock = self._clock
+        if clock is None:
             raise RuntimeError("advance() needs a host started with mock_clock=True")
         if seconds < 0:
             raise ValueError(f"seconds must be >= 0, not {seconds!r}")
 
         async def jump() -> None:
-            self._clock.jump(seconds)
+            clock.jump(seconds)
             await trio.testing.wait_all_tasks_blocked()
 
         await self.call_in_host(jump)

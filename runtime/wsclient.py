@@ -64,7 +64,7 @@ class WebSocketConnection:
         self._max = max_message_bytes
         self._send_lock = anyio.Lock()
         self._pending: list[str | bytes] = []
-        self._parts: list[str | bytes] = []
+        self._parts: list[Any] = []  # the message being received: all str (text) or all bytes-like (binary)
         self._closed: ConnectionClosed | None = None
         #: ``anyio.current_time()`` of the last pong received (``None``: none yet); see :meth:`ping`.
         self.last_pong: float | None = None
@@ -73,7 +73,7 @@ class WebSocketConnection:
 
     @classmethod
     async def connect(
-        cls, url: str, *, headers: list[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        cls, url: str, *, headers: Sequence[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         subprotocols: Sequence[str] = (),
     ) -> WebSocketConnection:
         """Open ``url`` (``ws://``, ``wss://``, or ``http(s)://`` meaning the same), offering
@@ -92,7 +92,11 @@ class WebSocketConnection:
         host = parts.hostname or "localhost"
         port = parts.port or (443 if secure else 80)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        stream = await anyio.connect_tcp(host, port, tls=secure, tls_hostname=host if secure else None)
+        stream: ByteStream
+        if secure:
+            stream = await anyio.connect_tcp(host, port, tls=True, tls_hostname=host)
+        else:
+            stream = await anyio.connect_tcp(host, port)
         try:
             connection = cls(stream, WSConnection(ConnectionType.CLIENT), max_message_bytes)
             await connection._handshake(parts.netloc, target, headers, subprotocols)
@@ -101,7 +105,7 @@ class WebSocketConnection:
             raise
         return connection
 
-    async def _handshake(self, netloc: str, target: str, headers: list[tuple[str, str]],
+    async def _handshake(self, netloc: str, target: str, headers: Sequence[tuple[str, str]],
                          subprotocols: Sequence[str] = ()) -> None:
         extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         await self._stream.send(self._ws.send(Request(host=netloc, target=target, extra_headers=extra,

@@ -191,7 +191,7 @@ class HostCatalog:
         """
         if wrote:
             updated = _now_ms() if written_ms is None else written_ms
-            known = (facts.first_message_ms, first_written_ms, updated)
+            known: tuple[int | None, ...] = (facts.first_message_ms, first_written_ms, updated)
         else:
             updated = facts.last_message_ms or facts.first_message_ms or _now_ms()
             known = (facts.first_message_ms, updated)

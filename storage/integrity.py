@@ -345,9 +345,11 @@ def actor_facts(storage: SqlStorage) -> ActorFacts:
     Counting messages reads the smallest index of ``assistant_messages``
     (about 1 ms per 30,000 messages).
     """
-    messages, first, last = storage.connection.execute(
+    row = storage.connection.execute(
         "SELECT count(*), min(created_at), max(created_at) FROM assistant_messages"
     ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY always yields one row
+    messages, first, last = row
     compactions = storage.scalar("SELECT count(*) FROM assistant_compactions")
     through = storage.scalar("SELECT to_message_id FROM assistant_compactions ORDER BY seq DESC LIMIT 1")
     return ActorFacts(
@@ -385,7 +387,9 @@ def open_for_inspection(path: str | os.PathLike[str]) -> SqlStorage:
     return SqlStorage(con, os.fspath(path), "normal")
 
 
-def examine(path: str | os.PathLike[str], known_generation: int | None = None) -> tuple[str | None, ActorFacts | None]:
+def examine(
+    path: str | os.PathLike[str], known_generation: int | None = None
+) -> tuple[str, None] | tuple[None, ActorFacts]:
     """The thorough check of one closed actor file (``doctor``): ``(problem, None)`` or ``(None, facts)``.
 
     Headers, every WAL frame checksum, the full integrity check, and the

@@ -234,7 +234,7 @@ class SqlStorage:
         hook = None if callback is None else _commit_hook(callback)
         self.connection.set_commit_hook(hook, id=key)
 
-    def on_rollback(self, callback: Callable[[], object] | None, *, key: Hashable) -> None:
+    def on_rollback(self, callback: Callable[[], None] | None, *, key: Hashable) -> None:
         """Call ``callback()`` each time a transaction of this connection rolls back.
 
         It runs inside SQLite's rollback hook and must not use this storage.

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from common.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
 from common.transcript_summary import fold_session_summary
@@ -403,6 +403,11 @@ class LocalTranscriptStore:
 
     def _path(self, file_id: str) -> Path:
         return self.data_dir / TRANSCRIPTS_DIR_NAME / f"{file_id}.sqlite3"
+
+    @overload
+    def _file(self, project_key: str, session_id: str, *, create: Literal[True]) -> TranscriptFile: ...
+    @overload
+    def _file(self, project_key: str, session_id: str, *, create: bool) -> TranscriptFile | None: ...
 
     def _file(self, project_key: str, session_id: str, *, create: bool) -> TranscriptFile | None:
         file_id = session_file_id(project_key, session_id)

@@ -94,7 +94,9 @@ async def serve_cluster(
         OSError: the address cannot be bound.
     """
     settings, cluster = config.server, config.cluster
+    assert cluster is not None  # the caller serves a cluster host only for a config with one
     database = describe_database(cluster.postgres)
+    listen: socket.socket | None
     listen, bound = bind_socket(settings.bind)
     try:
         advertise = cluster.advertise_url(bound)

@@ -84,7 +84,7 @@ def _doctor(data_dir: Path, catalog: HostCatalog, *, quarantine: bool, release: 
     for text in release:
         report.released += _release(catalog, text)
     guard = FileGuard(data_dir, catalog, lambda actor_id: _path(data_dir, actor_id))
-    findings = []
+    findings: list[Finding] = []
     for namespace in _namespaces(data_dir, catalog):
         findings += _check_namespace(data_dir, catalog, namespace, report)
     if quarantine:
@@ -130,6 +130,7 @@ def _check_file(path: Path, entry: CatalogEntry | None, catalog: HostCatalog, na
             problem = problem[:-1] + f" with {entry.messages} messages)"
         return problem
     if entry is None:
+        assert facts is not None  # examine() gives facts exactly when it finds no problem
         catalog.record(namespace, hex_id, facts, wrote=False)
         report.cataloged += 1
     return None

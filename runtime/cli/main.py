@@ -63,7 +63,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -190,7 +190,7 @@ class _Commands:
 
 def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """``--log-level`` and ``--log-format``; after the subcommand they override what came before it."""
-    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
     parser.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
                         help=f"logging level: {', '.join(LEVELS)} (default INFO)", **(keep or {"default": "INFO"}))
     parser.add_argument("--log-format", choices=LOG_FORMATS, help="text (default) or json: one object per line",
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except BrokenPipeError:
         return _stdout_gone()
-    except (UsageError, *_loaded("runtime.server.config", "ConfigError")) as exc:
+    except (UsageError,) + _loaded("runtime.server.config", "ConfigError") as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
     except _loaded("runtime.cli.cluster", "ClusterUnreachableError") as exc:
@@ -283,7 +283,7 @@ def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
     return (getattr(found, name),) if found is not None else ()
 
 
-def _failed(command: str, exc: Exception, url: str | None = None) -> int:
+def _failed(command: str, exc: Exception, url: str | Sequence[str] | None = None) -> int:
     """One line naming the failure (and one with a hint when there is one); exit status 1, or 2 for a data
     folder another process holds (it is in use: nothing was done)."""
     logger.debug("failure", exc_info=exc)
@@ -299,7 +299,7 @@ def _failed(command: str, exc: Exception, url: str | None = None) -> int:
     return 2 if isinstance(exc, DataFolderLockedError) else 1
 
 
-def _hint(exc: Exception, url: str | None) -> str | None:
+def _hint(exc: Exception, url: str | Sequence[str] | None) -> str | None:
     """What to try next after a client command's failure, when the failure says it (else ``None``)."""
     if isinstance(exc, UnauthorizedError):
         return "this server wants its token: pass --token or set DURABLE_SESSIONS_TOKEN"
@@ -554,7 +554,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
 
 
-def _server_url(args: argparse.Namespace) -> str | None:
+def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
     """The server a client command talks to, as the client resolves it (``None`` for ``serve``, ``doctor``)."""
     if args.command not in CLIENT_COMMANDS:
         return None

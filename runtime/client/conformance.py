@@ -50,6 +50,8 @@ class PrefixedProjects:
     def _key(self, key: Mapping[str, Any]) -> dict[str, Any]:
         return {**key, "project_key": self.prefix + key["project_key"]} if isinstance(key, Mapping) else key
 
+    # The ignore[misc] below: super() is the store this mixin is mixed into, which mypy cannot see.
+
     async def append(self, key: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> Any:
         prefixed = self._key(key)
         result = await super().append(prefixed, entries)  # type: ignore[misc]

@@ -123,7 +123,7 @@ class Endpoints:
         """
         now = time.monotonic()
         owner = self._owners.get(key) if key is not None else None
-        if owner is not None and owner != avoid and not self._cooling(owner, now):
+        if key is not None and owner is not None and owner != avoid and not self._cooling(owner, now):
             self._owners.move_to_end(key)
             return owner
         count = len(self.urls)

@@ -417,6 +417,7 @@ class TableHandle:
             reply = await self.client.request(request.verb, f"{self.path}/{request.path}", body=request.body,
                                               params=request.query, retry_safe=self._retry_safe(name))
         except catch:
+            assert route.not_found is not None  # only its errors are caught
             return route.not_found.when
         return None if route.result_key is None else reply[route.result_key]
 
@@ -633,7 +634,7 @@ class SessionSocket:
         self._ws = await self._connect()
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(self._read)
+        self._group.start_soon(self._read, self._ws)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -684,12 +685,12 @@ class SessionSocket:
         codes = self.FAILOVER_CODES if len(self.handle.client.urls) > 1 else self.RECONNECT_CODES
         return closed.code in codes
 
-    async def _read(self) -> None:
+    async def _read(self, ws: WebSocketConnection) -> None:
         try:
             while True:
                 try:
                     while True:
-                        self._dispatch(await self._ws.receive())
+                        self._dispatch(await ws.receive())
                 except ConnectionClosed as closed:
                     if not self._should_reconnect(closed):
                         self._closed = closed
@@ -698,7 +699,7 @@ class SessionSocket:
                     if closed.code != CLOSE_RECONNECT and self.url is not None:
                         self.handle.client.endpoints.failed(self.url)
                     try:
-                        self._ws = await self._connect()
+                        ws = self._ws = await self._connect()
                     except Exception:  # noqa: BLE001 - no host took the socket: it stays closed
                         self._closed = closed
                         return
@@ -739,7 +740,8 @@ class SessionSocket:
             raise self._closed
         self._next_id += 1
         call_id = self._next_id
-        event, box = anyio.Event(), []
+        event = anyio.Event()
+        box: list[Any] = []  # the answer, or the error that ended the wait
         self._waiting[call_id] = (event, box)
         try:
             await self._ws.send(encode_body({"id": call_id, "method": method, "params": list(args) if args else params},

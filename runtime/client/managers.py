@@ -27,6 +27,7 @@ streamed yet (``websocket()`` and ``events()`` raise).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ class ManagedSessionHandle(SessionHandle):
     def __repr__(self) -> str:
         return f"<ManagedSessionHandle {self.manager.manager_id!r}/{self.session_id!r}>"
 
-    def websocket(self) -> SessionSocket:
+    def websocket(self, *, reconnect: bool = True) -> SessionSocket:
         """Not served for managed sessions yet.
 
         Raises:
@@ -64,7 +65,7 @@ class ManagedSessionHandle(SessionHandle):
         """
         raise NotImplementedError("managed sessions have no WebSocket route yet")
 
-    def events(self) -> SessionSocket:
+    def events(self, *, reconnect: bool = True) -> SessionSocket:
         """Not served for managed sessions yet.
 
         Raises:
@@ -146,11 +147,11 @@ class ManagerHandle(TableHandle):
 
     # -- search and tools ------------------------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
+    async def search(self, query: str, *, limit: int = 20) -> builtins.list[dict[str, str]]:
         """Full-text search over every session: ``[{"id", "role", "content", "createdAt", "sessionId"}]``."""
         return await self._invoke("search", query, limit=limit)
 
-    async def tools(self, format: str = "raw") -> dict[str, Any] | list[dict[str, Any]]:
+    async def tools(self, format: str = "raw") -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """The manager's tools (``session_search``): ``raw``, ``openai`` or ``anthropic``."""
         return await self._invoke("tools", format)
 
@@ -174,7 +175,7 @@ class ManagerHandle(TableHandle):
         """Append a chain in one transaction; the last id, or ``None`` for none."""
         return await self._invoke("append_all", session_id, list(messages), parent_id)
 
-    async def get_history(self, session_id: str, leaf_id: str | None = None) -> list[Message]:
+    async def get_history(self, session_id: str, leaf_id: str | None = None) -> builtins.list[Message]:
         """The session's path root -> leaf, overlays applied."""
         return await self._invoke("get_history", session_id, leaf_id)
 
@@ -182,7 +183,7 @@ class ManagerHandle(TableHandle):
         """Stored messages on the path to the session's latest leaf."""
         return await self._invoke("get_message_count", session_id)
 
-    async def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+    async def get_branches(self, session_id: str, message_id: str) -> builtins.list[Message]:
         """The children of ``message_id`` in the session, oldest first."""
         return await self._invoke("get_branches", session_id, message_id)
 
@@ -198,6 +199,6 @@ class ManagerHandle(TableHandle):
         """Store an overlay in the session; the compaction record."""
         return await self._invoke("add_compaction", session_id, summary, from_id, to_id)
 
-    async def get_compactions(self, session_id: str) -> list[dict[str, str]]:
+    async def get_compactions(self, session_id: str) -> builtins.list[dict[str, str]]:
         """The session's compaction records, oldest first."""
         return await self._invoke("get_compactions", session_id)

@@ -228,7 +228,7 @@ async def _connect(conninfo: str) -> _AnyioConnection:
             ready = await _wait_fd(fileno, state)
             fileno, state = gen.send(ready)
     except StopIteration as done:
-        conn = done.value
+        conn: _AnyioConnection = done.value  # the connection the generator returns
     except BaseException:
         gen.close()
         raise

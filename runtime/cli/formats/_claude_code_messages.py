@@ -10,7 +10,7 @@ finish (results into their call parts, parents before children).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from . import ImportedMessage, ImportedSession
@@ -64,7 +64,7 @@ class _Converter:
         self.entries = entries
         self.by_uuid: dict[str, Mapping[str, Any]] = {}
         self.group_leader: dict[str, str] = {}  # API message id -> first entry uuid
-        self.first_result: dict[str, int] = {}  # tool_use_id -> id() of the block folded into it
+        self.first_result: dict[Hashable, int] = {}  # tool_use_id -> id() of the block folded into it
         self.call_ids: set[str] = set()
         self.owner_cache: dict[str, str | None] = {}
         self.messages: dict[str, dict[str, Any]] = {}
@@ -122,7 +122,8 @@ class _Converter:
         if not self._canonical(entry):
             return None
         if _is_conversation(entry, "assistant"):
-            return self.group_leader.get(_api_id(entry), entry["uuid"])
+            api_id = _api_id(entry)
+            return self.group_leader.get(api_id, entry["uuid"]) if api_id is not None else entry["uuid"]
         if _is_conversation(entry, "user") and not all(self._folds(b) for b in _content_blocks(entry)):
             return entry["uuid"]
         return None

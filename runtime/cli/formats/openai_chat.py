@@ -96,7 +96,8 @@ def convert_openai_chat(data: Any, *, session_prefix: str = "") -> list[Imported
             (the message names the conversation and message index).
     """
     conversations = _conversations(data)
-    sessions, taken = [], {}
+    sessions = []
+    taken: dict[str, int] = {}
     for index, (suggested, messages, metadata) in enumerate(conversations):
         session_id = _unique(session_prefix + (suggested or f"conversation-{index}"), taken)
         try:
@@ -190,7 +191,7 @@ class _Builder:
     def __init__(self, id_prefix: str) -> None:
         self.id_prefix = id_prefix
         self.messages: list[ImportedMessage] = []
-        self.unanswered: dict[str, list[dict[str, Any]]] = {}
+        self.unanswered: dict[tuple[str, Any], list[dict[str, Any]]] = {}
 
     def add(self, index: int, message: Any) -> None:
         if not isinstance(message, Mapping):
