@@ -64,6 +64,7 @@ from storage.integrity import (
     read_generation,
 )
 from storage.kv import ActorStorage
+from storage.private_files import make_private_dirs
 
 __all__ = ["QUARANTINE_DIR", "FileGuard"]
 
@@ -345,7 +346,7 @@ class FileGuard:
             return None
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         target = self.data_dir / QUARANTINE_DIR / actor_id.namespace / f"{actor_id.hex}-{stamp}"
-        target.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(target)
         for path in files:
             os.replace(path, target / path.name)
         return str(target.relative_to(self.data_dir))
