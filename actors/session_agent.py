@@ -86,6 +86,11 @@ class BlockConfig:
         text: readonly blocks: the fixed content.
         file: readonly blocks: a UTF-8 file read on every (re)load instead of ``text``.
         path: skills blocks: the folder of ``<key>.md`` files.
+        writable: skills blocks only: ``True`` lets every session write the
+            folder (``set_context`` / ``set_skill``), which every other
+            session then loads. ``False`` (default): the folder is read-only
+            for sessions and writes are refused (``ContextBlockError``:
+            ``does not support writes``); the operator edits the files.
 
     Raises:
         InvalidInputError: (``field`` names the culprit) an unknown kind, an
@@ -99,6 +104,7 @@ class BlockConfig:
     text: str | None = None
     file: Path | None = None
     path: Path | None = None
+    writable: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label:
@@ -127,6 +133,11 @@ class BlockConfig:
             raise InvalidInputError(f"block {self.label!r}: text must be a string", field="text")
         if self.kind == "skills" and self.path is None:
             raise InvalidInputError(f"skills block {self.label!r} needs a folder path", field="path")
+        if not isinstance(self.writable, bool):
+            raise InvalidInputError(f"block {self.label!r}: writable must be true or false", field="writable")
+        if self.writable and self.kind != "skills":
+            raise InvalidInputError(f"block {self.label!r}: writable does not apply to a {self.kind} block "
+                                    "(the kind says it)", field="writable")
 
 
 @dataclass(frozen=True)
@@ -244,6 +255,19 @@ class _TextProvider:
         return self.text
 
 
+class _ReadOnlySkills:
+    """A shared skills folder sessions may list and load but not write (``writable = false``)."""
+
+    def __init__(self, folder: DirectorySkillProvider) -> None:
+        self.folder = folder
+
+    async def get(self) -> str | None:
+        return await self.folder.get()
+
+    async def load(self, key: str) -> str | None:
+        return await self.folder.load(key)
+
+
 class _FileProvider:
     """A readonly block read from a UTF-8 file at each (re)load."""
 
@@ -264,7 +288,9 @@ def _provider(block: BlockConfig) -> Any:
         return _FileProvider(block.file)
     if block.kind == "skills" and block.path is not None:
         path = block.path
-        return PerSession(lambda storage: DirectorySkillProvider(path))
+        if block.writable:
+            return PerSession(lambda storage: DirectorySkillProvider(path))
+        return PerSession(lambda storage: _ReadOnlySkills(DirectorySkillProvider(path)))
     if block.kind == "searchable":
         return PerSession(search_provider_for)
     return None  # writable: auto-wired to the actor's file by the engine

@@ -33,6 +33,7 @@ import apsw.bestpractice
 
 from common.errors import SchemaTooNewError, StorageClosedError
 
+from .private_files import create_private_file, make_private, make_private_dirs
 from .schema import MIGRATIONS, Migration
 
 Durability = Literal["normal", "full"]
@@ -112,9 +113,11 @@ class SqlStorage:
             raise ValueError(f"locking must be 'exclusive' or 'normal', not {locking!r}")
         path = os.fspath(path)
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(Path(path).parent)
             if template is not None and not os.path.exists(path):
                 _seed_from_template(os.fspath(template), path, migrations, durability)
+            else:
+                create_private_file(path)  # 0600 before SQLite opens it; its -wal and -shm follow
         con = apsw.Connection(path)
         try:
             con.set_busy_timeout(BUSY_TIMEOUT_MS)
@@ -295,6 +298,7 @@ def _seed_from_template(template: str, path: str, migrations: Sequence[Migration
     partial = _partial_name(path)
     shutil.copyfile(template, partial)
     try:
+        make_private(partial)
         if durability == "full":
             _fsync_path(partial)
         os.link(partial, path)  # atomic and never replaces a file created meanwhile
@@ -346,7 +350,7 @@ def _write_template(template: str, migrations: Sequence[Migration]) -> None:
     Vacuumed: the ladder's steps leave pages free (tables renamed, copied
     and dropped); every file copied from the template would carry them.
     """
-    Path(template).parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(Path(template).parent)
     partial = _partial_name(template)
     try:
         with SqlStorage.open(partial, migrations=migrations) as built:

@@ -223,13 +223,14 @@ async def run_import_command(args: argparse.Namespace) -> int:
     stderr, also when it is not a terminal; the summary to stdout.
 
     Raises:
-        ImportUsageError: the path does not exist, or ``--prefix`` with ``--as transcripts``.
+        ImportUsageError: the path does not exist (or holds a symbolic link), or ``--prefix`` with
+            ``--as transcripts``.
     """
     if args.target == "transcripts" and args.prefix:
         raise ImportUsageError("--prefix does not apply to --as transcripts: keys come from the files")
     try:
         files = find_claude_code_files(args.file)
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise ImportUsageError(str(exc)) from None
     with tqdm(total=len(files), unit="file", desc="import", disable=args.no_progress or None,  # None: a terminal only
               file=sys.stderr) as bar:

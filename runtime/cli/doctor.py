@@ -67,7 +67,7 @@ def run_doctor(data_dir: Path, *, quarantine: bool = False, release: tuple[str, 
     """
     if not data_dir.is_dir():
         raise FileNotFoundError(f"no data folder at {data_dir}")
-    lock = DataFolderLock.acquire(data_dir, purpose="durable-sessions doctor")
+    lock = DataFolderLock.acquire(data_dir)
     try:
         catalog = HostCatalog.open(data_dir)
         try:

@@ -489,6 +489,8 @@ def _announce(urls: list[str], data: Path, ready_file: Path | None, extra: str =
 
 
 async def _import(args: argparse.Namespace) -> int:
+    if args.file.is_symlink():  # a link could make the import read any file this user may read
+        raise UsageError(f"{args.file} is a symbolic link; import follows no links (give the file itself)")
     if _is_claude_code(args):
         try:
             return await run_import_command(args)

@@ -66,6 +66,7 @@ from runtime.host.table import ActorKey, SlotTable
 from runtime.host.turns import Turns
 from storage.catalog import HostCatalog
 from storage.kv import ActorStorage
+from storage.private_files import make_private_dirs
 from storage.sqlite import Durability
 
 if TYPE_CHECKING:
@@ -460,7 +461,7 @@ async def open_host(
     if max_queue_s is not None and not max_queue_s > 0:
         raise ValueError(f"max_queue_s must be positive or None, not {max_queue_s!r}")
     root = Path(data_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(root)  # 0700 when it is new (storage.private_files)
     limit = raise_open_file_limit()
     folder_lock = DataFolderLock.acquire(root)
     try:

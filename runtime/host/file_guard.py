@@ -64,6 +64,7 @@ from storage.integrity import (
     read_generation,
 )
 from storage.kv import ActorStorage
+from storage.private_files import make_private_dirs
 
 __all__ = ["QUARANTINE_DIR", "FileGuard"]
 
@@ -127,8 +128,17 @@ class FileGuard:
         Raises:
             ActorStorageCorruptError: quarantined earlier, a damaged header, a
                 failed quick check, or a file the catalog lists that is gone
-                (it is quarantined now).
+                (it is quarantined now); or its file, a companion of it or a
+                folder on its path inside the data folder is a symbolic link
+                (refused, the target never opened).
         """
+        link = self._symbolic_link(actor_id)
+        if link is not None:
+            logger.error("actor %s/%s refused: %s is a symbolic link (to %s); the host never follows links in "
+                         "its data folder", actor_id.namespace, actor_id.hex, link, os.readlink(link))
+            self._settled.add((actor_id.namespace, actor_id.hex))  # nothing to move or mark: fixed, it serves again
+            raise self.refuse(actor_id, f"{link.relative_to(self.data_dir)} in the data folder is a symbolic "
+                                        "link; refused without opening it (put the file itself there)")
         entry = self.catalog.get(actor_id.namespace, actor_id.hex)
         if self.rebuildable:
             return entry  # checked by set_aside_if_damaged before the copy was made current
@@ -150,6 +160,20 @@ class FileGuard:
         if problem is not None:
             raise self.quarantine(actor_id, problem, entry=entry)
         return entry
+
+    def _symbolic_link(self, actor_id: ActorId) -> Path | None:
+        """The first symbolic link on the way from the data folder to the actor's files, else ``None``.
+
+        A link could point anywhere (another user's files, a file another
+        host serves); SQLite would follow it, so the host never opens one.
+        """
+        path = self._path_for(actor_id)
+        relative = path.relative_to(self.data_dir)
+        candidates = [self.data_dir.joinpath(*relative.parts[:depth]) for depth in range(1, len(relative.parts))]
+        for candidate in [*candidates, *companion_files(path)]:
+            if candidate.is_symlink():
+                return candidate
+        return None
 
     def after_open(self, actor_id: ActorId, storage: ActorStorage, entry: CatalogEntry | None) -> None:
         """Check the opened file against the catalog; then watch its commits.
@@ -340,12 +364,14 @@ class FileGuard:
                      name or "no name", error.problem, moved or "(none)")
 
     def _move_aside(self, actor_id: ActorId) -> str | None:
+        if self._symbolic_link(actor_id) is not None:
+            return None  # never move (or follow) what a link points to
         files = [path for path in companion_files(self._path_for(actor_id)) if path.exists()]
         if not files:
             return None
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         target = self.data_dir / QUARANTINE_DIR / actor_id.namespace / f"{actor_id.hex}-{stamp}"
-        target.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(target)
         for path in files:
             os.replace(path, target / path.name)
         return str(target.relative_to(self.data_dir))

@@ -47,6 +47,7 @@ Unknown keys are errors, so a typo never passes silently::
     kind = "skills"
     description = "Loadable skills"
     path = "skills"              # folder of <key>.md files
+    writable = false             # default: sessions load skills but cannot write the shared folder
 
     [session.compaction]         # or: compaction = false
     threshold = 100000           # estimated tokens (0: compact only on request)

@@ -38,6 +38,7 @@ import anyio
 import apsw
 
 from common.errors import RestoreError, StorageUnavailableError
+from storage.private_files import make_private, make_private_dirs
 from storage.schema import MIGRATIONS, Migration
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
@@ -110,7 +111,7 @@ def restore_file(
         apsw.Error: the image is not a database.
     """
     path = os.fspath(path)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(Path(path).parent)
     partial = f"{path}.restore.tmp"
     _remove(partial, f"{partial}-wal", f"{partial}-shm")
     try:
@@ -119,6 +120,7 @@ def restore_file(
         else:
             with open(partial, "wb") as out:
                 out.write(image)
+        make_private(partial)  # before SQLite opens it: its -wal follows its mode
         _apply_on_fresh_connection(partial, combine(tail), marker, path)
         if durability == "full":
             _fsync_path(partial)

@@ -133,15 +133,27 @@ def find_claude_code_files(path: str | os.PathLike[str]) -> list[ClaudeCodeFile]
     """The transcripts at ``path``: one ``.jsonl`` file, or every ``.jsonl``
     below a folder (a project folder or the whole ``projects`` folder), sorted.
 
+    Symbolic links are never followed: a link below the folder (a ``.jsonl``
+    file or a folder on the way to one) is refused, so a shared folder cannot
+    make an import read files elsewhere.
+
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        OSError: a ``.jsonl`` file, or a folder below ``path``, is a symbolic link (the message names it).
     """
     path = Path(path)
     if path.is_file():
         return [ClaudeCodeFile.from_path(path)]
     if not path.is_dir():
         raise FileNotFoundError(f"no Claude Code transcript or folder at {path}")
-    return [ClaudeCodeFile.from_path(p) for p in sorted(path.rglob("*.jsonl")) if p.is_file()]
+    found = []
+    for folder, folders, files in os.walk(path):  # os.walk never descends into a linked folder
+        for name in sorted([*folders, *files]):
+            entry = Path(folder) / name
+            if entry.is_symlink() and (name in folders or name.endswith(".jsonl")):
+                raise OSError(f"{entry} is a symbolic link; import follows no links (copy the file itself)")
+        found.extend(Path(folder) / name for name in files if name.endswith(".jsonl"))
+    return [ClaudeCodeFile.from_path(p) for p in sorted(found) if p.is_file()]
 
 
 def iter_claude_code_sessions(path: str | os.PathLike[str]) -> Iterator[ImportedSession]:

@@ -111,6 +111,27 @@ def test_json_logs_and_the_access_log(tmp_path):
     assert all(line["time"].endswith("Z") for line in lines)
 
 
+def test_the_text_access_log_escapes_control_characters_of_the_path(tmp_path):
+    """A decoded ``%0A`` in the path must not start a line of its own (forged log lines)."""
+    data = tmp_path / "data"
+    with server_process(data, extra=["--log-level", "info", "--access-log"]) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /v1/sessions/x%0A2030-01-01%20FORGED%20line%0D%1B[31m/messages HTTP/1.1\r\n"
+                         b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 ")
+    text = (tmp_path / "data-server.log").read_text()
+    lines = text.splitlines()
+    access = [line for line in lines if "durable_sessions.access" in line and "/v1/sessions/x" in line]
+    assert len(access) == 1, text
+    assert "/v1/sessions/x\\n2030-01-01 FORGED line\\r\\x1b[31m/messages" in access[0]
+    assert not any(line.startswith("2030-01-01") for line in lines)
+    assert "\r" not in text and "\x1b" not in text
+
+
 def test_no_access_log_unless_asked(tmp_path):
     data = tmp_path / "data"
     with server_process(data, extra=["--log-level", "info"]) as server:

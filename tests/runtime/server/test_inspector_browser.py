@@ -51,6 +51,7 @@ label = "skills"
 kind = "skills"
 description = "Loadable skills"
 path = "skills"
+writable = true                 # the markup test writes a skill (read-only by default)
 
 [session.compaction]
 threshold = 100000
