@@ -146,7 +146,7 @@ def find_claude_code_files(path: str | os.PathLike[str]) -> list[ClaudeCodeFile]
         return [ClaudeCodeFile.from_path(path)]
     if not path.is_dir():
         raise FileNotFoundError(f"no Claude Code transcript or folder at {path}")
-    found = []
+    found: list[Path] = []
     for folder, folders, files in os.walk(path):  # os.walk never descends into a linked folder
         for name in sorted([*folders, *files]):
             entry = Path(folder) / name
