@@ -59,4 +59,4 @@ def test_a_data_folder_in_use_exits_2_for_serve_import_and_doctor(tmp_path):
         assert result.returncode == 2, result.stderr
         first = result.stderr.splitlines()[0]
         assert first.startswith(f"durable-sessions {command}: DataFolderLockedError: the data folder {data} is in "
-                                f"use by another process (pid {server.process.pid}: ")
+                                f"use by another process (pid {server.process.pid}, since ")

@@ -133,7 +133,7 @@ async def test_the_lock_file_holds_no_secret_is_private_and_goes_at_exit(tmp_pat
             with urllib.request.urlopen(request, timeout=30) as answer:
                 assert answer.status == 200
             second = run_cli("serve", "--bind", "127.0.0.1:0", "--data", str(data))
-            assert second.returncode == 1
+            assert second.returncode == 2  # a data folder in use exits 2 (docs/operations.md)
             assert f"in use by another process (pid {process.pid}, since " in second.stderr
             assert SECRET_TOKEN not in second.stderr and SECRET_PASSWORD not in second.stderr
             process.send_signal(stop)
