@@ -33,9 +33,10 @@ messages, every branch), ``compactions``, ``compactedThrough`` (the last
 message the newest compaction covers), ``createdAt``/``updatedAt``, ``state``
 (``ok`` or ``quarantined``, with the ``problem``), ``active`` (awake now).
 
-Cluster mode (``serve --cluster``) and sessions in Postgres (``serve
---postgres``) answer 501 ``NotSupportedError``: a cluster host's catalog knows
-only the sessions it held, and Postgres sessions have no actor files.
+Sessions in Postgres (``serve --postgres``) are listed from the database
+(:mod:`runtime.server.listing_postgres`). Cluster mode (``serve --cluster``)
+answers 501 ``NotSupportedError``: a cluster host's catalog knows only the
+sessions it held.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundE
 from common.wire import SESSIONS_PREFIX
 from runtime.api import LIST_DEFAULT_LIMIT, LIST_LIMIT
 from runtime.host.ids import ActorId
+from runtime.server.listing_postgres import PostgresListing
 from storage.catalog import CatalogEntry, last_write_ms, read_facts
 from storage.context import read_config
 from storage.integrity import ACTOR_NAME_KEY, ActorFacts, actor_facts, companion_files
@@ -106,9 +108,6 @@ class SessionListing:
             return NotSupportedError(
                 "listing sessions is not supported in cluster mode: each host's catalog knows only the sessions "
                 "it held (docs/cluster.md); address sessions by id")
-        if _in_postgres(self.server.namespace.agent_class):
-            return NotSupportedError("listing sessions is not supported with the sessions in Postgres "
-                                     "(serve --postgres): it reads the host catalog of actor files")
         return None
 
     async def page(self, limit: int = LIST_DEFAULT_LIMIT, cursor: str | None = None,
@@ -122,6 +121,8 @@ class SessionListing:
         refused = self.refusal()
         if refused is not None:
             raise refused
+        if _in_postgres(self.server.namespace.agent_class):  # serve --postgres: runtime.server.listing_postgres
+            return await PostgresListing(self.server).page(limit, cursor, prefix)
         below = decode_cursor(cursor)
         namespace = self.server.namespace.name
         await self._rescan(namespace)
@@ -158,6 +159,8 @@ class SessionListing:
         refused = self.refusal()
         if refused is not None:
             raise refused
+        if _in_postgres(self.server.namespace.agent_class):
+            return await PostgresListing(self.server).describe(session_id)
         actor = self.server.actor_id(session_id)
         namespace = actor.namespace
         host = self.server.host
