@@ -18,12 +18,13 @@ created_ms          epoch milliseconds the row was made (a backfilled row: its o
 updated_ms          epoch milliseconds of the last write a caller made (see below)
 ==================  ==========================================================================
 
-**Kept in the same transaction as each write.** Statement-level ``AFTER``
-triggers (with transition tables, so a batch of appends costs one catalog
-update, not one per row) on ``assistant_messages`` (insert, update,
-delete), ``assistant_compactions`` (insert, delete), ``assistant_config``
-and the block and search-entry tables update the row inside the writing
-statement: no extra round trip, no window where a listing sees a message
+**Kept in the same transaction as each write.** ``AFTER`` triggers update
+the row inside the writing statement: statement-level ones with transition
+tables (a batch of appends costs one catalog update, not one per row) on
+``assistant_messages`` (insert, update, delete), ``assistant_compactions``
+(insert, delete) and the block and search-entry tables; row-level ones on
+``assistant_config`` whose ``WHEN`` skips the active leaf (written by every
+append) without running any function: no extra round trip, no window where a listing sees a message
 without its count, and writes of any client of the tables (the original's
 providers included) keep it right.
 
@@ -118,15 +119,18 @@ BEGIN
   RETURN NULL;
 END $$;
 
+CREATE OR REPLACE FUNCTION durable_sessions_catalog_named() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO durable_sessions_catalog AS c (session_id, name, created_ms, updated_ms)
+  VALUES (NEW.session_id, NEW.value, {_NOW_MS}, {_NOW_MS})
+  ON CONFLICT (session_id) DO UPDATE SET name = excluded.name;
+  RETURN NULL;
+END $$;
+
 CREATE OR REPLACE FUNCTION durable_sessions_catalog_configured() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF TG_OP <> 'DELETE' THEN
-    INSERT INTO durable_sessions_catalog AS c (session_id, name, created_ms, updated_ms)
-    SELECT session_id, value, {_NOW_MS}, {_NOW_MS} FROM changed WHERE key = '{NAME_KEY}'
-    ON CONFLICT (session_id) DO UPDATE SET name = excluded.name;
-  END IF;
-  PERFORM durable_sessions_catalog_touch(ARRAY(
-    SELECT DISTINCT session_id FROM changed WHERE key NOT IN ('{NAME_KEY}', '{ACTIVE_LEAF_KEY}')));
+  PERFORM durable_sessions_catalog_touch(ARRAY[CASE WHEN TG_OP = 'DELETE' THEN OLD.session_id
+                                                   ELSE NEW.session_id END]);
   RETURN NULL;
 END $$;
 
@@ -146,12 +150,14 @@ CREATE OR REPLACE TRIGGER durable_sessions_catalog_cmp_insert AFTER INSERT ON as
   REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_compacted();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_cmp_delete AFTER DELETE ON assistant_compactions
   REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_compacted();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_insert AFTER INSERT ON assistant_config
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_configured();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_update AFTER UPDATE ON assistant_config
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_configured();
+CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_name AFTER INSERT OR UPDATE ON assistant_config
+  FOR EACH ROW WHEN (NEW.key = '{NAME_KEY}') EXECUTE FUNCTION durable_sessions_catalog_named();
+CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_write AFTER INSERT OR UPDATE ON assistant_config
+  FOR EACH ROW WHEN (NEW.key NOT IN ('{NAME_KEY}', '{ACTIVE_LEAF_KEY}'))
+  EXECUTE FUNCTION durable_sessions_catalog_configured();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_delete AFTER DELETE ON assistant_config
-  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_configured();
+  FOR EACH ROW WHEN (OLD.key NOT IN ('{NAME_KEY}', '{ACTIVE_LEAF_KEY}'))
+  EXECUTE FUNCTION durable_sessions_catalog_configured();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_blk_insert AFTER INSERT ON cf_agents_context_blocks
   REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_blk_update AFTER UPDATE ON cf_agents_context_blocks

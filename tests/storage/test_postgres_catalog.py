@@ -116,7 +116,7 @@ async def test_a_version_2_database_gets_its_rows(conn):
     await storage.messages(OTHER).append("x", "user", '{"id":"x"}', "")
     # back to what version 2 left: no catalog, no triggers
     conn.execute("DROP TABLE durable_sessions_catalog")
-    for function in ("added", "removed", "rewritten", "compacted", "configured", "blocks"):
+    for function in ("added", "removed", "rewritten", "compacted", "named", "configured", "blocks"):
         conn.execute(f"DROP FUNCTION durable_sessions_catalog_{function}() CASCADE")
     conn.execute("UPDATE durable_sessions_meta SET value = '2' WHERE key = 'schema_version'")
     created = conn.execute("SELECT floor(extract(epoch FROM min(created_at)) * 1000)::bigint, "
