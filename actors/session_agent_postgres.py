@@ -104,7 +104,7 @@ def _one_at_a_time(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitab
     """``method`` run holding the actor's input gate for its whole run."""
 
     @functools.wraps(method)
-    async def call(self: PostgresSessionAgent, *args: Any, **kwargs: Any) -> T:
+    async def call(self: Agent, *args: Any, **kwargs: Any) -> T:
         return await self.ctx.block_concurrency_while(lambda: method(self, *args, **kwargs))
 
     return call

@@ -421,7 +421,7 @@ async def _serve(args: argparse.Namespace) -> int:
             max_queue_s=settings.max_queue_s,
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
-            bind_managers(host, config.session)
+            bind_managers(host, env)  # a PostgresSessionEnv with --postgres: managers in Postgres too
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,

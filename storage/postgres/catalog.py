@@ -36,6 +36,11 @@ id). Not: recording the name (a read on a new host does it), and not the
 cached prompt (``_system_prompt_<session_id>``, frozen by the first read).
 It never goes back.
 
+**Which writes make a row.** Storing a message or the name; every other
+write only updates an existing row (a compaction needs messages). A
+session a manager deletes (``PostgresRegistry.delete_session``) loses its
+row with the rest.
+
 Reads here (:func:`written`, :func:`page`, :func:`entry`) are one indexed
 statement each: the primary key, or ``(updated_ms DESC, session_id DESC)``
 for keyset pages.
@@ -76,15 +81,14 @@ CREATE INDEX IF NOT EXISTS idx_durable_sessions_catalog_updated
   ON durable_sessions_catalog (updated_ms DESC, session_id DESC) WHERE name IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION durable_sessions_catalog_touch(ids TEXT[]) RETURNS void LANGUAGE sql AS $$
-  INSERT INTO durable_sessions_catalog AS c (session_id, created_ms, updated_ms)
-  SELECT DISTINCT id, {_NOW_MS}, {_NOW_MS} FROM unnest(ids) AS id WHERE id IS NOT NULL
-  ON CONFLICT (session_id) DO UPDATE SET updated_ms = greatest(c.updated_ms, excluded.updated_ms)
+  UPDATE durable_sessions_catalog SET updated_ms = greatest(updated_ms, {_NOW_MS}) WHERE session_id = ANY(ids)
 $$;
 
 CREATE OR REPLACE FUNCTION durable_sessions_catalog_added() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE now_ms BIGINT := {_NOW_MS};
 BEGIN
   INSERT INTO durable_sessions_catalog AS c (session_id, messages, created_ms, updated_ms)
-  SELECT session_id, count(*), {_NOW_MS}, {_NOW_MS} FROM changed GROUP BY session_id
+  SELECT session_id, count(*), now_ms, now_ms FROM changed GROUP BY session_id
   ON CONFLICT (session_id) DO UPDATE SET messages = c.messages + excluded.messages,
     updated_ms = greatest(c.updated_ms, excluded.updated_ms);
   RETURN NULL;
@@ -107,22 +111,20 @@ END $$;
 
 CREATE OR REPLACE FUNCTION durable_sessions_catalog_compacted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO durable_sessions_catalog AS c (session_id, compactions, compacted_through, created_ms, updated_ms)
-  SELECT s.session_id,
-    (SELECT count(*) FROM assistant_compactions AS x WHERE x.session_id = s.session_id),
-    (SELECT x.to_message_id FROM assistant_compactions AS x WHERE x.session_id = s.session_id
-     ORDER BY x.seq DESC LIMIT 1),
-    {_NOW_MS}, {_NOW_MS}
-  FROM (SELECT DISTINCT session_id FROM changed) AS s
-  ON CONFLICT (session_id) DO UPDATE SET compactions = excluded.compactions,
-    compacted_through = excluded.compacted_through, updated_ms = greatest(c.updated_ms, excluded.updated_ms);
+  UPDATE durable_sessions_catalog AS c SET
+    compactions = (SELECT count(*) FROM assistant_compactions AS x WHERE x.session_id = c.session_id),
+    compacted_through = (SELECT x.to_message_id FROM assistant_compactions AS x WHERE x.session_id = c.session_id
+                         ORDER BY x.seq DESC LIMIT 1),
+    updated_ms = greatest(c.updated_ms, {_NOW_MS})
+  WHERE c.session_id IN (SELECT session_id FROM changed);
   RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION durable_sessions_catalog_named() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE now_ms BIGINT := {_NOW_MS};
 BEGIN
   INSERT INTO durable_sessions_catalog AS c (session_id, name, created_ms, updated_ms)
-  VALUES (NEW.session_id, NEW.value, {_NOW_MS}, {_NOW_MS})
+  VALUES (NEW.session_id, NEW.value, now_ms, now_ms)
   ON CONFLICT (session_id) DO UPDATE SET name = excluded.name;
   RETURN NULL;
 END $$;

@@ -44,7 +44,9 @@ processes may run it at once):
    * ``assistant_sessions``, the SessionManager's registry (the SQLite
      file's columns; ``updated_seq`` from the sequence
      ``assistant_sessions_updated_seq`` orders writes within one
-     millisecond), added in version 2;
+     millisecond), added in version 2; its ``owner`` (version 3, ``''``
+     for rows before) scopes a registry to one manager actor
+     (:class:`~storage.postgres.registry.OwnedRegistryDialect`);
    * ``durable_sessions_catalog`` (version 3): one row per session with its
      name, counts and times, kept by triggers in the same transaction as
      every write (:mod:`storage.postgres.catalog`); a database written by
@@ -210,6 +212,8 @@ CREATE TABLE IF NOT EXISTS assistant_sessions (
 );
 CREATE SEQUENCE IF NOT EXISTS assistant_sessions_updated_seq;
 CREATE INDEX IF NOT EXISTS idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);
+ALTER TABLE assistant_sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS idx_assistant_sessions_owner ON assistant_sessions (owner, updated_at, updated_seq);
 
 CREATE TABLE IF NOT EXISTS durable_sessions_meta (
   key TEXT PRIMARY KEY,

@@ -28,6 +28,7 @@ so that a stalled database answers 503, never a hang.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,17 @@ class PostgresStorage:
 
     def __repr__(self) -> str:
         return f"PostgresStorage({type(self.conn).__name__})"
+
+    def for_owner(self, owner: str) -> PostgresStorage:
+        """This storage (same connection, runner and limits) with :attr:`registry` scoped to the rows of
+        ``owner`` (e.g. a manager actor's hex id): a SessionManager on it sees only its own sessions.
+
+        Raises:
+            ValueError: ``owner`` is not 1-128 characters of ``[0-9A-Za-z_.:-]``.
+        """
+        scoped = copy.copy(self)
+        scoped.registry = PostgresRegistry(self, owner=owner)
+        return scoped
 
     def messages(self, session_id: str = "") -> PostgresSessionProvider:
         """The message store of ``session_id`` (a new provider object; all of them see the same rows)."""

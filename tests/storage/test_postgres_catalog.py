@@ -114,8 +114,10 @@ async def test_a_version_2_database_gets_its_rows(conn):
     await store.append("m2", "user", '{"id":"m2"}', "again")
     await store.add_compaction("c1", "summary", "m1", "m2")
     await storage.messages(OTHER).append("x", "user", '{"id":"x"}', "")
-    # back to what version 2 left: no catalog, no triggers
+    await storage.registry.insert_session("r1", "a manager's session")
+    # back to what version 2 left: no catalog, no triggers, registry rows without an owner
     conn.execute("DROP TABLE durable_sessions_catalog")
+    conn.execute("ALTER TABLE assistant_sessions DROP COLUMN owner")
     for function in ("added", "removed", "rewritten", "compacted", "named", "configured", "blocks"):
         conn.execute(f"DROP FUNCTION durable_sessions_catalog_{function}() CASCADE")
     conn.execute("UPDATE durable_sessions_meta SET value = '2' WHERE key = 'schema_version'")
@@ -128,6 +130,9 @@ async def test_a_version_2_database_gets_its_rows(conn):
     assert (name, messages, compactions, through) == ("old-chat", 2, 1, "m2")
     assert created_ms == created[0] and updated_ms >= created[1]
     assert _row(conn, OTHER)[:2] == (None, 1)
+    assert conn.execute("SELECT id, owner FROM assistant_sessions").fetchall() == [("r1", "")]
+    assert [r["id"] for r in await storage.registry.list_sessions()] == ["r1"]  # the whole database's registry
+    assert await storage.for_owner("ab" * 32).registry.list_sessions() == []  # a manager's sees only its own
     await store.append("m3", "user", '{"id":"m3"}', "")  # and the triggers keep it from now on
     assert _row(conn)[1] == 3
     conn.execute(CATALOG_SCHEMA)  # idempotent
