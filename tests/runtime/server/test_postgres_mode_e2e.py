@@ -3,7 +3,8 @@
 * sessions written through one host are served whole -- history, branches,
   blocks, the frozen prompt, search, loaded skills, metadata, compactions --
   by another host started on a new, empty data folder against the same
-  database, and listed there (``GET /v1/sessions`` and ``durable-sessions list``);
+  database, and listed there (``GET /v1/sessions`` and ``durable-sessions list``),
+  and so are a manager's registry and sessions;
 * a data folder holding single-host sessions is refused by ``serve --postgres``
   (exit 2, one line naming the folder), and a folder a ``--postgres`` host used
   is refused by ``serve`` without it: neither silently shadows the other.
@@ -60,6 +61,9 @@ async def _write(url):
         await chat.add_compaction("the booking so far", "m1", "m2")
         prompt = await chat.freeze_system_prompt()
         await client.session("trip-2").append_message(msg("x1", "hello"))
+        manager = client.manager("ana")
+        row = await manager.create("planning")
+        await manager.append(row["id"], msg("p1", "flights to Lisbon"))
         return prompt
 
 
@@ -76,6 +80,8 @@ async def _read(url):
             "metadata": await chat.get_metadata(),
             "compactions": [c["summary"] for c in await chat.get_compactions()],
             "listed": (await client.list_sessions())["sessions"],
+            "managed": [(r["name"], [m["id"] for m in await client.manager("ana").get_history(r["id"])])
+                        for r in await client.manager("ana").list()],
         }
 
 
@@ -96,6 +102,7 @@ def test_a_new_host_on_an_empty_folder_serves_every_session_in_postgres(tmp_path
     assert after["skills"] == before["skills"] and after["skills"]
     assert after["metadata"] == {"customer": "ana"}
     assert after["compactions"] == ["the booking so far"]
+    assert after["managed"] == before["managed"] == [("planning", ["p1"])]  # a manager's registry too
     # the listing is the database's: same counts and times on both hosts (reads moved nothing)
     strip = [{k: v for k, v in s.items() if k != "active"} for s in after["listed"]]
     assert strip == [{k: v for k, v in s.items() if k != "active"} for s in before["listed"]]
