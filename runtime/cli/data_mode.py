@@ -16,13 +16,17 @@ written when ``serve --postgres`` starts on a folder that passed the check.
 A folder without the mark is looked through once (the actor files of the
 session and manager namespaces, read-only, stopping at the first session
 found), so a folder a ``--postgres`` host of an older version used --
-files without messages -- is accepted and marked.
+files without messages -- is accepted and marked. The check holds the
+folder's lock (:mod:`runtime.host.folder_lock`); a folder in use by another
+process is left to the host's own refusal, which names the holder.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from common.errors import DataFolderLockedError
+from runtime.host.folder_lock import DataFolderLock
 from storage.catalog import actor_files, read_facts
 
 __all__ = ["MARK_FILE", "DataModeError", "check_data_mode", "single_host_session"]
@@ -59,6 +63,21 @@ def check_data_mode(data: Path, postgres: bool) -> None:
         DataModeError: ``postgres`` and the folder holds single-host sessions,
             or not ``postgres`` and the folder is marked as a ``--postgres`` host's.
     """
+    if not data.is_dir():  # a new folder: nothing to shadow
+        if postgres:
+            _mark(data)
+        return
+    try:
+        lock = DataFolderLock.acquire(data)  # no other host changes the folder while it is looked at
+    except DataFolderLockedError:
+        return  # in use: opening the host refuses it with the holder's pid, which says more
+    try:
+        _check(data, postgres)
+    finally:
+        lock.release()
+
+
+def _check(data: Path, postgres: bool) -> None:
     mark = data / MARK_FILE
     if not postgres:
         if mark.exists():
@@ -73,5 +92,10 @@ def check_data_mode(data: Path, postgres: bool) -> None:
         raise DataModeError(
             f"the data folder {data} holds sessions stored on this host (e.g. {found.relative_to(data)}); "
             f"--postgres would hide them: use a new --data folder, or keep serving it without --postgres")
+    _mark(data)
+
+
+def _mark(data: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
-    mark.write_text("sessions of this folder's host are in Postgres (serve --postgres)\n", encoding="utf-8")
+    (data / MARK_FILE).write_text("sessions of this folder's host are in Postgres (serve --postgres)\n",
+                                  encoding="utf-8")
