@@ -66,6 +66,16 @@ _NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # A block or search-entry label <label>_<64 hex>: the session it belongs to.
 _OWNER = "CASE WHEN label ~ '_[0-9a-f]{64}$' AND left(label, 14) <> '" + PROMPT_PREFIX + "' THEN right(label, 64) END"
 
+# The statement-level triggers: (name, event, table, function), each with its transition table ``changed``.
+_STATEMENT_TRIGGERS = (
+    *((f"msg_{e.lower()}", e, "assistant_messages", f) for e, f in
+      (("INSERT", "added"), ("DELETE", "removed"), ("UPDATE", "rewritten"))),
+    *((f"cmp_{e.lower()}", e, "assistant_compactions", "compacted") for e in ("INSERT", "DELETE")),
+    *((f"{short}_{e.lower()}", e, table, "blocks")
+      for short, table in (("blk", "cf_agents_context_blocks"), ("ent", "cf_agents_search_entries"))
+      for e in ("INSERT", "UPDATE", "DELETE")),
+)
+
 #: The table, its keyset index, and the triggers that keep it (idempotent).
 CATALOG_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS durable_sessions_catalog (
@@ -142,16 +152,6 @@ BEGIN
   RETURN NULL;
 END $$;
 
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_msg_insert AFTER INSERT ON assistant_messages
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_added();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_msg_delete AFTER DELETE ON assistant_messages
-  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_removed();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_msg_update AFTER UPDATE ON assistant_messages
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_rewritten();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_cmp_insert AFTER INSERT ON assistant_compactions
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_compacted();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_cmp_delete AFTER DELETE ON assistant_compactions
-  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_compacted();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_name AFTER INSERT OR UPDATE ON assistant_config
   FOR EACH ROW WHEN (NEW.key = '{NAME_KEY}') EXECUTE FUNCTION durable_sessions_catalog_named();
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_write AFTER INSERT OR UPDATE ON assistant_config
@@ -160,19 +160,12 @@ CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_write AFTER INSERT OR UPD
 CREATE OR REPLACE TRIGGER durable_sessions_catalog_cfg_delete AFTER DELETE ON assistant_config
   FOR EACH ROW WHEN (OLD.key NOT IN ('{NAME_KEY}', '{ACTIVE_LEAF_KEY}'))
   EXECUTE FUNCTION durable_sessions_catalog_configured();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_blk_insert AFTER INSERT ON cf_agents_context_blocks
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_blk_update AFTER UPDATE ON cf_agents_context_blocks
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_blk_delete AFTER DELETE ON cf_agents_context_blocks
-  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_ent_insert AFTER INSERT ON cf_agents_search_entries
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_ent_update AFTER UPDATE ON cf_agents_search_entries
-  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-CREATE OR REPLACE TRIGGER durable_sessions_catalog_ent_delete AFTER DELETE ON cf_agents_search_entries
-  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION durable_sessions_catalog_blocks();
-"""
+""" + "".join(
+    f"CREATE OR REPLACE TRIGGER durable_sessions_catalog_{name} AFTER {event} ON {table}\n"
+    f"  REFERENCING {'OLD' if event == 'DELETE' else 'NEW'} TABLE AS changed FOR EACH STATEMENT "
+    f"EXECUTE FUNCTION durable_sessions_catalog_{function}();\n"
+    for name, event, table, function in _STATEMENT_TRIGGERS
+)
 
 #: Rows of a database written before version 3, from its tables (once, in the migration).
 CATALOG_BACKFILL = f"""
