@@ -20,7 +20,8 @@ updated_ms          epoch milliseconds of the last write a caller made (see belo
 
 **Kept in the same transaction as each write.** ``AFTER`` triggers update
 the row inside the writing statement: statement-level ones with transition
-tables (a batch of appends costs one catalog update, not one per row) on
+tables (a multi-row statement costs one catalog update; ``append_chain``
+inserts row by row, so a batch costs one small update per message) on
 ``assistant_messages`` (insert, update, delete), ``assistant_compactions``
 (insert, delete) and the block and search-entry tables; row-level ones on
 ``assistant_config`` whose ``WHEN`` skips the active leaf (written by every
