@@ -16,6 +16,7 @@
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions mcp     --session ID [--url URL] [--token T]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -39,6 +40,10 @@ session's owner. At start the host keeps trying to reach Postgres for
 ``connect_timeout_s`` (default 30 s, ``[cluster]`` in the configuration
 file), logging each failure, and only then listens; if Postgres stays
 unreachable it exits with status 1 and one line saying so.
+
+``mcp`` serves one session's memory as a Model Context Protocol server
+over stdin/stdout, for desktop MCP clients (:mod:`runtime.mcp`; extra
+``mcp``); it is a client of the host at ``--url``.
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -166,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     sleep.add_argument("session_ids", nargs="*")
     _client_options(sleep)
 
+    server = commands.add_parser("mcp", help="serve a session's memory over MCP on stdin/stdout (extra: mcp)")
+    server.add_argument("--session", required=True, help="the session whose tools and blocks are served")
+    _client_options(server)
+
     check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
     check.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default ./data)")
     check.add_argument("--quarantine", action="store_true", help="move damaged actors' files to _quarantine")
@@ -224,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
+               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
@@ -553,7 +562,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate", "mcp"})
 
 
 def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
@@ -627,6 +636,18 @@ async def _search(args: argparse.Namespace) -> int:
     else:
         for hit in hits:
             print(f"{hit['id']} [{hit['role']}] {_one_line(hit['content'])}")
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from runtime.mcp import require_mcp, serve_stdio
+
+    try:
+        require_mcp()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    async with _client(args) as client:
+        await serve_stdio(client.session(args.session))
     return 0
 
 

@@ -20,6 +20,8 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
   Session API of each managed session (:mod:`runtime.server.managers`), when the
   ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``/mcp/{session_id}`` -- the session's memory over MCP, streamable HTTP (:mod:`runtime.mcp_http`;
+  extra ``mcp``);
 * ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
   routes and Swagger UI (:mod:`runtime.server.openapi`).
 
@@ -99,6 +101,7 @@ from common.wire import (
     error_payload,
     unquote_segment,
 )
+from runtime.mcp_http import McpMount
 from runtime.server import host_routes, inspector, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
@@ -230,6 +233,7 @@ class SessionsServer:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
         else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
             asgi = SessionShortcut(asgi, self)
+        asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
