@@ -16,7 +16,7 @@
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
-    durable-sessions mcp     --session ID [--url URL] [--token T]
+    durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -43,7 +43,9 @@ unreachable it exits with status 1 and one line saying so.
 
 ``mcp`` serves one session's memory as a Model Context Protocol server
 over stdin/stdout, for desktop MCP clients (:mod:`runtime.mcp`; extra
-``mcp``); it is a client of the host at ``--url``.
+``mcp``): a client of the host at ``--url``, or with ``--data`` a host of
+its own on that folder (no server may be using it; ``--config`` gives its
+``[session]`` blocks).
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -173,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = commands.add_parser("mcp", help="serve a session's memory over MCP on stdin/stdout (extra: mcp)")
     server.add_argument("--session", required=True, help="the session whose tools and blocks are served")
+    server.add_argument("--data", type=Path, help="embedded: open this data folder here (no server may be using it)")
+    server.add_argument("--config", type=Path, help="with --data: TOML configuration file (its [session] blocks)")
     _client_options(server)
 
     check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
@@ -266,7 +270,7 @@ HOST_COMMANDS = frozenset({"serve", "doctor"})
 
 def _run(command: Any, args: argparse.Namespace) -> int:
     """Run ``command(args)``: on trio when it runs a host here, else on asyncio (client commands)."""
-    if args.command in HOST_COMMANDS or (args.command == "import" and args.data is not None):
+    if args.command in HOST_COMMANDS or (args.command in ("import", "mcp") and args.data is not None):
         import trio
 
         return trio.run(command, args)
@@ -646,8 +650,20 @@ async def _mcp(args: argparse.Namespace) -> int:
         require_mcp()
     except ImportError as exc:
         raise UsageError(str(exc)) from None
-    async with _client(args) as client:
-        await serve_stdio(client.session(args.session))
+    if args.data is None:
+        if args.config is not None:
+            raise UsageError("--config goes with --data (a host's configuration; the host at --url has its own)")
+        async with _client(args) as client:
+            await serve_stdio(client.session(args.session))
+        return 0
+    from runtime.host.actor_host import open_host
+    from runtime.server.app import bind_sessions
+    from runtime.server.config import load_config
+
+    config = load_config(args.config)
+    check_data_folder(args.data)
+    async with open_host(args.data) as host:
+        await serve_stdio(bind_sessions(host, config.session).get_by_name(args.session))
     return 0
 
 

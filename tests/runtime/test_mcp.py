@@ -207,3 +207,20 @@ def test_stdio_server_loads_no_server_module():
         "import sys, runtime.mcp, mcp.server.lowlevel\n"
         "print(sorted(m for m in ('quart', 'hypercorn', 'apsw', 'runtime.server', 'runtime.host') if m in sys.modules))")
     assert loaded.strip() == "[]"
+
+
+async def test_stdio_embedded_on_a_data_folder(tmp_path):
+    config = tmp_path / "sessions.toml"
+    config.write_text('[[session.blocks]]\nlabel = "facts"\nkind = "writable"\n', encoding="utf-8")
+    args = [*cli_command()[1:], "mcp", "--session", "embedded", "--data", str(tmp_path / "data")]
+    params = StdioServerParameters(command=cli_command()[0], args=[*args, "--config", str(config)], env=cli_env(None))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert [tool.name for tool in (await session.list_tools()).tools] == ["set_context", *MEMORY_TOOLS]
+        await ok(session, "set_context", {"label": "facts", "content": "Stored on disk."})
+        await ok(session, "append_message", {"role": "user", "text": "first", "id": "e1"})
+    # a second process on the same folder (the first has exited and released it) sees both
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert [m["id"] for m in json.loads(await ok(session, "get_history", {}))] == ["e1"]
+        assert (await session.read_resource("memory://blocks/facts")).contents[0].text == "Stored on disk."
