@@ -400,6 +400,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from runtime.cli.cluster import serve_cluster
     from runtime.host.actor_host import open_host
     from runtime.server.app import bind_sessions, serve
+    from runtime.server.checkpoint_routes import bind_checkpoints
     from runtime.server.managers import bind_managers
     from runtime.server.transcripts import open_transcripts
     from storage.postgres import describe_dsn
@@ -428,6 +429,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, config.session)
+            bind_checkpoints(host)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,

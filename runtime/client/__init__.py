@@ -1,9 +1,12 @@
-"""Python clients of a durable-sessions host: HTTP, WebSocket, transcripts and the OpenAI Agents SDK session.
+"""Python clients of a durable-sessions host: HTTP, WebSocket, transcripts, the OpenAI Agents SDK session
+and the LangGraph checkpointer (``DurableCheckpointer``, loaded on first use: it needs the ``langgraph`` extra).
 
 Imports no server code (nor quart, hypercorn or apsw): httpx, wsproto,
 msgpack and anyio, so it runs under trio and asyncio alike. Errors the
 server answers are raised again as the classes of :mod:`common.errors`.
 """
+
+from typing import Any
 
 from common.wire import LATEST_LEAF
 from runtime.client.http import DEFAULT_URL, SessionHandle, SessionsClient, SessionSocket
@@ -13,6 +16,15 @@ from runtime.client.transcripts import DurableSessionStore
 from runtime.client.websocket import ConnectionClosed
 
 __all__ = [
-    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableSessionStore",
-    "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket", "SessionsClient",
+    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableCheckpointer",
+    "DurableSessionStore", "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket", "SessionsClient",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DurableCheckpointer`` is imported when first asked for: LangGraph is an extra, and a heavy import."""
+    if name == "DurableCheckpointer":
+        from runtime.client.langgraph import DurableCheckpointer
+
+        return DurableCheckpointer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,8 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
   Session API of each managed session (:mod:`runtime.server.managers`), when the
   ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``/v1/checkpoints/{thread_id}/...`` -- LangGraph thread actors (:mod:`runtime.server.checkpoint_routes`),
+  when the ``"checkpoints"`` namespace is bound;
 * ``/mcp/{session_id}`` -- the session's memory over MCP, streamable HTTP (:mod:`runtime.mcp_http`;
   extra ``mcp``);
 * ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
@@ -102,7 +104,7 @@ from common.wire import (
     unquote_segment,
 )
 from runtime.mcp_http import McpMount
-from runtime.server import host_routes, inspector, managers, transcript_routes
+from runtime.server import checkpoint_routes, host_routes, inspector, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
@@ -250,6 +252,7 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
         managers.install(app, self)  # with the "managers" namespace
+        checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace
         add_docs_routes(app, self)
         self.listing = add_listing_routes(app, self)
         return app
