@@ -1,5 +1,6 @@
 """Python clients of a durable-sessions host: HTTP, WebSocket, transcripts, the OpenAI Agents SDK session
-and the LangGraph checkpointer (``DurableCheckpointer``, loaded on first use: it needs the ``langgraph`` extra).
+and the LangGraph checkpointer: ``runtime.client.DurableCheckpointer`` is loaded on first use, as it needs the
+``langgraph`` extra (so it is not in ``__all__``: ``from runtime.client import *`` works without the extra).
 
 Imports no server code (nor quart, hypercorn or apsw): httpx, wsproto,
 msgpack and anyio, so it runs under trio and asyncio alike. Errors the
@@ -16,8 +17,8 @@ from runtime.client.transcripts import DurableSessionStore
 from runtime.client.websocket import ConnectionClosed
 
 __all__ = [
-    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableCheckpointer",
-    "DurableSessionStore", "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket", "SessionsClient",
+    "DEFAULT_URL", "LATEST_LEAF", "ConnectionClosed", "DurableAgentsSession", "DurableSessionStore",
+    "ManagedSessionHandle", "ManagerHandle", "SessionHandle", "SessionSocket", "SessionsClient",
 ]
 
 

@@ -235,6 +235,7 @@ class SessionsServer:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
         else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
             asgi = SessionShortcut(asgi, self)
+        asgi = checkpoint_routes.CheckpointShortcut(asgi, self)  # LangGraph threads' plain requests, below Quart
         asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)

@@ -6,26 +6,39 @@ as the host's ``"checkpoints"`` namespace (``durable-sessions serve`` does);
 of the thread's actor; in a cluster the owner answers (forwarded like every
 actor request, :mod:`runtime.server.forwarding`). The token and ``Origin``
 are checked as on every route; bodies and answers are msgpack.
+
+:class:`CheckpointShortcut` answers the plain ones below Quart, as
+:mod:`runtime.server.shortcut` does for sessions (a host outside a cluster;
+the right token; ``Accept: application/msgpack``; a route of the table; a
+declared body within the limit): the same actor call and the same answers,
+without the framework's per-request machinery. Everything else goes to the
+app's route above.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
+import trio
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from actors.checkpoint_agent import CheckpointAgent
-from common.errors import InvalidInputError
-from common.wire import MSGPACK, check_session_id, unquote_segment
+from common.errors import DurableSessionsError, InvalidInputError, PayloadTooLargeError, RequestTimeoutError
+from common.wire import MSGPACK, check_session_id, decode_body, encode_body, unquote_segment
 from runtime.checkpoint_api import CHECKPOINTS_PREFIX, ROUTES, CheckpointRoute
+from runtime.server.client_io import quiet_send
+from runtime.server.routes import describe_error
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
     from runtime.host.namespace import Namespace
     from runtime.server.app import SessionsServer
 
-__all__ = ["CHECKPOINTS_NAMESPACE", "bind_checkpoints", "install"]
+__all__ = ["CHECKPOINTS_NAMESPACE", "CheckpointShortcut", "bind_checkpoints", "install"]
 
 #: The namespace of the thread actors (the same name :mod:`runtime.checkpointer` binds).
 CHECKPOINTS_NAMESPACE = "checkpoints"
@@ -84,3 +97,101 @@ async def _arguments(server: SessionsServer, route: CheckpointRoute) -> list[Any
     if not isinstance(body, dict):
         raise InvalidInputError("the body must be a msgpack object", field="body")
     return [body.get(name) for name in route.params]
+
+
+_PREFIX = CHECKPOINTS_PREFIX.encode("ascii")
+_MSGPACK = MSGPACK.encode("ascii")
+
+
+class CheckpointShortcut:
+    """ASGI middleware: the plain checkpoint requests (module docstring) answered without Quart."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], server: SessionsServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        taken = self._take(scope) if scope.get("type") == "http" else None
+        if taken is None:
+            await self.app(scope, receive, send)
+            return
+        await self._answer(scope, receive, quiet_send(send), *taken)
+
+    def _take(self, scope: dict[str, Any]) -> tuple[Any, CheckpointRoute] | None:
+        """``(the thread's stub, its route)``, or ``None`` when the app answers the request."""
+        server = self.server
+        raw = scope.get("raw_path") or b""
+        if (not raw.startswith(_PREFIX) or server.forwarder is not None or not server.shortcut
+                or server.closing.is_set() or CHECKPOINTS_NAMESPACE not in server.host.namespaces):
+            return None
+        thread, _, path = raw[len(_PREFIX):].decode("latin-1").partition("/")
+        route = _BY_PATH.get((scope.get("method", ""), path))
+        if route is None:
+            return None
+        authorization = length = accept = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                authorization = value.decode("latin-1") if authorization is None else authorization
+            elif name == b"content-length":
+                length = value if length is None else length
+            elif name == b"transfer-encoding":
+                return None
+            elif name == b"accept":
+                accept = value if accept is None else accept
+        if accept != _MSGPACK or not server.authorized(authorization):
+            return None
+        if length is not None and length != b"0" and not (length.isdigit() and int(length) <= server.max_body_bytes):
+            return None
+        try:
+            namespace = server.host.namespace(CHECKPOINTS_NAMESPACE)
+            stub = namespace.get(namespace.id_from_name(check_session_id(unquote_segment(thread, "thread_id"))))
+        except DurableSessionsError:  # a bad id: the app names it
+            return None
+        return stub, route
+
+    async def _answer(self, scope: dict[str, Any], receive: Any, send: Any, stub: Any, route: CheckpointRoute) -> None:
+        server = self.server
+        started = time.perf_counter()
+        headers: dict[str, str] = {}
+        try:
+            if route.verb in ("GET", "DELETE"):
+                query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+                args = [query.get(name) for name in route.params]
+            else:
+                data = await self._read_body(receive)
+                if data is None:  # the client went away
+                    return
+                body = decode_body(data, MSGPACK) if data else {}
+                if not isinstance(body, dict):
+                    raise InvalidInputError("the body must be a msgpack object", field="body")
+                args = [body.get(name) for name in route.params]
+            status, payload = 200, {"result": await stub.call(route.method, *args)}
+        except Exception as exc:  # noqa: BLE001 - every error becomes an error response, as in the app
+            status, payload = describe_error(exc)
+            headers = server.error_headers(exc, status)
+        content = encode_body(payload, MSGPACK)
+        out = [(b"content-type", _MSGPACK), (b"content-length", str(len(content)).encode("ascii"))]
+        out += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        with trio.CancelScope(shield=True):  # see app._ShieldedResponseEnd
+            await send({"type": "http.response.body", "body": content, "more_body": False})
+        server.metrics.observe(f"{route.verb} {CHECKPOINTS_PREFIX}*/{route.path}", status, time.perf_counter() - started)
+
+    async def _read_body(self, receive: Any) -> bytes | None:
+        """The whole body (``None``: the client went away); 413 over the limit, 408 after the body timeout."""
+        timeout, limit = self.server.body_timeout_s, self.server.max_body_bytes
+        parts: list[bytes] = []
+        size = 0
+        with trio.move_on_after(timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                part = message.get("body", b"")
+                size += len(part)
+                if size > limit:
+                    raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
+                parts.append(part)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+        raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")
