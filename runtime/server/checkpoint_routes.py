@@ -27,11 +27,12 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from actors.checkpoint_agent import CheckpointAgent
-from common.errors import DurableSessionsError, InvalidInputError, PayloadTooLargeError, RequestTimeoutError
+from common.errors import DurableSessionsError, InvalidInputError
 from common.wire import MSGPACK, check_session_id, decode_body, encode_body, unquote_segment
 from runtime.checkpoint_api import CHECKPOINTS_PREFIX, ROUTES, CheckpointRoute
 from runtime.server.client_io import quiet_send
 from runtime.server.routes import describe_error
+from runtime.server.shortcut import read_body
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
@@ -66,8 +67,7 @@ def install(app: QuartTrio, server: SessionsServer) -> None:
                 raise InvalidInputError(f"no route {request.method} {CHECKPOINTS_PREFIX}{{thread_id}}/{path}"
                                         + (f"; use {', '.join(allowed)}" if allowed else ""), field="path")
             g.route = f"{route.verb} {CHECKPOINTS_PREFIX}*/{route.path}"
-            thread_id = check_session_id(unquote_segment(thread, "thread_id"))
-            actor_id = namespace.id_from_name(thread_id)
+            actor_id = namespace.id_from_name(_thread_id(thread))
 
             async def local() -> tuple[int, Any]:
                 args = await _arguments(server, route)
@@ -82,6 +82,19 @@ def install(app: QuartTrio, server: SessionsServer) -> None:
 
     app.add_url_rule(f"{CHECKPOINTS_PREFIX}<rest:rest>", "checkpoints", checkpoints,
                      methods=["GET", "POST", "PUT", "DELETE"])
+
+
+def _thread_id(segment: str) -> str:
+    """The thread id of a path segment (still percent-encoded).
+
+    Raises:
+        InvalidInputError: (``field="thread_id"``) not UTF-8, empty, or over 512 bytes (as a session id).
+    """
+    thread_id = unquote_segment(segment, "thread_id")
+    try:
+        return check_session_id(thread_id)
+    except InvalidInputError as exc:
+        raise InvalidInputError(str(exc).replace("session_id", "thread_id"), field="thread_id") from None
 
 
 async def _arguments(server: SessionsServer, route: CheckpointRoute) -> list[Any]:
@@ -144,7 +157,7 @@ class CheckpointShortcut:
             return None
         try:
             namespace = server.host.namespace(CHECKPOINTS_NAMESPACE)
-            stub = namespace.get(namespace.id_from_name(check_session_id(unquote_segment(thread, "thread_id"))))
+            stub = namespace.get(namespace.id_from_name(_thread_id(thread)))
         except DurableSessionsError:  # a bad id: the app names it
             return None
         return stub, route
@@ -158,7 +171,7 @@ class CheckpointShortcut:
                 query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
                 args = [query.get(name) for name in route.params]
             else:
-                data = await self._read_body(receive)
+                data = await read_body(receive, server.body_timeout_s, server.max_body_bytes)
                 if data is None:  # the client went away
                     return
                 body = decode_body(data, MSGPACK) if data else {}
@@ -176,22 +189,3 @@ class CheckpointShortcut:
         with trio.CancelScope(shield=True):  # see app._ShieldedResponseEnd
             await send({"type": "http.response.body", "body": content, "more_body": False})
         server.metrics.observe(f"{route.verb} {CHECKPOINTS_PREFIX}*/{route.path}", status, time.perf_counter() - started)
-
-    async def _read_body(self, receive: Any) -> bytes | None:
-        """The whole body (``None``: the client went away); 413 over the limit, 408 after the body timeout."""
-        timeout, limit = self.server.body_timeout_s, self.server.max_body_bytes
-        parts: list[bytes] = []
-        size = 0
-        with trio.move_on_after(timeout):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return None
-                part = message.get("body", b"")
-                size += len(part)
-                if size > limit:
-                    raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
-                parts.append(part)
-                if not message.get("more_body", False):
-                    return b"".join(parts)
-        raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")

@@ -21,6 +21,7 @@ import sys
 from typing import Annotated, TypedDict
 
 import httpx
+import msgpack
 import pytest
 
 from tests.support.data import REPO_ROOT
@@ -175,6 +176,21 @@ async def test_errors_a_caller_gets(server):
         assert json_call.status_code == 400
         assert "msgpack" in json_call.json()["error"]["message"]
         actors = (await http.get("/v1/actors")).json()
+        packed = {"Accept": "application/msgpack", "Content-Type": "application/msgpack"}
+        not_msgpack = await http.put("/v1/checkpoints/t/checkpoints", content=b"\xc1", headers=packed)
+        assert not_msgpack.status_code == 400  # answered below Quart (CheckpointShortcut), as the app would
+        assert msgpack.unpackb(not_msgpack.content)["error"]["field"] == "body"
+        wrong_verb = await http.post("/v1/checkpoints/t/checkpoint", headers=packed)
+        assert wrong_verb.status_code == 400
+        assert "use GET" in msgpack.unpackb(wrong_verb.content)["error"]["message"]
+        no_thread = await http.get("/v1/checkpoints//checkpoint", params={"checkpoint_ns": ""}, headers=packed)
+        assert no_thread.status_code == 400
+        assert msgpack.unpackb(no_thread.content)["error"] == {
+            "type": "InvalidInputError", "message": "thread_id must not be empty", "field": "thread_id"}
+        bad_field = await http.put("/v1/checkpoints/t/checkpoints", headers=packed,
+                                   content=msgpack.packb({"checkpoint_ns": "", "checkpoint_id": "c1", "checkpoint": "x",
+                                                          "metadata": "{}"}))
+        assert msgpack.unpackb(bad_field.content)["error"]["field"] == "checkpoint"
     assert CHECKPOINTS_NAMESPACE in actors["namespaces"], actors
 
 
