@@ -25,7 +25,7 @@ import msgpack
 import pytest
 
 from tests.support.data import REPO_ROOT
-from tests.support.processes import kill_hard, server_process
+from tests.support.processes import kill_hard, run_fresh_python, server_process
 
 pytest.importorskip("langgraph.checkpoint.conformance", reason="the langgraph extra is not installed")
 
@@ -201,3 +201,11 @@ def test_missing_langgraph_is_one_line_naming_the_extra():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert done.stdout.strip() == ("LangGraph checkpointers need the langgraph extra: "
                                    "pip install 'durable-sessions[langgraph]'")
+
+
+def test_the_http_checkpointer_loads_no_server_module():
+    loaded = run_fresh_python(
+        "import sys\nfrom runtime.client import DurableCheckpointer\n"
+        "print(sorted(m for m in ('quart', 'hypercorn', 'apsw', 'runtime.server', 'runtime.host', 'actors', 'storage')"
+        " if m in sys.modules))")
+    assert loaded.strip() == "[]"
