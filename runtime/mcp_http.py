@@ -17,8 +17,10 @@ Guards, the same as every API route:
 The transport runs **stateless** with JSON answers: each POST is one
 complete exchange (no MCP session is kept in memory between requests, so a
 restarted host answers the next call at once; the session's state is the
-actor's). A GET (the server-to-client event stream) is answered 405 by the
-SDK, as the specification allows for a server that sends no notifications.
+actor's). Only POST is served: a GET (the server-to-client event stream)
+or DELETE (the end of an MCP session) is answered 405 with ``Allow: POST``,
+as the specification allows for a server that keeps no MCP session and
+sends no notifications.
 
 Errors of the endpoint itself (bad session id, no token, no ``mcp`` extra:
 501 naming the extra) are the server's JSON error bodies; errors of a tool
@@ -37,7 +39,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from common.errors import InvalidInputError, NotSupportedError, ServiceUnavailableError, UnauthorizedError
+from common.errors import (
+    InvalidInputError,
+    MethodNotAllowedError,
+    NotSupportedError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+)
 from common.wire import JSON, unquote_segment
 
 if TYPE_CHECKING:
@@ -104,6 +112,11 @@ class McpMount:
             raise UnauthorizedError("missing or wrong bearer token")
         if server.closing.is_set():
             raise ServiceUnavailableError("the server is shutting down")
+        if scope.get("method") != "POST":
+            refusal = MethodNotAllowedError(f"{scope.get('method')} is not allowed on {MCP_PREFIX}: use POST (the "
+                                            "endpoint keeps no MCP session and sends no server-initiated messages)")
+            refusal.allowed = ["POST"]
+            raise refusal
         if server.forwarder is not None:
             raise NotSupportedError("the /mcp endpoint is not served in cluster mode: run `durable-sessions mcp "
                                     "--session ID --url URL` (stdio), whose calls any host forwards to the owner")

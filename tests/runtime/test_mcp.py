@@ -179,6 +179,9 @@ async def test_http_endpoint_is_guarded_like_the_api(server):
         foreign = await http.post("/mcp/guarded", json=body, headers={**authorized, "Origin": "https://evil.example"})
         assert foreign.status_code == 403
         assert foreign.json()["error"]["type"] == "OriginNotAllowedError"
+        stream = await http.get("/mcp/guarded", headers={**authorized, "Accept": "text/event-stream"})
+        assert (stream.status_code, stream.headers["Allow"]) == (405, "POST")
+        assert (await http.delete("/mcp/guarded", headers=authorized)).status_code == 405
         nameless = await http.post("/mcp", json=body, headers=authorized)
         assert nameless.status_code == 400
         assert nameless.json()["error"]["field"] == "session_id"
