@@ -62,8 +62,18 @@ CREATE TABLE actors (
 CREATE INDEX actors_by_update ON actors (namespace, updated_ms);
 """
 
+# v2: which agent class served each namespace last (``module.QualName``), so a host bound to another
+# class over the same folder can say so at start.
+_CATALOG_V2 = """
+CREATE TABLE namespaces (
+    namespace   TEXT PRIMARY KEY,
+    agent_class TEXT NOT NULL,
+    bound_ms    INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 #: The catalog's schema ladder: ``CATALOG_MIGRATIONS[i]`` takes version ``i`` to ``i + 1``.
-CATALOG_MIGRATIONS = (_CATALOG_V1,)
+CATALOG_MIGRATIONS = (_CATALOG_V1, _CATALOG_V2)
 
 _COLUMNS = ("namespace, actor_id, name, generation, messages, compactions, compacted_through, created_ms, "
             "updated_ms, state, problem, quarantined_to")
@@ -211,6 +221,18 @@ class HostCatalog:
         """Drop the actor's entry (an operator released it); ``True`` if it existed."""
         self._storage.exec("DELETE FROM actors WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
         return self._storage.connection.changes() > 0
+
+    def bound_class(self, namespace: str) -> str | None:
+        """The agent class (``module.QualName``) that last served ``namespace`` from this folder, or ``None``."""
+        value = self._storage.scalar("SELECT agent_class FROM namespaces WHERE namespace = ?", namespace)
+        return None if value is None else str(value)
+
+    def record_class(self, namespace: str, agent_class: str) -> None:
+        """Note that ``agent_class`` (``module.QualName``) serves ``namespace`` from now on."""
+        self._storage.exec(
+            "INSERT INTO namespaces (namespace, agent_class, bound_ms) VALUES (?, ?, ?) "
+            "ON CONFLICT (namespace) DO UPDATE SET agent_class = excluded.agent_class, bound_ms = excluded.bound_ms",
+            namespace, agent_class, _now_ms())
 
     def unlisted(self, namespace: str) -> Iterator[str]:
         """Hex ids of the actor files of ``namespace`` on disk that have no entry (one folder scan)."""

@@ -42,6 +42,7 @@ from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -64,7 +65,7 @@ from runtime.host.placement import LocalPlacement, Placement, placement_for
 from runtime.host.slots import ActorSlot, SlotState
 from runtime.host.table import ActorKey, SlotTable
 from runtime.host.turns import Turns
-from storage.catalog import HostCatalog
+from storage.catalog import HostCatalog, actor_files
 from storage.kv import ActorStorage
 from storage.private_files import make_private_dirs
 from storage.sqlite import Durability
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_PENDING_CALLS", "WAL_KEEP_BYTES", "ActorHost", "HostStatistics", "open_host"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: Default bound on unanswered calls per actor.
 DEFAULT_MAX_PENDING_CALLS = 1000
@@ -206,7 +209,26 @@ class ActorHost:
             raise InvalidNamespaceError(f"namespace {name!r} is already bound")
         namespace = self._namespaces[name] = Namespace(self, name, agent_class, env)
         self._alarms.add_namespace(name)
+        self._note_class(name, agent_class)
         return namespace
+
+    def _note_class(self, name: str, agent_class: type[Agent]) -> None:
+        """Record which class serves namespace ``name``; warn (one line) when the folder holds actors
+        that another class wrote. Their files stay as they are: the new class opens them as its own
+        storage, as a Durable Object class deployed over an old one inherits its storage."""
+        current = f"{agent_class.__module__}.{agent_class.__qualname__}"
+        catalog = self.catalog
+        recorded = catalog.bound_class(name)
+        if recorded == current:
+            return
+        if recorded is not None:
+            count = sum(1 for _ in actor_files(self.data_dir, name))
+            if count:
+                logger.warning(
+                    "namespace %r of %s holds %d actor%s written by %s; %s serves them now (their files stay "
+                    "readable by either class)", name, self.data_dir, count, "" if count == 1 else "s",
+                    recorded, current)
+        catalog.record_class(name, current)
 
     def namespace(self, name: str) -> Namespace:
         """The namespace bound as ``name``.
