@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -303,6 +303,11 @@ class ActorHost:
         """Epoch milliseconds at which the awake actor's last write committed (``None``: it wrote
         nothing since it woke). Kept in memory; the catalog gets it when the actor hibernates or closes."""
         return self._guard.last_write_ms(actor_id)
+
+    def quiet_writes(self, actor_id: ActorId) -> AbstractContextManager[None]:
+        """Commits the current task makes to the actor's file inside the block do not move its write
+        times (:meth:`runtime.host.file_guard.FileGuard.quiet_writes`)."""
+        return self._guard.quiet_writes(actor_id)
 
     def knows(self, actor_id: ActorId) -> bool:
         """``True`` when the actor is awake, has a file, or the host catalog lists it (even quarantined)."""

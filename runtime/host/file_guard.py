@@ -50,6 +50,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import trio
+
 from common.errors import ActorStorageCorruptError
 from runtime.host.ids import ActorId
 from storage.catalog import CatalogEntry, HostCatalog
@@ -102,6 +104,7 @@ class FileGuard:
         self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
         self._settled: set[ActorKey] = set()
         self._written: dict[ActorKey, tuple[int, int]] = {}  # first and last commit (epoch ms) since opened
+        self._quiet: set[tuple[ActorKey, trio.lowlevel.Task]] = set()  # (actor, task) whose commits are not writes
         self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
 
     # -- refusals ----------------------------------------------------------------------------
@@ -197,6 +200,8 @@ class FileGuard:
 
     def _stamp(self, key: ActorKey) -> None:
         # Inside SQLite's commit hook: one clock read and one dict store per commit.
+        if self._quiet and (key, trio.lowlevel.current_task()) in self._quiet:
+            return
         now = time.time_ns() // 1_000_000
         span = self._written.get(key)
         self._written[key] = (now, now) if span is None else (span[0], now)
@@ -219,6 +224,21 @@ class FileGuard:
                 self._written.pop(key, None)
             else:
                 self._written[key] = span
+
+    @contextmanager
+    def quiet_writes(self, actor_id: ActorId) -> Iterator[None]:
+        """Commits the CURRENT TASK makes to the actor's file inside the block are upkeep, not updates
+        (a prompt rendered and stored on first read): they do not move its write times. Commits of the
+        actor's other calls meanwhile still count. Must run in the host's trio thread."""
+        entry = ((actor_id.namespace, actor_id.hex), trio.lowlevel.current_task())
+        if entry in self._quiet:  # nested: the outer block ends it
+            yield
+            return
+        self._quiet.add(entry)
+        try:
+            yield
+        finally:
+            self._quiet.discard(entry)
 
     def set_aside_if_damaged(self, actor_id: ActorId) -> str | None:
         """Cluster mode, before the working copy is made current: check its headers (and a small
