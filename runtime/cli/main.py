@@ -6,7 +6,7 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
-                             [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
+                             [--cluster POSTGRES_URL ... [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
@@ -114,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write {url, urls, pid} as JSON here once listening")
     run.add_argument("--postgres", metavar="URL",
                      help="keep every session in this Postgres database (postgresql://...) instead of the actor files")
-    run.add_argument("--cluster", metavar="POSTGRES_URL",
-                     help="join the cluster of hosts sharing this Postgres database (see docs/cluster.md)")
+    run.add_argument("--cluster", metavar="POSTGRES_URL", action="append",
+                     help="join the cluster of hosts sharing this Postgres database; repeat it for a cluster on "
+                          "several databases, in the same order on every host (see docs/cluster.md)")
     run.add_argument("--host-id", dest="host_id", help="this host's id in the cluster (default: random per start)")
     run.add_argument("--advertise", metavar="URL",
                      help="the URL other hosts reach this one at (default: http://<bound address>)")
