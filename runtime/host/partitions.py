@@ -78,7 +78,8 @@ class PartitionMapError(Exception):
 
 
 def partition_of(actor_id: ActorId) -> int:
-    """The partition of an actor: ``sha256("<namespace>/<hex>")``'s first 4 bytes, big-endian, mod :data:`PARTITIONS`."""
+    """The partition of an actor: the first 4 bytes of ``sha256("<namespace>/<hex>")``, big-endian,
+    modulo :data:`PARTITIONS`."""
     digest = hashlib.sha256(f"{actor_id.namespace}/{actor_id.hex}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % PARTITIONS
 

@@ -106,7 +106,8 @@ async def test_actors_live_in_the_database_of_their_partition_and_every_host_ser
                 assert rows(dsns[1 - where], "SELECT count(*) FROM ds_log WHERE actor_id = %s", key) == [(0,)]
             assert all(len(found) >= 4 for found in held), [len(found) for found in held]  # both are used
             # the other host is refused with the owner's URL, whichever database holds the actor
-            for name in (names[0], next(n for n in names if database_index(ids[n], 2) != database_index(ids[names[0]], 2))):
+            other = next(n for n in names if database_index(ids[n], 2) != database_index(ids[names[0]], 2))
+            for name in (names[0], other):
                 with pytest.raises(NotOwnerError) as refused:
                     await counters_b.get_by_name(name).read()
                 assert refused.value.owner_url == "http://h0"
