@@ -144,6 +144,10 @@ class PartitionMap:
         return tuple(cluster_id for cluster_id, _name in self.databases)
 
 
+#: The partition of a row's ``actor_id`` in SQL (the same hash as ``runtime.host.partitions.partition_of``,
+#: for 256 partitions): for moving rows by hand when a database is added (docs/cluster.md).
+PARTITION_OF_SQL = "mod(('x' || left(encode(sha256(convert_to(actor_id, 'UTF8')), 'hex'), 8))::bit(32)::bigint, 256)"
+
 _READ_MAP = "SELECT key, value FROM ds_cluster_meta WHERE key IN ('partitions', 'partition_map')"
 _WRITE_MAP = """INSERT INTO ds_cluster_meta (key, value) VALUES ('partitions', %s), ('partition_map', %s)
     ON CONFLICT (key) DO NOTHING"""

@@ -24,6 +24,7 @@ from runtime.host.partitions import (
     partition_of,
 )
 from storage.cluster.driver import describe_dsn
+from storage.cluster.schema import PARTITION_OF_SQL
 from tests.cluster.conftest import CONNECT_TIMEOUT_S, DEFAULT_LEASE_S
 
 
@@ -105,6 +106,10 @@ async def test_actors_live_in_the_database_of_their_partition_and_every_host_ser
                 assert rows(dsns[where], "SELECT count(*) FROM ds_log WHERE actor_id = %s", key) != [(0,)]
                 assert rows(dsns[1 - where], "SELECT count(*) FROM ds_log WHERE actor_id = %s", key) == [(0,)]
             assert all(len(found) >= 4 for found in held), [len(found) for found in held]  # both are used
+            # the SQL form of the hash (for moving rows by hand, docs/cluster.md) agrees with partition_of
+            in_sql = dict(rows(dsns[0], f"SELECT actor_id, {PARTITION_OF_SQL} FROM ds_actors")
+                          + rows(dsns[1], f"SELECT actor_id, {PARTITION_OF_SQL} FROM ds_actors"))
+            assert in_sql == {f"counters/{actor_id.hex}": partition_of(actor_id) for actor_id in ids.values()}
             # the other host is refused with the owner's URL, whichever database holds the actor
             other = next(n for n in names if database_index(ids[n], 2) != database_index(ids[names[0]], 2))
             for name in (names[0], other):
