@@ -24,14 +24,6 @@ pytestmark = pytest.mark.slow
 KILL_CYCLES = 3
 
 
-@pytest.fixture
-def second_dsn(pg_server):
-    name = pg_server.create_database("template0")
-    yield pg_server.dsn(name)
-    if pg_server.is_running():
-        pg_server.drop_database(name)
-
-
 def actor_of(session_id: str) -> str:
     return f"sessions/{id_from_name('sessions', session_id).hex}"
 

@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import psycopg
 import pytest
 
-from actors import Agent
 from common.errors import NotOwnerError
 from runtime.host import open_host
 from runtime.host.cluster import ClusterOptions, HostCluster
@@ -26,25 +25,7 @@ from runtime.host.partitions import (
 from storage.cluster.driver import describe_dsn
 from storage.cluster.schema import PARTITION_OF_SQL
 from tests.cluster.conftest import CONNECT_TIMEOUT_S, DEFAULT_LEASE_S
-
-
-class Counter(Agent):
-    async def add(self, n: int = 1) -> int:
-        value = self.storage.get("n", 0) + n
-        self.storage.put("n", value)
-        return value
-
-    async def read(self) -> int:
-        return self.storage.get("n", 0)
-
-
-@pytest.fixture
-def second_dsn(pg_server):
-    """A second empty database on the fixture's server (the test's first is ``pg_empty_dsn``)."""
-    name = pg_server.create_database("template0")
-    yield pg_server.dsn(name)
-    if pg_server.is_running():
-        pg_server.drop_database(name)
+from tests.cluster.test_core_ownership import Counter
 
 
 def rows(dsn: str, query: str, *params) -> list[tuple]:
