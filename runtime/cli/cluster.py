@@ -46,13 +46,13 @@ import trio
 from psycopg import ProgrammingError
 
 from actors.agent import Agent
-from common.errors import DatabaseError, SchemaTooNewError, StorageUnavailableError
+from common.errors import DatabaseError, SchemaTooNewError, StorageError, StorageUnavailableError
 from runtime.host.actor_host import ActorHost, open_host
 from runtime.server.app import bind_sessions, bind_socket, serve
 from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings
 from runtime.server.forwarding import Forwarder
 from runtime.server.managers import bind_managers
-from storage.cluster.driver import describe_dsn
+from storage.cluster.driver import PostgresRefusedError, describe_dsn
 
 __all__ = ["ClusterRefusedError", "ClusterUnreachableError", "describe_database", "new_host_id", "serve_cluster"]
 
@@ -155,18 +155,14 @@ async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: Cluste
                 settings.data, idle_timeout_s=settings.idle_timeout_s, max_active=settings.max_active,
                 durability=settings.durability, max_pending_calls=settings.max_pending_calls,
                 max_queue_s=settings.max_queue_s, placement=placement))
-        except PartitionMapError as exc:
-            raise ClusterRefusedError(f"the cluster's databases refuse this host: {exc}") from None
-        except SchemaTooNewError as exc:
-            raise ClusterRefusedError(
-                f"Postgres at {placement.joining} holds cluster tables of schema version {exc.found}, newer "
-                f"than this release's {exc.known}: upgrade durable-sessions on this host") from None
-        except StorageUnavailableError as exc:
+        except (PartitionMapError, StorageError) as exc:
             database = placement.joining or ", ".join(placement.names)
+            refused = _refused(exc, database)
+            if refused is not None:
+                raise refused from None
+            if not isinstance(exc, StorageUnavailableError):
+                raise
             reason = " ".join(str(exc).split())  # libpq's messages span lines
-            refusal = getattr(exc, "reason", None)
-            if refusal is not None:  # PostgresRefusedError: a wrong password, role or database name
-                raise ClusterRefusedError(f"Postgres at {database} refused this host: {refusal}") from None
             if trio.current_time() + pause > deadline:
                 raise ClusterUnreachableError(
                     f"cannot reach Postgres at {database} (tried for {cluster.connect_timeout_s:g} s): {reason}"
@@ -174,9 +170,23 @@ async def _join(stack: AsyncExitStack, settings: ServerSettings, cluster: Cluste
             logger.warning("cannot reach Postgres at %s yet (%s); trying again in %.2g s", database, reason, pause)
             await trio.sleep(pause)
             pause = min(pause * 2, MAX_RETRY_S)
-        except DatabaseError as exc:
-            reason = " ".join(str(exc).split())
-            raise ClusterRefusedError(f"Postgres at {placement.joining} refused this host: {reason}") from None
+
+
+def _refused(exc: Exception, database: str) -> ClusterRefusedError | None:
+    """``exc``, raised while joining ``database``, as the one line of a refusal no retry changes
+    (``None``: Postgres is only unreachable for now)."""
+    from runtime.host.partitions import PartitionMapError
+
+    if isinstance(exc, PartitionMapError):
+        return ClusterRefusedError(f"the cluster's databases refuse this host: {exc}")
+    if isinstance(exc, SchemaTooNewError):
+        return ClusterRefusedError(f"Postgres at {database} holds cluster tables of schema version {exc.found}, "
+                                   f"newer than this release's {exc.known}: upgrade durable-sessions on this host")
+    if isinstance(exc, PostgresRefusedError):  # a wrong password, role or database name
+        return ClusterRefusedError(f"Postgres at {database} refused this host: {exc.reason}")
+    if isinstance(exc, DatabaseError):
+        return ClusterRefusedError(f"Postgres at {database} refused this host: {' '.join(str(exc).split())}")
+    return None
 
 
 def host_cluster_options(cluster: ClusterSettings, host_id: str, advertise: str) -> dict[str, Any]:
