@@ -35,10 +35,13 @@ WebSockets and every actor file, and exits 0.
 
 ``serve --cluster postgresql://...`` joins a cluster of hosts sharing that
 database (docs/cluster.md): any host answers any session, forwarding to the
-session's owner. At start the host keeps trying to reach Postgres for
+session's owner. ``--cluster`` repeated names a cluster on several
+databases (the same list, in the same order, on every host). At start the host keeps trying to reach Postgres for
 ``connect_timeout_s`` (default 30 s, ``[cluster]`` in the configuration
 file), logging each failure, and only then listens; if Postgres stays
-unreachable it exits with status 1 and one line saying so.
+unreachable it exits with status 1 and one line saying so; a database that
+refuses for good (password, role, missing database, newer schema, another
+partition map) exits 2 at once with one line naming it.
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).

@@ -33,6 +33,7 @@ database.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import logging
@@ -80,7 +81,12 @@ class PartitionMapError(Exception):
 def partition_of(actor_id: ActorId) -> int:
     """The partition of an actor: the first 4 bytes of ``sha256("<namespace>/<hex>")``, big-endian,
     modulo :data:`PARTITIONS`."""
-    digest = hashlib.sha256(f"{actor_id.namespace}/{actor_id.hex}".encode()).digest()
+    return _partition(actor_id.namespace, actor_id.hex)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # every hook of every call asks: 0.3 us cached against 2 us hashed
+def _partition(namespace: str, hex_id: str) -> int:
+    digest = hashlib.sha256(f"{namespace}/{hex_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % PARTITIONS
 
 
