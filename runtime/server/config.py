@@ -61,6 +61,9 @@ presence turns cluster mode on, command-line flags override its keys)::
 
     [cluster]
     postgres = "postgresql://sessions@db.internal/sessions"  # the shared database
+    # databases = ["postgresql://db1.internal/sessions", "postgresql://db2.internal/sessions"]
+    #                            # instead of postgres: actors spread over several databases
+    #                            # (the same list, in the same order, on every host)
     host_id = "n1"               # default: a new random id at every start
     advertise = "http://10.0.0.5:8801"  # how the other hosts reach this one
                                  # (default: http://<bind>; required with a wildcard bind)
@@ -78,6 +81,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -203,7 +207,12 @@ class ClusterSettings:
     """Cluster mode (``[cluster]``; ``--cluster`` and its flags override it).
 
     Attributes:
-        postgres: libpq connection string or ``postgresql://`` URL of the shared database.
+        postgres: libpq connection string or ``postgresql://`` URL of the shared database
+            (a one-database cluster; ``None`` when ``databases`` is given).
+        databases: the connection strings of a cluster on several databases, in
+            the order of its partition map (actors are spread over them by a
+            hash of their id: docs/cluster.md "Several databases"); give
+            ``postgres`` or ``databases``, not both. See :attr:`dsns`.
         host_id: this host's id in the cluster (``None``: a random one per start).
         advertise: this host's base URL as the other hosts reach it
             (``None``: ``http://`` + the bound address; see :meth:`advertise_url`).
@@ -216,16 +225,33 @@ class ClusterSettings:
             a new owner replays at most about this much.
     """
 
-    postgres: str
+    postgres: str | None = None
     host_id: str | None = None
     advertise: str | None = None
     lease_s: float = DEFAULT_LEASE_S
     connect_timeout_s: float = 30.0
     snapshot_bytes: int | None = None
+    databases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.postgres, str) or not self.postgres.strip():
+        if self.postgres is not None and self.databases:
+            raise ConfigError("give cluster.postgres (one database) or cluster.databases (several), not both")
+        if self.postgres is None and not self.databases:
+            raise ConfigError("cluster.postgres or cluster.databases is missing (the shared databases' "
+                              "connection strings)")
+        if self.postgres is not None and (not isinstance(self.postgres, str) or not self.postgres.strip()):
             raise ConfigError("cluster.postgres must be a Postgres connection string or postgresql:// URL")
+        if isinstance(self.databases, str) or not isinstance(self.databases, (list, tuple)):
+            raise ConfigError(f"cluster.databases must be a list of Postgres connection strings, "
+                              f"not {self.databases!r}")
+        for entry in self.databases:
+            if not isinstance(entry, str) or not entry.strip():
+                raise ConfigError(f"cluster.databases: {entry!r} is not a Postgres connection string")
+        duplicates = sorted({entry for entry in self.databases if self.databases.count(entry) > 1})
+        if duplicates:
+            raise ConfigError("cluster.databases names a database twice (each database once, in the same "
+                              "order on every host)")
+        object.__setattr__(self, "databases", tuple(self.databases))
         if self.host_id is not None and (not isinstance(self.host_id, str) or not _HOST_ID.fullmatch(self.host_id)):
             raise ConfigError(f"cluster.host_id must be 1-64 letters, digits, '.', '_', '-', not {self.host_id!r}")
         if self.advertise is not None:
@@ -239,6 +265,11 @@ class ClusterSettings:
         value = self.snapshot_bytes
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"cluster.snapshot_bytes must be a positive integer, not {value!r}")
+
+    @property
+    def dsns(self) -> tuple[str, ...]:
+        """The cluster's databases in partition-map order (``(postgres,)`` for one database)."""
+        return self.databases or (str(self.postgres),)
 
     def advertise_url(self, bound: str) -> str:
         """The URL to advertise: ``advertise``, else ``http://`` + ``bound`` (the ``host:port`` listened on).
@@ -338,16 +369,19 @@ class HostConfig:
         kept = {k: v for k, v in changes.items() if v is not None}
         return replace(self, server=replace(self.server, **kept))
 
-    def with_cluster(self, postgres: str | None = None, **changes: Any) -> HostConfig:
-        """A copy with cluster mode from ``postgres`` (or the file's) and the fields in ``changes``
-        replaced (``None`` values are ignored); unchanged when neither gives a database.
+    def with_cluster(self, postgres: str | Sequence[str] | None = None, **changes: Any) -> HostConfig:
+        """A copy with cluster mode from ``postgres`` (one connection string or several, as
+        ``--cluster`` repeated; else the file's) and the fields in ``changes`` replaced (``None``
+        values are ignored); unchanged when neither gives a database.
 
         Raises:
             ConfigError: a replaced value is invalid.
         """
         kept = {k: v for k, v in changes.items() if v is not None}
-        if postgres is not None:
-            kept["postgres"] = postgres
+        if isinstance(postgres, str):
+            postgres = [postgres]
+        if postgres:  # the flags' databases replace the file's
+            kept["postgres"], kept["databases"] = (postgres[0], ()) if len(postgres) == 1 else (None, tuple(postgres))
         if self.cluster is None:
             if "postgres" not in kept:
                 if kept:
@@ -419,8 +453,11 @@ def _cluster(table: Any) -> ClusterSettings:
     if not isinstance(table, dict):
         raise ConfigError("cluster must be a table")
     _only(table, {f.name for f in fields(ClusterSettings)}, "cluster.")
-    if "postgres" not in table:
-        raise ConfigError("cluster.postgres is missing (the shared database's connection string)")
+    if "postgres" not in table and "databases" not in table:
+        raise ConfigError("cluster.postgres is missing (the shared database's connection string; or "
+                          "cluster.databases, a list, for several)")
+    if "databases" in table and not table["databases"]:
+        raise ConfigError("cluster.databases must name at least one database")
     return ClusterSettings(**table)
 
 
