@@ -12,6 +12,8 @@ connection:
   allow (``server.max_body_items`` and the parts limit), so the figures are
   those of "the worst body the limits allow"; pass the issue's 349525 to see
   a body past them;
+* **heavy JSON batch** (without ``--parts``): one ``messages:batch`` of as
+  many messages at the parts limit as ``server.max_body_items`` allows;
 * **heavy msgpack frame**: ``--bodies`` WebSocket RPC frames of ``--frame-mib``
   MiB of empty msgpack arrays (``0x91 0x90 ...``: arrays of empty arrays);
 * **idle flood**: ``--flood-rate`` connections a second that send nothing or
@@ -21,13 +23,14 @@ connection:
   50 ms, each on a new connection.
 
 It prints, per load, the health probe's answered count and p50/p99/max (ms),
-the server's RSS growth (VmHWM, the peak, in MiB) and the statuses of the
+the server's CPU time per heavy request (what a request costs the event loop,
+whatever else runs on the machine), the server's RSS growth (VmHWM, the peak, in MiB) and the statuses of the
 heavy requests; for the flood, the legitimate requests answered (2xx) over
 sent and their p99. Goals (issue 26): health p99 <= 100 ms and RSS growth
 <= 64 MiB per heavy request; under the flood, >= 99 % of legitimate
 requests answered with p99 <= 1 s.
 
-Run: ``.venv/bin/python benchmarks/bench_isolation.py [--repo PATH] [--only body|frame|flood]``
+Run: ``.venv/bin/python benchmarks/bench_isolation.py [--repo PATH] [--only body|batch|frame|flood]``
 (about a minute on 2 cores).
 """
 
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import msgpack
@@ -78,6 +82,12 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: load on the machine does not inflate it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def reset_peak(pid: int) -> None:
@@ -178,6 +188,13 @@ class Prober:
                 f"p99 {p99:.1f} ms, max {ordered[-1]:.1f} ms")
 
 
+async def idle_cpu_s(address: tuple[str, int], pid: int) -> float:
+    """CPU seconds per second the server spends answering the prober alone."""
+    before, started = cpu_s(pid), time.perf_counter()
+    await probed(address, partial(trio.sleep, 1.0))
+    return (cpu_s(pid) - before) / (time.perf_counter() - started)
+
+
 async def probed(address: tuple[str, int], load) -> tuple[Prober, object]:
     prober = Prober(address)
     async with trio.open_nursery() as nursery:
@@ -192,19 +209,29 @@ async def probed(address: tuple[str, int], load) -> tuple[Prober, object]:
 # -- loads -------------------------------------------------------------------------------------------
 
 
-def parts_body(count: int, message_id: str) -> bytes:
+def parts_body(count: int, message_id: str, messages: int = 1) -> bytes:
+    """One message of ``count`` empty parts, or (``messages`` > 1) a batch of that many such messages."""
     parts = ",".join(["{}"] * count)
-    return f'{{"message":{{"id":"{message_id}","role":"user","parts":[{parts}]}}}}'.encode()
+    def one(message: str) -> str:
+        return f'{{"id":"{message}","role":"user","parts":[' + parts + "]}"
+
+    if messages == 1:
+        return ('{"message":' + one(message_id) + "}").encode()
+    batch = ",".join(one(f"{message_id}-{index}") for index in range(messages))
+    return ('{"messages":[' + batch + "]}").encode()
 
 
-async def heavy_bodies(address, pid: int, parts: int, bodies: int) -> None:
-    print(f"\n== heavy JSON body: {bodies} x {parts} empty parts ({len(parts_body(parts, 'm')) / 2**20:.2f} MiB)")
+async def heavy_bodies(address, pid: int, parts: int, bodies: int, messages: int = 1) -> None:
+    size = len(parts_body(parts, "m", messages)) / 2**20
+    what = f"a batch of {messages} messages" if messages > 1 else "one message"
+    print(f"\n== heavy JSON body: {bodies} x {what} of {parts} empty parts ({size:.2f} MiB)")
+    path = "messages:batch" if messages > 1 else "messages"
 
     async def load() -> list[str]:
         outcomes = []
         for index in range(bodies):
-            status, body = await one_request(address, "POST", f"/v1/sessions/heavy-{index}/messages",
-                                             parts_body(parts, f"m{index}"))
+            status, body = await one_request(address, "POST", f"/v1/sessions/heavy-{index}/{path}",
+                                             parts_body(parts, f"m{index}", messages))
             outcomes.append(f"{status} {body[:160].decode(errors='replace')}")
         return outcomes
 
@@ -240,11 +267,15 @@ async def heavy_frames(address, pid: int, mib: float, bodies: int) -> None:
 async def measured(address, pid: int, load, count: int) -> None:
     reset_peak(pid)
     before = rss_mib(pid)
+    idle_cpu = await idle_cpu_s(address, pid)
+    cpu_before, started = cpu_s(pid), time.perf_counter()
     prober, outcomes = await probed(address, load)
+    cpu = cpu_s(pid) - cpu_before - idle_cpu * (time.perf_counter() - started)
     peak = rss_mib(pid, "VmHWM")
     print(prober.summary())
+    print(f"server CPU: {1000 * cpu / max(1, count):.0f} ms per heavy request (beyond what the prober alone costs)")
     print(f"RSS: {before:.0f} MiB before, peak {peak:.0f} MiB: +{peak - before:.0f} MiB "
-          f"(+{(peak - before) / max(1, count):.0f} MiB per request)")
+          f"(requests one at a time, so this is the growth per request)")
     for outcome in dict.fromkeys(outcomes):
         print(f"  answer: {outcome}")
 
@@ -329,9 +360,16 @@ async def main(args: argparse.Namespace) -> None:
         process, url = start_server(args.repo, Path(folder))
         address = (url.split("//")[1].rsplit(":", 1)[0], int(url.rsplit(":", 1)[1]))
         try:
+            print("\n== baseline: the prober alone for 3 s (what the machine's own load costs)")
+            prober, _ = await probed(address, partial(trio.sleep, 3.0))
+            print(prober.summary())
             if args.only in (None, "body"):
                 parts = args.parts or limits_allow(args.repo)
                 await heavy_bodies(address, process.pid, parts, args.bodies)
+            if args.only in (None, "batch") and not args.parts:
+                # the whole item bound spent on a batch of messages at the parts limit
+                per_message, count = limits_allow(args.repo, batch=True)
+                await heavy_bodies(address, process.pid, per_message, args.bodies, count)
             if args.only in (None, "frame"):
                 await heavy_frames(address, process.pid, args.frame_mib, args.bodies)
             if args.only in (None, "flood"):
@@ -341,22 +379,29 @@ async def main(args: argparse.Namespace) -> None:
             process.wait(30)
 
 
-def limits_allow(repo: Path) -> int:
-    """The most empty parts one message may have under the server's default limits (1 if none known)."""
+def limits_allow(repo: Path, batch: bool = False):
+    """The most empty parts one message may have under the server's default limits (the issue's 349525
+    where the code has no limits); with ``batch``, ``(parts per message, messages)`` of the largest batch
+    the bounds allow (each empty part counts 2 values: the object and its place in ``parts``; each
+    message 7 more: itself, its place, three members and its ``parts`` list)."""
     probe = ("from runtime.server.config import ServerSettings as S; from actors.session_messages import "
-             "MAX_MESSAGE_PARTS as P; s = S(); print(min(P, (s.max_body_items - 4) // 2))")
+             "MAX_MESSAGE_PARTS as P; print(P, S().max_body_items)")
     try:
         out = subprocess.run([sys.executable, "-c", probe], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
                              capture_output=True, text=True, check=True).stdout
-        return int(out)
+        most_parts, items = (int(value) for value in out.split())
     except (subprocess.CalledProcessError, ValueError):
-        return 349525
+        return (349525, 1) if batch else 349525
+    parts = min(most_parts, (items - 10) // 2)
+    if not batch:
+        return parts
+    return parts, max(1, (items - 3) // (2 * parts + 7))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--only", choices=("body", "frame", "flood"))
+    parser.add_argument("--only", choices=("body", "batch", "frame", "flood"))
     parser.add_argument("--parts", type=int, default=0)
     parser.add_argument("--bodies", type=int, default=3)
     parser.add_argument("--frame-mib", type=float, default=3.8)

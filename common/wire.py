@@ -48,7 +48,8 @@ SESSIONS_PREFIX = "/v1/sessions/"
 TRANSCRIPTS_PREFIX = "/v1/transcripts"
 
 __all__ = [
-    "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_BODY_ITEMS", "HOP_HEADER", "JSON", "LATEST_LEAF", "MAIN_SUBPATH",
+    "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_BODY_ITEMS", "HOP_HEADER", "JSON", "LATEST_LEAF",
+    "MAIN_SUBPATH",
     "MAX_SESSION_ID_BYTES", "MSGPACK", "OWNER_HEADER", "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id",
     "decode_body", "encode_body", "encode_entry", "error_from_payload", "error_payload", "media_type",
     "parse_session_key", "payload_for", "quote_segment", "status_of", "unquote_segment",

@@ -107,6 +107,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self._waiting: dict[tuple[str, int], _Admitted] = {}
         self._heads: dict[tuple[str, int], trio.CancelScope] = {}  # connections reading their head, oldest first
         self._peers: dict[str, int] = {}
+        self._closing = False
         self.refused = 0
         self.timed_out = 0
 
@@ -178,6 +179,8 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         """The request head (what arrived up to its blank line, at most :data:`HEAD_BYTES`), or ``None``:
         the client closed, did not finish it within ``head_timeout_s``, or was crowded out by
         :data:`MAX_HEADS_WAITING` newer connections."""
+        if self._closing:
+            return None
         if len(self._heads) >= MAX_HEADS_WAITING:
             self._heads.pop(next(iter(self._heads))).cancel()  # the longest waiting: most likely idle
         head = b""
@@ -250,6 +253,10 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             admitted.release()
 
     async def aclose(self) -> None:
+        """Stop accepting; connections still waiting for their request head are closed."""
+        self._closing = True
+        for scope in self._heads.values():
+            scope.cancel()
         trio.lowlevel.notify_closing(self.socket)
         self.socket.close()
         await trio.lowlevel.checkpoint()
