@@ -54,6 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drill_flood import read_response, request_bytes  # noqa: E402
+
 PROBE_EVERY_S = 0.02
 ANSWER_TIMEOUT_S = 120.0
 
@@ -101,40 +104,13 @@ def reset_peak(pid: int) -> None:
 # -- raw HTTP -----------------------------------------------------------------------------------------
 
 
-def request_bytes(host: str, method: str, path: str, body: bytes = b"", close: bool = False) -> bytes:
-    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n")
-    return head.encode() + body
-
-
-async def read_response(stream: trio.abc.Stream) -> tuple[int, bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError("closed before the answer")
-        buffer += chunk
-    head, _, rest = buffer.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(rest) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            break
-        rest += chunk
-    return status, rest[:length]
-
-
 async def one_request(address: tuple[str, int], method: str, path: str, body: bytes = b"",
                       source: str | None = None) -> tuple[int, bytes]:
     stream = await open_from(address, source)
     async with stream:
         await stream.send_all(request_bytes(f"{address[0]}:{address[1]}", method, path, body, close=True))
-        return await read_response(stream)
+        status, _, body = await read_response(stream)
+        return status, body
 
 
 async def open_from(address: tuple[str, int], source: str | None) -> trio.SocketStream:
@@ -162,7 +138,7 @@ class Prober:
         self.failures = 0
 
     async def run(self) -> None:
-        request = request_bytes(f"{self.address[0]}:{self.address[1]}", "GET", "/v1/health")
+        request = request_bytes(f"{self.address[0]}:{self.address[1]}", "GET", "/v1/health", close=False)
         stream: trio.SocketStream | None = None
         while True:
             start = time.perf_counter()
@@ -170,7 +146,7 @@ class Prober:
                 if stream is None:
                     stream = await trio.open_tcp_stream(*self.address)
                 await stream.send_all(request)
-                status, _ = await read_response(stream)
+                status, _, _ = await read_response(stream)
                 if status != 200:
                     self.failures += 1
                 self.latencies.append((time.perf_counter() - start) * 1000)

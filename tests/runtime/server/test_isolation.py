@@ -29,16 +29,12 @@ import trio
 from actors.session_messages import MAX_MESSAGE_PARTS
 from runtime.client import SessionsClient
 from runtime.client.websocket import WebSocketConnection
+from tests.runtime.server.test_faults_floods import address, read_answer
 from tests.support.processes import server_process
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 60
-
-
-def address(server):
-    host, port = server.url[len("http://"):].rsplit(":", 1)
-    return host, int(port)
 
 
 async def connect(host, port, source=None):
@@ -53,24 +49,6 @@ def request(method, path, body=b"", content_type="application/json"):
     head = (f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode() + body
-
-
-async def read_answer(stream):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError("closed without an answer")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", 0)):
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
 
 
 async def ask(server, method, path, body=b"", content_type="application/json", source=None):
