@@ -14,6 +14,8 @@ connection:
   a body past them;
 * **heavy JSON batch** (without ``--parts``): one ``messages:batch`` of as
   many messages at the parts limit as ``server.max_body_items`` allows;
+* **oversized text**: ``--bodies`` messages of one text part filling the
+  8 MiB body limit, which the session shrinks to fit its row limit;
 * **heavy msgpack frame**: ``--bodies`` WebSocket RPC frames of ``--frame-mib``
   MiB of empty msgpack arrays (``0x91 0x90 ...``: arrays of empty arrays);
 * **idle flood**: ``--flood-rate`` connections a second that send nothing or
@@ -30,7 +32,7 @@ sent and their p99. Goals (issue 26): health p99 <= 100 ms and RSS growth
 <= 64 MiB per heavy request; under the flood, >= 99 % of legitimate
 requests answered with p99 <= 1 s.
 
-Run: ``.venv/bin/python benchmarks/bench_isolation.py [--repo PATH] [--only body|batch|frame|flood]``
+Run: ``.venv/bin/python benchmarks/bench_isolation.py [--repo PATH] [--only body|batch|text|frame|flood]``
 (about a minute on 2 cores).
 """
 
@@ -214,6 +216,25 @@ async def heavy_bodies(address, pid: int, parts: int, bodies: int, messages: int
     await measured(address, pid, load, bodies)
 
 
+async def oversized_text(address, pid: int, bodies: int) -> None:
+    """One text part filling the body limit: within every bound, but over the row limit, so the
+    session shrinks it (docs/behaviours.md §10); commas in it make the body's value count take
+    its second, string-skipping pass."""
+    text = "hello world, " * 640_000
+    body = json.dumps({"message": {"id": "t", "role": "user", "parts": [{"type": "text", "text": text}]}}).encode()
+    print(f"\n== oversized text: {bodies} x one message of one {len(text) / 2**20:.2f} MiB text part (shrunk to "
+          "fit the row limit)")
+
+    async def load() -> list[str]:
+        outcomes = []
+        for index in range(bodies):
+            status, answer = await one_request(address, "POST", f"/v1/sessions/text-{index}/messages", body)
+            outcomes.append(f"{status} {answer[:160].decode(errors='replace')}")
+        return outcomes
+
+    await measured(address, pid, load, bodies)
+
+
 async def heavy_frames(address, pid: int, mib: float, bodies: int) -> None:
     count = int(mib * 2**20) - 40
     inner = b"\xdd" + (count).to_bytes(4, "big") + b"\x90" * count  # array32 of empty arrays
@@ -346,6 +367,8 @@ async def main(args: argparse.Namespace) -> None:
                 # the whole item bound spent on a batch of messages at the parts limit
                 per_message, count = limits_allow(args.repo, batch=True)
                 await heavy_bodies(address, process.pid, per_message, args.bodies, count)
+            if args.only in (None, "text"):
+                await oversized_text(address, process.pid, args.bodies)
             if args.only in (None, "frame"):
                 await heavy_frames(address, process.pid, args.frame_mib, args.bodies)
             if args.only in (None, "flood"):
@@ -377,7 +400,7 @@ def limits_allow(repo: Path, batch: bool = False):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--only", choices=("body", "batch", "frame", "flood"))
+    parser.add_argument("--only", choices=("body", "batch", "text", "frame", "flood"))
     parser.add_argument("--parts", type=int, default=0)
     parser.add_argument("--bodies", type=int, default=3)
     parser.add_argument("--frame-mib", type=float, default=3.8)
