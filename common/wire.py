@@ -214,13 +214,16 @@ def json_items(data: bytes, limit: int) -> int:
     strings included, pass ``limit`` is scanned once more with its strings left out. Does not
     validate: text that is not JSON gets some count, and the parser refuses it afterwards.
     """
-    containers = data.count(b"[") + data.count(b"{")
-    if 2 * containers + data.count(b",") <= limit:
-        return 2 * containers + data.count(b",")  # an upper bound: members <= commas + containers
+    commas = data.count(b",")
+    if commas <= limit:
+        bound = 2 * (data.count(b"[") + data.count(b"{")) + commas  # members <= commas + containers
+        if bound <= limit:
+            return bound
     # Every string is a key or an element (a member has at most two): too many quotes, too many items.
-    if (data.count(b'"') - data.count(b'\\"')) // 2 > 2 * limit + 1:
+    quotes = data.count(b'"')
+    if quotes // 2 > 2 * limit + 1 and (quotes - data.count(b'\\"')) // 2 > 2 * limit + 1:
         return 2 * limit + 2
-    bare = _without_strings(data)
+    bare = _without_strings(data, quotes)
     containers = bare.count(b"[") + bare.count(b"{")
     empty = len(_EMPTY_CONTAINER.findall(bare)) if containers <= limit else 0
     return 2 * containers - empty + bare.count(b",")
@@ -231,10 +234,10 @@ _EMPTY_CONTAINER = re.compile(rb"\[\s*\]|\{\s*\}")
 _FEW_QUOTES = 8192
 
 
-def _without_strings(data: bytes) -> bytes:
-    """``data`` with every JSON string replaced by ``""``. Few strings (long texts): found with
-    ``bytes.find`` (memchr speed); many: with one regex substitution."""
-    if data.count(b'"') > _FEW_QUOTES:
+def _without_strings(data: bytes, quotes: int) -> bytes:
+    """``data`` (holding ``quotes`` double quotes) with every JSON string replaced by ``""``. Few
+    strings (long texts): found with ``bytes.find`` (memchr speed); many: with one regex substitution."""
+    if quotes > _FEW_QUOTES:
         return _JSON_STRING.sub(b'""', data)
     gaps, position = [], 0
     while (start := data.find(b'"', position)) >= 0:
