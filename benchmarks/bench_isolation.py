@@ -20,7 +20,8 @@ connection:
   MiB of empty msgpack arrays (``0x91 0x90 ...``: arrays of empty arrays);
 * **idle flood**: ``--flood-rate`` connections a second that send nothing or
   half a request head and then hold the socket open, from ``127.0.0.2``
-  (another loopback peer), for ``--flood-s`` seconds, while legitimate clients
+  (another loopback peer; ``--flood-from 127.0.0.1`` floods from the
+  legitimate clients' own address), for ``--flood-s`` seconds, while legitimate clients
   from ``127.0.0.1`` send one ``POST /v1/sessions/<id>/messages`` each every
   50 ms, each on a new connection.
 
@@ -277,8 +278,8 @@ async def measured(address, pid: int, load, count: int) -> None:
         print(f"  answer: {outcome}")
 
 
-async def idle_flood(address, pid: int, rate: float, seconds: float) -> None:
-    print(f"\n== idle flood: {rate:g} connections/s from 127.0.0.2 for {seconds:g} s "
+async def idle_flood(address, pid: int, rate: float, seconds: float, source: str = "127.0.0.2") -> None:
+    print(f"\n== idle flood: {rate:g} connections/s from {source} for {seconds:g} s "
           "(half send nothing, half half a head), legitimate appends from 127.0.0.1")
     idle: list[trio.SocketStream] = []
     refused_flood = [0]
@@ -291,7 +292,7 @@ async def idle_flood(address, pid: int, rate: float, seconds: float) -> None:
         deadline = trio.current_time() + seconds
         while trio.current_time() < deadline:
             try:
-                stream = await open_from(address, "127.0.0.2")
+                stream = await open_from(address, source)
                 if index % 2:
                     await stream.send_all(half)
                 idle.append(stream)
@@ -372,7 +373,7 @@ async def main(args: argparse.Namespace) -> None:
             if args.only in (None, "frame"):
                 await heavy_frames(address, process.pid, args.frame_mib, args.bodies)
             if args.only in (None, "flood"):
-                await idle_flood(address, process.pid, args.flood_rate, args.flood_s)
+                await idle_flood(address, process.pid, args.flood_rate, args.flood_s, args.flood_from)
         finally:
             process.terminate()
             process.wait(30)
@@ -406,4 +407,7 @@ if __name__ == "__main__":
     parser.add_argument("--frame-mib", type=float, default=3.8)
     parser.add_argument("--flood-rate", type=float, default=160.0)
     parser.add_argument("--flood-s", type=float, default=10.0)
+    parser.add_argument("--flood-from", default="127.0.0.2",
+                        help="the flood's source address (127.0.0.1: the legitimate clients' own, so the "
+                             "per-client cap cannot tell them apart)")
     trio.run(main, parser.parse_args())
