@@ -11,6 +11,7 @@ Unknown keys are errors, so a typo never passes silently::
     idle_timeout_s = 30          # seconds before an idle actor hibernates
     durability = "normal"        # or "full" (also survives power loss)
     max_body_bytes = 8388608     # request body / WebSocket frame limit
+    max_body_items = 100000      # values in arrays and objects per body / frame, then 413
     max_active = 4096            # actor files open at once (default: from the fd limit)
     max_pending_calls = 1000     # per actor, then 429
     graceful_timeout_s = 10      # how long shutdown waits for running requests
@@ -19,7 +20,9 @@ Unknown keys are errors, so a typo never passes silently::
     backlog = 4096               # connections the kernel queues before accept (capped by somaxconn)
     max_requests = 4096          # HTTP requests at once, then 503 at once
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
-    max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
+    max_connect_wait_s = 0.5     # a request that waited this long for a place: 503
+    head_timeout_s = 3           # a new connection that has not sent its request head by then is closed
+    max_connections_per_peer = 512   # connections open at once from one client address, then 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
     inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
 
@@ -89,7 +92,7 @@ from urllib.parse import urlsplit
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
 from common.errors import InvalidInputError
-from common.wire import DEFAULT_MAX_BODY_BYTES
+from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
 
 __all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
 
@@ -117,6 +120,10 @@ class ServerSettings:
         idle_timeout_s: seconds an actor may idle before it hibernates.
         durability: ``"normal"`` or ``"full"``.
         max_body_bytes: request body and WebSocket frame limit (bytes).
+        max_body_items: most values a request body or WebSocket frame may hold
+            inside arrays and objects (each array, object, element and member
+            counts); more: 413 ``PayloadTooLargeError`` (``field="body"``),
+            counted before (JSON) or while (msgpack) the body is parsed.
         max_active: most actor files open at once (``None``: from the fd limit).
         max_pending_calls: calls waiting per actor before 429.
         graceful_timeout_s: seconds shutdown waits for running requests.
@@ -131,8 +138,15 @@ class ServerSettings:
             ``ServerBusyError`` at once (health and metrics are exempt).
         max_connecting: accepted connections whose first request has not yet
             reached the app; further connections wait in the listen backlog.
-        max_connect_wait_s: seconds a new connection's request may wait in the
-            listen backlog; then 503 ``ServerBusyError`` (nothing run).
+        max_connect_wait_s: seconds a new connection's request may wait for one
+            of the ``max_connecting`` places; then 503 ``ServerBusyError`` (nothing run).
+        head_timeout_s: seconds a new connection may take to send its whole
+            request head (request line and headers); until then it holds no
+            place, after it is closed (:mod:`runtime.server.listener`).
+        max_connections_per_peer: connections one client address may hold open
+            at once; the next is answered 503 ``ServerBusyError`` with
+            ``Retry-After``. Behind a reverse proxy every client has the proxy's
+            address: raise it to what the proxy opens.
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
@@ -154,6 +168,7 @@ class ServerSettings:
     idle_timeout_s: float = 30.0
     durability: str = "normal"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_items: int = DEFAULT_MAX_BODY_ITEMS
     max_active: int | None = None
     max_pending_calls: int = 1000
     graceful_timeout_s: float = 10.0
@@ -163,6 +178,8 @@ class ServerSettings:
     max_requests: int = 4096
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
+    head_timeout_s: float = 3.0
+    max_connections_per_peer: int = 512
     max_queue_s: float = 0.5
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
@@ -184,12 +201,12 @@ class ServerSettings:
         if not isinstance(self.inspector, bool):
             raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
-                     "max_queue_s", "max_connect_wait_s"):
+                     "max_queue_s", "max_connect_wait_s", "head_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")
-        for name in ("max_body_bytes", "max_pending_calls", "max_active", "backlog", "max_requests",
-                     "max_connecting"):
+        for name in ("max_body_bytes", "max_body_items", "max_pending_calls", "max_active", "backlog", "max_requests",
+                     "max_connecting", "max_connections_per_peer"):
             value = getattr(self, name)
             if value is None and name == "max_active":
                 continue
