@@ -97,6 +97,7 @@ from common.errors import (
 from common.wire import (
     CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_ITEMS,
     HOP_HEADER,
     OWNER_HEADER,
     check_session_id,
@@ -194,7 +195,7 @@ class SessionsServer:
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
-        cors_origins: tuple[str, ...] = (),
+        cors_origins: tuple[str, ...] = (), max_body_items: int = DEFAULT_MAX_BODY_ITEMS,
     ) -> None:
         if token:
             self.check_token(token)
@@ -208,10 +209,11 @@ class SessionsServer:
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.max_body_items = max_body_items
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
-        self.responder = Responder()
+        self.responder = Responder(max_body_items)
         self.origins = OriginPolicy(cors_origins)
         self.draining = trio.Event()
         self.closing = trio.Event()
@@ -612,7 +614,8 @@ async def serve(
     require_token_for(settings.bind, token)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests, cors_origins=settings.cors_origins)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins,
+                            max_body_items=settings.max_body_items)
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
@@ -641,6 +644,8 @@ async def serve(
     async def run() -> None:
         await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
                               max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                              head_timeout_s=settings.head_timeout_s,
+                              max_per_peer=settings.max_connections_per_peer,
                               shutdown_trigger=trigger, task_status=task_status)
 
     if forwarder is None:
