@@ -51,6 +51,7 @@ from runtime.host.actor_host import ActorHost, open_host
 from runtime.server.app import bind_sessions, bind_socket, serve
 from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings
 from runtime.server.forwarding import Forwarder
+from runtime.server.checkpoint_routes import bind_checkpoints
 from runtime.server.managers import bind_managers
 from storage.cluster.driver import PostgresRefusedError, describe_dsn
 
@@ -114,6 +115,7 @@ async def serve_cluster(
             host = await _join(stack, settings, cluster, host_id, advertise)
             bind_sessions(host, config.session, agent_class=agent_class)
             bind_managers(host, config.session)
+            bind_checkpoints(host)
             forwarder = Forwarder(host_id=host_id, advertise_url=advertise, lease_s=cluster.lease_s)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 

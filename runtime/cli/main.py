@@ -16,6 +16,7 @@
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -42,6 +43,12 @@ file), logging each failure, and only then listens; if Postgres stays
 unreachable it exits with status 1 and one line saying so; a database that
 refuses for good (password, role, missing database, newer schema, another
 partition map) exits 2 at once with one line naming it.
+
+``mcp`` serves one session's memory as a Model Context Protocol server
+over stdin/stdout, for desktop MCP clients (:mod:`runtime.mcp`; extra
+``mcp``): a client of the host at ``--url``, or with ``--data`` a host of
+its own on that folder (no server may be using it; ``--config`` gives its
+``[session]`` blocks).
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -170,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     sleep.add_argument("session_ids", nargs="*")
     _client_options(sleep)
 
+    server = commands.add_parser("mcp", help="serve a session's memory over MCP on stdin/stdout (extra: mcp)")
+    server.add_argument("--session", required=True, help="the session whose tools and blocks are served")
+    server.add_argument("--data", type=Path, help="embedded: open this data folder here (no server may be using it)")
+    server.add_argument("--config", type=Path, help="with --data: TOML configuration file (its [session] blocks)")
+    _client_options(server)
+
     check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
     check.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default ./data)")
     check.add_argument("--quarantine", action="store_true", help="move damaged actors' files to _quarantine")
@@ -228,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
+               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
@@ -261,7 +274,7 @@ HOST_COMMANDS = frozenset({"serve", "doctor"})
 
 def _run(command: Any, args: argparse.Namespace) -> int:
     """Run ``command(args)``: on trio when it runs a host here, else on asyncio (client commands)."""
-    if args.command in HOST_COMMANDS or (args.command == "import" and args.data is not None):
+    if args.command in HOST_COMMANDS or (args.command in ("import", "mcp") and args.data is not None):
         import trio
 
         return trio.run(command, args)
@@ -391,6 +404,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from runtime.cli.cluster import serve_cluster
     from runtime.host.actor_host import open_host
     from runtime.server.app import bind_sessions, serve
+    from runtime.server.checkpoint_routes import bind_checkpoints
     from runtime.server.managers import bind_managers
     from runtime.server.transcripts import open_transcripts
     from storage.postgres import describe_dsn
@@ -419,6 +433,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, config.session)
+            bind_checkpoints(host)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
@@ -557,7 +572,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate", "mcp"})
 
 
 def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
@@ -631,6 +646,30 @@ async def _search(args: argparse.Namespace) -> int:
     else:
         for hit in hits:
             print(f"{hit['id']} [{hit['role']}] {_one_line(hit['content'])}")
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from runtime.mcp import require_mcp, serve_stdio
+
+    try:
+        require_mcp()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.data is None:
+        if args.config is not None:
+            raise UsageError("--config goes with --data (a host's configuration; the host at --url has its own)")
+        async with _client(args) as client:
+            await serve_stdio(client.session(args.session))
+        return 0
+    from runtime.host.actor_host import open_host
+    from runtime.server.app import bind_sessions
+    from runtime.server.config import load_config
+
+    config = load_config(args.config)
+    check_data_folder(args.data)
+    async with open_host(args.data) as host:
+        await serve_stdio(bind_sessions(host, config.session).get_by_name(args.session))
     return 0
 
 

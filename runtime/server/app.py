@@ -20,6 +20,10 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
   Session API of each managed session (:mod:`runtime.server.managers`), when the
   ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``/v1/checkpoints/{thread_id}/...`` -- LangGraph thread actors (:mod:`runtime.server.checkpoint_routes`),
+  when the ``"checkpoints"`` namespace is bound;
+* ``/mcp/{session_id}`` -- the session's memory over MCP, streamable HTTP (:mod:`runtime.mcp_http`;
+  extra ``mcp``);
 * ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
   routes and Swagger UI (:mod:`runtime.server.openapi`).
 
@@ -100,7 +104,8 @@ from common.wire import (
     error_payload,
     unquote_segment,
 )
-from runtime.server import host_routes, inspector, managers, transcript_routes
+from runtime.mcp_http import McpMount
+from runtime.server import checkpoint_routes, host_routes, inspector, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
@@ -232,6 +237,8 @@ class SessionsServer:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
         else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
             asgi = SessionShortcut(asgi, self)
+        asgi = checkpoint_routes.CheckpointShortcut(asgi, self)  # LangGraph threads' plain requests, below Quart
+        asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
@@ -248,6 +255,7 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
         managers.install(app, self)  # with the "managers" namespace
+        checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace
         add_docs_routes(app, self)
         self.listing = add_listing_routes(app, self)
         return app
