@@ -6,6 +6,7 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
+                             [--certfile FILE --keyfile FILE] [--insecure-no-token]
                              [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
     run.add_argument("--access-log", action="store_true", default=None, dest="access_log",
                      help="log one line per request (logger durable_sessions.access)")
+    run.add_argument("--certfile", type=Path, help="TLS: serve https:// with this certificate chain (PEM)")
+    run.add_argument("--keyfile", type=Path, help="TLS: the certificate's private key (PEM)")
+    run.add_argument("--insecure-no-token", action="store_true", dest="insecure_no_token",
+                     help="serve a non-loopback address without a token (anyone who reaches it may use it)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -364,7 +369,7 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
-        access_log=args.access_log,
+        access_log=args.access_log, certfile=args.certfile, keyfile=args.keyfile,
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     if args.postgres:
         config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
@@ -373,10 +378,30 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
                          "files and Postgres holds their durable log (docs/cluster.md)")
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
-        require_token_for(config.server.bind, token)
+        require_token_for(config.server.bind, token, insecure_no_token=args.insecure_no_token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_tls(config.server.certfile, config.server.keyfile)
+    if config.cluster is not None and args.insecure_no_token and not token and \
+            not os.environ.get("DURABLE_SESSIONS_CLUSTER_SECRET"):
+        raise UsageError("a cluster without a token needs DURABLE_SESSIONS_CLUSTER_SECRET (the same on every "
+                         "host) to sign the requests its hosts forward to each other")
     return config, token
+
+
+def _check_tls(certfile: Path | None, keyfile: Path | None) -> None:
+    """One line for a certificate or key that cannot be loaded (before anything listens)."""
+    import ssl
+
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        raise UsageError("--certfile and --keyfile go together (TLS needs both)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load the TLS certificate {certfile} and key {keyfile}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -398,7 +423,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
     if config.cluster is not None:
-        return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
+        return await serve_cluster(config, token, agent_class, args.ready_file, _announce,
+                                   insecure_no_token=args.insecure_no_token)
     settings = config.server
     listen = listen_on(settings.bind)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -418,7 +444,7 @@ async def _serve(args: argparse.Namespace) -> int:
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                            listen_socket=listen))
+                            listen_socket=listen, insecure_no_token=args.insecure_no_token))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
