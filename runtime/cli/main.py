@@ -16,7 +16,7 @@
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
-    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="forget a quarantined or vanished actor (session id, hex id or namespace/hex); "
                             "the id starts empty")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    check.add_argument("--time-budget", type=float, default=60.0, dest="time_budget", metavar="S",
+                       help="most seconds spent checking one actor file (default 60); a file that takes "
+                            "longer is reported unchecked")
     return parser
 
 
@@ -570,7 +573,8 @@ async def _doctor(args: argparse.Namespace) -> int:
     from runtime.cli.doctor import run_doctor
 
     try:
-        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
+        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json,
+                          budget_s=args.time_budget)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
 
