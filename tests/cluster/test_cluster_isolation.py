@@ -32,7 +32,7 @@ def owned_by_h1(cluster, session="chat"):
     h1, h2 = cluster.hosts
     answer = httpx.post(f"{h1.url}/v1/sessions/{session}/messages", json={"message": msg("m1")}, headers=AUTH,
                         timeout=30)
-    assert answer.status_code == 200 and answer.headers[OWNER_HEADER] == h1.url, answer.text
+    assert answer.status_code == 201 and answer.headers[OWNER_HEADER] == h1.url, answer.text
     return h1, h2
 
 
