@@ -73,19 +73,24 @@
     text = String(text ?? "");
     const el = h(tag, {class: cls, text: text.slice(0, TEXT_SHOWN)});
     if (text.length <= TEXT_SHOWN) return el;
-    let shown = TEXT_SHOWN;
-    const box = h("div", {class: "long"}, el);
+    const add = (from, to) => el.appendChild(document.createTextNode(text.slice(from, to)));
+    return h("div", {class: "long"}, el, showMore(text.length, TEXT_SHOWN, "characters", add));
+  }
+
+  /** A "Show more" button for `total` items of which `step` are shown: each click calls `add(from, to)`
+   * for the next `step`; the button goes once all are shown. */
+  function showMore(total, step, unit, add) {
+    let shown = step;
     const more = h("button", {type: "button", class: "show-more"});
-    const label = () => { more.textContent = `Show more (${(text.length - shown).toLocaleString("en")} more characters)`; };
+    const label = () => { more.textContent = `Show more (${(total - shown).toLocaleString("en")} more ${unit})`; };
     more.addEventListener("click", () => {
-      el.appendChild(document.createTextNode(text.slice(shown, shown + TEXT_SHOWN)));
-      shown += TEXT_SHOWN;
-      if (shown >= text.length) more.remove();
+      add(shown, shown + step);
+      shown += step;
+      if (shown >= total) more.remove();
       else label();
     });
     label();
-    box.appendChild(more);
-    return box;
+    return more;
   }
 
   function pretty(value) {
@@ -630,16 +635,8 @@
     const parts = Array.isArray(message.parts) ? message.parts : [];
     const box = h("div", {class: "parts"}, parts.slice(0, PARTS_SHOWN).map(partView));
     if (parts.length <= PARTS_SHOWN) return box;
-    let shown = PARTS_SHOWN;
-    const more = h("button", {type: "button", class: "show-more"});
-    const label = () => { more.textContent = `Show more (${(parts.length - shown).toLocaleString("en")} more parts)`; };
-    more.addEventListener("click", () => {
-      box.insertBefore(append(document.createDocumentFragment(), parts.slice(shown, shown + PARTS_SHOWN).map(partView)), more);
-      shown += PARTS_SHOWN;
-      if (shown >= parts.length) more.remove();
-      else label();
-    });
-    label();
+    const more = showMore(parts.length, PARTS_SHOWN, "parts", (from, to) =>
+      box.insertBefore(append(document.createDocumentFragment(), parts.slice(from, to).map(partView)), more));
     box.appendChild(more);
     return box;
   }
