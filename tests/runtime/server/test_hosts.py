@@ -130,3 +130,11 @@ def test_hop_values_verify_only_with_the_shared_secret():
     # no secret (a token-less cluster, loopback only): loopback peers only
     assert verify_hop(None, "h1", "127.0.0.1") and verify_hop(None, "h1", "::1")
     assert not verify_hop(None, "h1", "10.0.0.9") and not verify_hop(None, "h1", None)
+
+
+def test_a_tokenless_cluster_on_a_public_address_needs_the_cluster_secret(tmp_path):
+    argv = [*cli_command(), "serve", "--bind", "0.0.0.0:0", "--data", str(tmp_path / "data"), "--insecure-no-token",
+            "--cluster", "postgresql://nobody@127.0.0.1:1/none"]
+    done = subprocess.run(argv, env=cli_env(None), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "DURABLE_SESSIONS_CLUSTER_SECRET" in done.stderr
