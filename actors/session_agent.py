@@ -507,8 +507,12 @@ class SessionAgent(Agent):
         return dict(await self.session.append_context_block(label, content))
 
     async def freeze_system_prompt(self) -> str:
-        """The frozen system prompt (rendered and stored on first use)."""
-        return await self.session.freeze_system_prompt()
+        """The frozen system prompt (rendered and stored on first use).
+
+        Storing it on first use is upkeep of a read: it does not move the session's ``updatedAt``.
+        """
+        with self.ctx.quiet_writes():
+            return await self.session.freeze_system_prompt()
 
     async def refresh_system_prompt(self) -> str:
         """Re-render the system prompt from the blocks now, store and return it."""

@@ -7,7 +7,7 @@
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
                              [--certfile FILE --keyfile FILE] [--insecure-no-token]
-                             [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
+                             [--cluster POSTGRES_URL ... [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
@@ -36,10 +36,13 @@ WebSockets and every actor file, and exits 0.
 
 ``serve --cluster postgresql://...`` joins a cluster of hosts sharing that
 database (docs/cluster.md): any host answers any session, forwarding to the
-session's owner. At start the host keeps trying to reach Postgres for
+session's owner. ``--cluster`` repeated names a cluster on several
+databases (the same list, in the same order, on every host). At start the host keeps trying to reach Postgres for
 ``connect_timeout_s`` (default 30 s, ``[cluster]`` in the configuration
 file), logging each failure, and only then listens; if Postgres stays
-unreachable it exits with status 1 and one line saying so.
+unreachable it exits with status 1 and one line saying so; a database that
+refuses for good (password, role, missing database, newer schema, another
+partition map) exits 2 at once with one line naming it.
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -115,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write {url, urls, pid} as JSON here once listening")
     run.add_argument("--postgres", metavar="URL",
                      help="keep every session in this Postgres database (postgresql://...) instead of the actor files")
-    run.add_argument("--cluster", metavar="POSTGRES_URL",
-                     help="join the cluster of hosts sharing this Postgres database (see docs/cluster.md)")
+    run.add_argument("--cluster", metavar="POSTGRES_URL", action="append",
+                     help="join the cluster of hosts sharing this Postgres database; repeat it for a cluster on "
+                          "several databases, in the same order on every host (see docs/cluster.md)")
     run.add_argument("--host-id", dest="host_id", help="this host's id in the cluster (default: random per start)")
     run.add_argument("--advertise", metavar="URL",
                      help="the URL other hosts reach this one at (default: http://<bound address>)")

@@ -42,9 +42,10 @@ from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -64,17 +65,20 @@ from runtime.host.placement import LocalPlacement, Placement, placement_for
 from runtime.host.slots import ActorSlot, SlotState
 from runtime.host.table import ActorKey, SlotTable
 from runtime.host.turns import Turns
-from storage.catalog import HostCatalog
+from storage.catalog import HostCatalog, actor_files
 from storage.kv import ActorStorage
 from storage.private_files import make_private_dirs
 from storage.sqlite import Durability
 
 if TYPE_CHECKING:
     from runtime.host.cluster import ClusterOptions, HostCluster
+    from runtime.host.partitions import PartitionedCluster
 
 __all__ = ["DEFAULT_MAX_PENDING_CALLS", "WAL_KEEP_BYTES", "ActorHost", "HostStatistics", "open_host"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: Default bound on unanswered calls per actor.
 DEFAULT_MAX_PENDING_CALLS = 1000
@@ -175,9 +179,10 @@ class ActorHost:
         self._turns = Turns(self, self._table, self._guard, self._lifecycle, self._alarms, nursery)
 
     @property
-    def cluster(self) -> HostCluster | None:
+    def cluster(self) -> HostCluster | PartitionedCluster | None:
         """The host's :class:`~runtime.host.cluster.HostCluster` in cluster mode
-        (``open_host(..., cluster=...)``), else ``None``."""
+        (``open_host(..., cluster=...)``; on several databases a
+        :class:`~runtime.host.partitions.PartitionedCluster`), else ``None``."""
         return self.placement.cluster
 
     @property
@@ -206,7 +211,26 @@ class ActorHost:
             raise InvalidNamespaceError(f"namespace {name!r} is already bound")
         namespace = self._namespaces[name] = Namespace(self, name, agent_class, env)
         self._alarms.add_namespace(name)
+        self._note_class(name, agent_class)
         return namespace
+
+    def _note_class(self, name: str, agent_class: type[Agent]) -> None:
+        """Record which class serves namespace ``name``; warn (one line) when the folder holds actors
+        that another class wrote. Their files stay as they are: the new class opens them as its own
+        storage, as a Durable Object class deployed over an old one inherits its storage."""
+        current = f"{agent_class.__module__}.{agent_class.__qualname__}"
+        catalog = self.catalog
+        recorded = catalog.bound_class(name)
+        if recorded == current:
+            return
+        if recorded is not None:
+            count = sum(1 for _ in actor_files(self.data_dir, name))
+            if count:
+                logger.warning(
+                    "namespace %r of %s holds %d actor%s written by %s; %s serves them now (their files stay "
+                    "readable by either class)", name, self.data_dir, count, "" if count == 1 else "s",
+                    recorded, current)
+        catalog.record_class(name, current)
 
     def namespace(self, name: str) -> Namespace:
         """The namespace bound as ``name``.
@@ -281,6 +305,11 @@ class ActorHost:
         """Epoch milliseconds at which the awake actor's last write committed (``None``: it wrote
         nothing since it woke). Kept in memory; the catalog gets it when the actor hibernates or closes."""
         return self._guard.last_write_ms(actor_id)
+
+    def quiet_writes(self, actor_id: ActorId) -> AbstractContextManager[None]:
+        """Commits the current task makes to the actor's file inside the block do not move its write
+        times (:meth:`runtime.host.file_guard.FileGuard.quiet_writes`)."""
+        return self._guard.quiet_writes(actor_id)
 
     def knows(self, actor_id: ActorId) -> bool:
         """``True`` when the actor is awake, has a file, or the host catalog lists it (even quarantined)."""

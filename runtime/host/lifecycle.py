@@ -25,6 +25,7 @@ Every drop tells the placement (``placement.release``) with its reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ from common.errors import HostClosedError, NotOwnerError, StorageFullError
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
+from runtime.host.offload import run_sync_off_loop
 from runtime.host.placement import WorkingCopy
 from runtime.host.slots import ActorContext, ActorSlot, CallNotStarted, SlotState, describe
 from runtime.host.table import ActorKey, SlotTable
@@ -122,6 +124,7 @@ class Lifecycle:
             await slot.hold_gate(slot.agent.on_start)
             await slot.output_gate()
             self._alarms.after_turn(slot)
+            self._guard.mark_after_turn(slot.id, storage)
             await placement.barrier(slot)
         except Exception as exc:
             self._fail_activation(slot, self.fault(slot, exc))
@@ -290,7 +293,7 @@ class Lifecycle:
         """
         error: Exception | None = None
         try:
-            await trio.to_thread.run_sync(self._guard.checkpoint, storage, limiter=self._checkpoints)
+            await run_sync_off_loop(functools.partial(self._guard.checkpoint, storage), limiter=self._checkpoints)
         except Exception as exc:
             error = exc
         finally:

@@ -94,6 +94,7 @@ from common.errors import (
 from common.wire import (
     CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_ITEMS,
     HOP_HEADER,
     OWNER_HEADER,
     check_session_id,
@@ -195,7 +196,8 @@ class SessionsServer:
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
-        cors_origins: tuple[str, ...] = (), hosts: HostPolicy | None = None,
+        cors_origins: tuple[str, ...] = (), max_body_items: int = DEFAULT_MAX_BODY_ITEMS,
+        hosts: HostPolicy | None = None,
     ) -> None:
         if token:
             self.check_token(token)
@@ -209,10 +211,11 @@ class SessionsServer:
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.max_body_items = max_body_items
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
-        self.responder = Responder()
+        self.responder = Responder(max_body_items)
         self.origins = OriginPolicy(cors_origins)
         self.hosts = hosts if hosts is not None else HostPolicy(token=bool(token))
         self.draining = trio.Event()
@@ -618,7 +621,8 @@ async def serve(
                        advertise=forwarder.advertise_url if forwarder is not None else None)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests, cors_origins=settings.cors_origins, hosts=hosts)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins,
+                            max_body_items=settings.max_body_items, hosts=hosts)
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
@@ -652,6 +656,8 @@ async def serve(
             return
         await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
                               max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                              head_timeout_s=settings.head_timeout_s,
+                              max_per_peer=settings.max_connections_per_peer,
                               shutdown_trigger=trigger, task_status=task_status)
 
     if forwarder is None:

@@ -134,7 +134,7 @@ class SessionShortcut:
                 data = await self._read_body(receive)
                 if data is None:  # the client went away
                     return
-                body = decode_body(data, taken.content_type)
+                body = decode_body(data, taken.content_type, max_items=server.max_body_items)
             query = scope.get("query_string", b"")
             args = ImmutableMultiDict(parse_qsl(query.decode(), keep_blank_values=True,
                                                 errors="werkzeug.url_quote")) if query else _NO_QUERY
