@@ -6,6 +6,7 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
+                             [--certfile FILE --keyfile FILE] [--insecure-no-token]
                              [--cluster POSTGRES_URL ... [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
@@ -15,7 +16,7 @@
     durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
-    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
     durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
@@ -134,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
     run.add_argument("--access-log", action="store_true", default=None, dest="access_log",
                      help="log one line per request (logger durable_sessions.access)")
+    run.add_argument("--certfile", type=Path, help="TLS: serve https:// with this certificate chain (PEM)")
+    run.add_argument("--keyfile", type=Path, help="TLS: the certificate's private key (PEM)")
+    run.add_argument("--insecure-no-token", action="store_true", dest="insecure_no_token",
+                     help="serve a non-loopback address without a token (anyone who reaches it may use it)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -190,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="forget a quarantined or vanished actor (session id, hex id or namespace/hex); "
                             "the id starts empty")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    check.add_argument("--time-budget", type=float, default=60.0, dest="time_budget", metavar="S",
+                       help="most seconds spent checking one actor file (default 60); a file that takes "
+                            "longer is reported unchecked")
     return parser
 
 
@@ -381,7 +389,7 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
-        access_log=args.access_log,
+        access_log=args.access_log, certfile=args.certfile, keyfile=args.keyfile,
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     if args.postgres:
         config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
@@ -390,10 +398,30 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
                          "files and Postgres holds their durable log (docs/cluster.md)")
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
-        require_token_for(config.server.bind, token)
+        require_token_for(config.server.bind, token, insecure_no_token=args.insecure_no_token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_tls(config.server.certfile, config.server.keyfile)
+    if config.cluster is not None and args.insecure_no_token and not token and \
+            not os.environ.get("DURABLE_SESSIONS_CLUSTER_SECRET"):
+        raise UsageError("a cluster without a token needs DURABLE_SESSIONS_CLUSTER_SECRET (the same on every "
+                         "host) to sign the requests its hosts forward to each other")
     return config, token
+
+
+def _check_tls(certfile: Path | None, keyfile: Path | None) -> None:
+    """One line for a certificate or key that cannot be loaded (before anything listens)."""
+    import ssl
+
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        raise UsageError("--certfile and --keyfile go together (TLS needs both)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load the TLS certificate {certfile} and key {keyfile}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -416,7 +444,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
     if config.cluster is not None:
-        return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
+        return await serve_cluster(config, token, agent_class, args.ready_file, _announce,
+                                   insecure_no_token=args.insecure_no_token)
     settings = config.server
     listen = listen_on(settings.bind)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -437,7 +466,7 @@ async def _serve(args: argparse.Namespace) -> int:
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                            listen_socket=listen))
+                            listen_socket=listen, insecure_no_token=args.insecure_no_token))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
@@ -563,7 +592,8 @@ async def _doctor(args: argparse.Namespace) -> int:
     from runtime.cli.doctor import run_doctor
 
     try:
-        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
+        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json,
+                          budget_s=args.time_budget)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
 

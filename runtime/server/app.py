@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -110,7 +111,8 @@ from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
 from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
-from runtime.server.forwarding import Forwarder, ForwardingShortcut
+from runtime.server.forwarding import Forwarder, ForwardingShortcut, HopGate
+from runtime.server.hosts import HostGate, HostPolicy
 from runtime.server.listener import serve_admitting
 from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.metrics import ServerMetrics
@@ -154,15 +156,19 @@ def bind_sessions(
     return host.bind(namespace, agent_class, env=config if config is not None else SessionConfig())
 
 
-def require_token_for(bind: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a token, or with a token no client can send.
+def require_token_for(bind: str, token: str | None, *, insecure_no_token: bool = False) -> None:
+    """Refuse to serve a non-loopback address without a token (unless ``insecure_no_token``), or with a
+    token no client can send.
 
     Raises:
-        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token``
-            is empty; or ``token`` fails :meth:`SessionsServer.check_token`.
+        ValueError: ``bind`` is not ``localhost`` or a loopback IP, ``token``
+            is empty and ``insecure_no_token`` false; or ``token`` fails
+            :meth:`SessionsServer.check_token`.
     """
     if token:
         SessionsServer.check_token(token)
+        return
+    if insecure_no_token:
         return
     host = bind.rsplit(":", 1)[0].strip("[]") if ":" in bind else bind
     if host == "localhost":
@@ -174,7 +180,7 @@ def require_token_for(bind: str, token: str | None) -> None:
         pass
     raise ValueError(
         f"refusing to serve {bind} without a token: set DURABLE_SESSIONS_TOKEN (or --token), "
-        "or bind a loopback address such as 127.0.0.1"
+        "bind a loopback address such as 127.0.0.1, or pass --insecure-no-token"
     )
 
 
@@ -196,6 +202,7 @@ class SessionsServer:
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
         cors_origins: tuple[str, ...] = (), max_body_items: int = DEFAULT_MAX_BODY_ITEMS,
+        hosts: HostPolicy | None = None,
     ) -> None:
         if token:
             self.check_token(token)
@@ -215,6 +222,7 @@ class SessionsServer:
         self.metrics = ServerMetrics(host)
         self.responder = Responder(max_body_items)
         self.origins = OriginPolicy(cors_origins)
+        self.hosts = hosts if hosts is not None else HostPolicy(token=bool(token))
         self.draining = trio.Event()
         self.closing = trio.Event()
         self.shortcut = True
@@ -241,6 +249,9 @@ class SessionsServer:
         asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
+        asgi = HostGate(asgi, self.hosts)  # Host names served (runtime.server.hosts)
+        secret = self.forwarder.secret if self.forwarder is not None else None
+        asgi = HopGate(asgi, secret, cluster=self.forwarder is not None)  # hop headers of the cluster only
         if self.max_requests is not None:
             asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
         # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
@@ -592,6 +603,7 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     forwarder: Forwarder | None = None,
     listen_socket: socket.socket | None = None,
+    insecure_no_token: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``host`` on ``settings.bind`` until ``shutdown_trigger()`` returns (default: forever).
@@ -606,16 +618,19 @@ async def serve(
         listen_socket: a socket already bound to ``settings.bind`` (a cluster
             host binds first to learn its port before it joins); ``serve``
             takes it over and closes it. ``None``: bind here.
+        insecure_no_token: serve a non-loopback bind without a token (``serve --insecure-no-token``).
 
     Raises:
         ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
     """
     settings = settings or ServerSettings()
-    require_token_for(settings.bind, token)
+    require_token_for(settings.bind, token, insecure_no_token=insecure_no_token)
+    hosts = HostPolicy(settings.allowed_hosts, bind=settings.bind, token=bool(token),
+                       advertise=forwarder.advertise_url if forwarder is not None else None)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
                             max_requests=settings.max_requests, cors_origins=settings.cors_origins,
-                            max_body_items=settings.max_body_items)
+                            max_body_items=settings.max_body_items, hosts=hosts)
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
@@ -630,6 +645,8 @@ async def serve(
     config.accesslog = logging.getLogger(ACCESS_LOGGER) if settings.access_log else None
     config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
+    if settings.certfile is not None:  # TLS: https:// and wss:// (hypercorn's own)
+        config.certfile, config.keyfile = str(settings.certfile), str(settings.keyfile)
 
     async def trigger() -> None:
         if shutdown_trigger is None:
@@ -642,6 +659,9 @@ async def serve(
         server.closing.set()
 
     async def run() -> None:
+        if settings.certfile is not None:  # TLS: hypercorn's own listener (socket admission needs plain bytes)
+            await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+            return
         await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
                               max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
                               head_timeout_s=settings.head_timeout_s,

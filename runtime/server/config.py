@@ -25,6 +25,9 @@ Unknown keys are errors, so a typo never passes silently::
     max_connections_per_peer = 512   # connections open at once from one client address, then 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
     inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
+    allowed_hosts = ["sessions.internal"]  # Host names answered besides loopback ones (checked without a token)
+    certfile = "server.pem"      # TLS: serve https:// with this certificate chain (PEM) ...
+    keyfile = "server.key"       # ... and its private key (PEM); both or neither
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -93,6 +96,7 @@ from urllib.parse import urlsplit
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
 from common.errors import InvalidInputError
 from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
+from runtime.server.hosts import normalise_hosts
 
 __all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
 
@@ -161,6 +165,12 @@ class ServerSettings:
             route is still served, so a load balancer stops sending first.
         inspector: serve the inspector page at ``/inspect``
             (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
+        allowed_hosts: ``Host`` names answered besides the loopback ones and the bound
+            address (:mod:`runtime.server.hosts`; ``"*"``: any). Checked on a server
+            without a token, and on any server when set.
+        certfile: TLS certificate chain (PEM) to serve ``https://`` and ``wss://`` with
+            (``None``: plain HTTP); needs ``keyfile``.
+        keyfile: the certificate's private key (PEM).
     """
 
     bind: str = "127.0.0.1:8787"
@@ -185,9 +195,21 @@ class ServerSettings:
     access_log: bool = False
     drain_s: float = 0.0
     inspector: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    certfile: Path | None = None
+    keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        try:
+            object.__setattr__(self, "allowed_hosts", normalise_hosts(self.allowed_hosts))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ConfigError("server.certfile and server.keyfile go together (TLS needs both)")
+        for name in ("certfile", "keyfile"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
         if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
             raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
@@ -461,8 +483,9 @@ def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
 def _server(table: dict[str, Any], base: Path) -> ServerSettings:
     _only(table, {f.name for f in fields(ServerSettings)}, "server.")
     values = dict(table)
-    if "data" in values:
-        values["data"] = base / str(values["data"])
+    for key in ("data", "certfile", "keyfile"):
+        if key in values:
+            values[key] = base / str(values[key])
     return ServerSettings(**values)
 
 

@@ -46,7 +46,7 @@ async def connect(host, port, source=None):
 
 
 def request(method, path, body=b"", content_type="application/json"):
-    head = (f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+    head = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode() + body
 
@@ -150,7 +150,7 @@ async def test_connections_that_send_no_request_head_are_closed_after_the_head_t
         host, port = address(server)
         silent = await connect(host, port)
         half = await connect(host, port)
-        await half.send_all(b"POST /v1/sessions/x/messages HTTP/1.1\r\nHost: test\r\nContent-Le")
+        await half.send_all(b"POST /v1/sessions/x/messages HTTP/1.1\r\nHost: localhost\r\nContent-Le")
         started = time.monotonic()
         with trio.fail_after(DEADLINE_S):  # hypercorn alone keeps them for keep_alive_timeout_s
             await closed_by_server(silent)
