@@ -1,0 +1,303 @@
+"""Cluster capacity model: Postgres CPU per durable append and per lease renewal, host CPU per append.
+
+One run measures, against real processes on this machine (a throwaway
+Postgres started as the tests start it, ``tests/support/postgres.py``, with
+``fsync`` switched back on unless ``--no-fsync``; ``durable-sessions serve``
+hosts on loopback, started as ``benchmarks/bench_cluster.py`` starts them):
+
+1. **Appends.** A ``single`` host (no ``--cluster``) and a ``cluster`` host
+   (``--cluster``, one host) get the same workload: ``--appends`` appends
+   ``POST /v1/sessions/<s>/messages`` (a fresh message id each, the text of
+   ``bench_cluster.TEXT``) over ``--sessions`` sessions already awake, from
+   ``C`` concurrent HTTP connections (each ``C`` of ``--concurrency``;
+   ``1``: one append at a time, no group commit; ``16``: appends of
+   different actors share Postgres statements). Rounds are interleaved
+   (``--rounds``) and medians kept. Measured per append: the host
+   process's CPU (``/proc/<pid>/stat``, user + system), Postgres' CPU (every
+   process of *this* server: the postmaster, its live children -- backends,
+   WAL writer, checkpointer, autovacuum -- and the children it reaped, from
+   ``/proc``), the log entries and statements the host sent
+   (``GET /v1/actors``). The load generator runs in this process; its CPU
+   is not counted.
+2. **Lease renewals.** A third host (``--cluster``, its own database) holds
+   ``--idle-actors`` awake, idle actors (``--idle-timeout 600``); every
+   ``lease_s / 3`` one ``RENEW`` statement renews all their leases.
+   Postgres' CPU over ``--window`` seconds is measured with those leases held
+   and, before, with none (the baseline: the other hosts' own renewals,
+   Postgres' background work); the difference divided by the renewals made
+   is the CPU of one actor's renewal.
+3. **Projection.** Appends/s one database core can take (1 / Postgres CPU
+   per append), appends/s one host core can serve (1 / host CPU per append),
+   and idle leased actors one database core can keep (renewals of one actor:
+   ``3 / lease_s`` per second).
+
+Run: ``.venv/bin/python benchmarks/bench_cluster_capacity.py [--appends 3000] [--rounds 3] [--json out.json]``
+(about 3-5 minutes on 2 cores). Absolute figures move with the machine's
+load (printed); the ratios of one run are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from bench_cluster import TEXT, cpu_seconds, machine_busy, start_host, stop_all  # noqa: E402
+
+from tests.support.postgres import PostgresServer  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- CPU of one Postgres server ------------------------------------------------------------------------
+
+
+def postmaster_pid(server: PostgresServer) -> int:
+    """The pid of ``server``'s postmaster (first line of ``postmaster.pid``)."""
+    return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def server_cpu_s(postmaster: int) -> float:
+    """CPU seconds used so far by the Postgres server whose postmaster is ``postmaster``.
+
+    The postmaster's own time and its reaped children's (``cutime``/``cstime``: backends that
+    exited), plus each live child's (``ppid == postmaster``). Other Postgres servers on the
+    machine are not counted.
+    """
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15])
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+# -- load ---------------------------------------------------------------------------------------------
+
+
+async def append_load(url: str, prefix: str, sessions: int, appends: int, concurrency: int) -> float:
+    """``appends`` appends over ``sessions`` sessions from ``concurrency`` connections; the wall seconds.
+
+    Raises:
+        RuntimeError: an append was not acknowledged (the benchmark counts acknowledged writes only).
+    """
+    run = uuid.uuid4().hex[:10]
+    counter = iter(range(appends))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+
+        async def worker(w: int) -> None:
+            for n in counter:
+                session = f"{prefix}{n % sessions}"
+                body = {"message": {"id": f"{run}-{n}", "role": "user", "parts": [{"type": "text", "text": TEXT}]}}
+                response = await http.post(f"/v1/sessions/{session}/messages", json=body)
+                if response.status_code != 201:
+                    raise RuntimeError(f"append answered {response.status_code}: {response.text[:200]}")
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for w in range(concurrency):
+                nursery.start_soon(worker, w)
+        return time.perf_counter() - started
+
+
+async def wake(url: str, prefix: str, sessions: int, concurrency: int = 8) -> None:
+    """One append to each of ``sessions`` sessions (activates them at ``url``)."""
+    await append_load(url, prefix, sessions, sessions, min(concurrency, sessions))
+
+
+def cluster_counters(url: str) -> dict:
+    """The host's cluster counters (``GET /v1/actors``: ``statements``, ``entries``, ``leases``...)."""
+    return httpx.get(f"{url}/v1/actors", timeout=30).json().get("cluster") or {}
+
+
+# -- the parts ----------------------------------------------------------------------------------------
+
+
+async def appends(folder: Path, dsn: str, postmaster: int, args: argparse.Namespace) -> dict:
+    single = start_host(folder, "single", None, args.lease)
+    cluster = start_host(folder, "cluster", dsn, args.lease)
+    hosts = {"single": single, "cluster": cluster}
+    samples: dict[tuple[str, int], list[dict]] = {}
+    try:
+        for host in hosts.values():
+            await wake(host.url, "cap-", args.sessions)
+        for label, host in hosts.items():  # warm-up: caches, connections, the first snapshots
+            await append_load(host.url, "cap-", args.sessions, max(200, args.appends // 10), max(args.concurrency))
+        for round_ in range(args.rounds):
+            for concurrency in args.concurrency:
+                for label, host in hosts.items():
+                    counters = cluster_counters(host.url)
+                    host0, pg0, busy0 = cpu_seconds(host.process.pid), server_cpu_s(postmaster), machine_busy()
+                    wall = await append_load(host.url, "cap-", args.sessions, args.appends, concurrency)
+                    host1, pg1, busy1 = cpu_seconds(host.process.pid), server_cpu_s(postmaster), machine_busy()
+                    after = cluster_counters(host.url)
+                    n = args.appends
+                    sample = {
+                        "host_ms": 1000 * (host1 - host0) / n, "pg_ms": 1000 * (pg1 - pg0) / n, "rate": n / wall,
+                        "busy": 100 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
+                        "statements": after.get("statements", 0) - counters.get("statements", 0),
+                        "entries": after.get("entries", 0) - counters.get("entries", 0),
+                    }
+                    samples.setdefault((label, concurrency), []).append(sample)
+                    per_statement = (f"  {n / sample['statements']:4.1f} appends/statement"
+                                     if sample["statements"] else "")
+                    print(f"  round {round_ + 1} c={concurrency:<3} {label:<8} {sample['rate']:6.0f} appends/s  "
+                          f"host {sample['host_ms']:5.2f} ms/append  Postgres {sample['pg_ms']:5.2f} ms/append"
+                          f"{per_statement}  machine {sample['busy']:3.0f}% busy", flush=True)
+    finally:
+        stop_all(list(hosts.values()))
+    results: dict = {}
+    for (label, concurrency), runs in samples.items():
+        results.setdefault(f"c={concurrency}", {})[label] = {
+            key: round(statistics.median(r[key] for r in runs), 3)
+            for key in ("host_ms", "pg_ms", "rate", "busy", "statements", "entries")}
+    for shape in results.values():
+        shape["host_ratio"] = round(shape["cluster"]["host_ms"] / shape["single"]["host_ms"], 2)
+    return results
+
+
+async def renewals(folder: Path, dsn: str, postmaster: int, args: argparse.Namespace) -> dict:
+    host = start_host(folder, "idle", dsn, args.lease)
+    try:
+        await trio.sleep(args.lease)  # joined, first renewals made
+
+        def window() -> tuple[float, float, float]:
+            host0, pg0, started = cpu_seconds(host.process.pid), server_cpu_s(postmaster), time.monotonic()
+            time.sleep(args.window)
+            return (server_cpu_s(postmaster) - pg0, cpu_seconds(host.process.pid) - host0,
+                    time.monotonic() - started)
+
+        base_pg, base_host, base_wall = await trio.to_thread.run_sync(window)
+        started = time.perf_counter()
+        await wake(host.url, "idle-", args.idle_actors)
+        woke = time.perf_counter() - started
+        held = cluster_counters(host.url).get("leases", 0)
+        await trio.sleep(args.lease)  # the activations' own statements are done
+        pg, host_s, wall = await trio.to_thread.run_sync(window)
+    finally:
+        stop_all([host])
+    statements = wall / (args.lease / 3)
+    count = held * statements
+    extra_pg = pg - base_pg * wall / base_wall
+    extra_host = host_s - base_host * wall / base_wall
+    results = {
+        "idle_actors": held, "window_s": round(wall, 1), "renew_statements": round(statements, 1),
+        "renewals": round(count), "pg_baseline_ms_per_s": round(1000 * base_pg / base_wall, 2),
+        "pg_ms_per_s": round(1000 * pg / wall, 2),
+        "pg_us_per_renewal": round(1e6 * extra_pg / max(1, count), 2),
+        "pg_ms_per_renew_statement": round(1000 * extra_pg / max(1, statements), 2),
+        "host_us_per_renewal": round(1e6 * extra_host / max(1, count), 2),
+        "wake_ms_per_actor": round(1000 * woke / max(1, args.idle_actors), 2),
+    }
+    print(f"  {held} idle leased actors, lease {args.lease:g} s: {statements:.0f} RENEW statements "
+          f"({count:.0f} renewals) in {wall:.1f} s; Postgres {results['pg_ms_per_s']} ms CPU/s against "
+          f"{results['pg_baseline_ms_per_s']} ms/s with no leases -> {results['pg_us_per_renewal']} us per renewal "
+          f"({results['pg_ms_per_renew_statement']} ms per RENEW statement); host "
+          f"{results['host_us_per_renewal']} us per renewal", flush=True)
+    return results
+
+
+def projection(found: dict, lease_s: float) -> dict:
+    """Appends/s per database core and per host core; idle leased actors per database core."""
+    out: dict = {}
+    for shape, rows in found["appends"].items():
+        cluster = rows["cluster"]
+        out[shape] = {
+            "appends_per_db_core": round(1000 / cluster["pg_ms"]) if cluster["pg_ms"] > 0 else None,
+            "appends_per_host_core_cluster": round(1000 / cluster["host_ms"]),
+            "appends_per_host_core_single": round(1000 / rows["single"]["host_ms"]),
+        }
+    renew = found["renewals"]["pg_us_per_renewal"]
+    if renew > 0:
+        out["idle_actors_per_db_core"] = {}
+        for lease in sorted({lease_s, 10.0}):
+            out["idle_actors_per_db_core"][f"lease {lease:g} s"] = round(1e6 / renew / (3 / lease))
+    return out
+
+
+def print_table(found: dict) -> None:
+    print("\n| shape | mode | appends/s | host CPU ms/append | Postgres CPU ms/append | appends/statement |"
+          "\n|---|---|---:|---:|---:|---:|")
+    for shape, rows in found["appends"].items():
+        for label in ("single", "cluster"):
+            r = rows[label]
+            per = f"{found['args']['appends'] / r['statements']:.1f}" if r["statements"] else "-"
+            pg = f"{r['pg_ms']:.3f}" if label == "cluster" else "-"
+            print(f"| {shape} | {label} | {r['rate']:.0f} | {r['host_ms']:.3f} | {pg} | {per} |")
+        print(f"| {shape} | cluster / single host CPU | | **{rows['host_ratio']:.2f}x** | | |")
+    r = found["renewals"]
+    print(f"\nlease renewal: {r['pg_us_per_renewal']} us Postgres CPU per actor renewed "
+          f"({r['pg_ms_per_renew_statement']} ms per RENEW of {r['idle_actors']} leases), "
+          f"host {r['host_us_per_renewal']} us")
+    print("\nprojection:")
+    for key, value in found["projection"].items():
+        print(f"  {key}: {value}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--appends", type=int, default=3000, help="appends per measured run")
+    parser.add_argument("--sessions", type=int, default=32, help="sessions the appends are spread over")
+    parser.add_argument("--concurrency", default="1,16", help="concurrent connections of each shape")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats; medians kept")
+    parser.add_argument("--lease", type=float, default=2.0, help="lease seconds of the cluster hosts")
+    parser.add_argument("--idle-actors", type=int, default=500, help="idle leased actors of the renewal part")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds of each renewal measurement")
+    parser.add_argument("--no-fsync", action="store_true", help="keep the test server's fsync=off")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    args.concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    found: dict = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
+                   "args": {"appends": args.appends, "sessions": args.sessions, "lease_s": args.lease,
+                            "fsync": not args.no_fsync}}
+    print("load average:", " ".join(Path("/proc/loadavg").read_text().split()[:3]), flush=True)
+    server = await trio.to_thread.run_sync(lambda: PostgresServer().start())
+    try:
+        for name in ("cap_appends", "cap_idle"):
+            server.execute(f'CREATE DATABASE "{name}"')
+        if not args.no_fsync:
+            for setting in ("fsync = on", "full_page_writes = on"):
+                server.execute(f"ALTER SYSTEM SET {setting}")
+            server.execute("SELECT pg_reload_conf()")
+            await trio.sleep(1.0)  # the reload is asynchronous
+        postmaster = postmaster_pid(server)
+        with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
+            folder = Path(tmp)
+            print(f"1. appends ({args.appends} per run over {args.sessions} sessions, {args.rounds} rounds):",
+                  flush=True)
+            found["appends"] = await appends(folder, server.dsn("cap_appends"), postmaster, args)
+            print("2. lease renewals:", flush=True)
+            found["renewals"] = await renewals(folder, server.dsn("cap_idle"), postmaster, args)
+    finally:
+        server.close()
+    found["projection"] = projection(found, args.lease)
+    found["load_after"] = os.getloadavg()[0]
+    print_table(found)
+    print(f"\nload average before {found['load_before']:.1f}, after {found['load_after']:.1f} "
+          f"({found['cpus']} CPUs)")
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=2))
+
+
+if __name__ == "__main__":
+    trio.run(main)
