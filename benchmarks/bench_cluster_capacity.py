@@ -13,10 +13,10 @@ hosts on loopback, started as ``benchmarks/bench_cluster.py`` starts them):
    ``1``: one append at a time, no group commit; ``16``: appends of
    different actors share Postgres statements). Rounds are interleaved
    (``--rounds``) and medians kept. Measured per append: the host
-   process's CPU (``/proc/<pid>/stat``, user + system), Postgres' CPU (every
-   process of *this* server: the postmaster, its live children -- backends,
-   WAL writer, checkpointer, autovacuum -- and the children it reaped, from
-   ``/proc``), the log entries and statements the host sent
+   process's CPU (all its threads, ``/proc/<pid>/task/*/schedstat``,
+   nanoseconds), Postgres' CPU (every process of *this* server: the
+   postmaster, its live children -- backends, WAL writer, checkpointer,
+   autovacuum -- and the children it reaped, from ``/proc``), the log entries and statements the host sent
    (``GET /v1/actors``). The load generator runs in this process; its CPU
    is not counted.
 2. **Lease renewals.** A third host (``--cluster``, its own database) holds
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from bench_cluster import TEXT, cpu_seconds, machine_busy, start_host, stop_all  # noqa: E402
+from bench_cluster import TEXT, machine_busy, start_host, stop_all  # noqa: E402
 
 from tests.support.postgres import PostgresServer  # noqa: E402
 
@@ -70,25 +70,72 @@ def postmaster_pid(server: PostgresServer) -> int:
     return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
 
 
+def task_cpu_s(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` so far (``/proc/<pid>/task/*/schedstat``: nanoseconds)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except (OSError, IndexError):
+            continue
+    return total / 1e9
+
+
 def server_cpu_s(postmaster: int) -> float:
     """CPU seconds used so far by the Postgres server whose postmaster is ``postmaster``.
 
-    The postmaster's own time and its reaped children's (``cutime``/``cstime``: backends that
-    exited), plus each live child's (``ppid == postmaster``). Other Postgres servers on the
+    The postmaster's and each live child's (``ppid == postmaster``: backends, WAL writer,
+    checkpointer, autovacuum; nanoseconds from ``schedstat``), plus what its reaped children used
+    (``cutime``/``cstime``, clock ticks: backends that exited). Other Postgres servers on the
     machine are not counted.
     """
     fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-    total = sum(int(f) for f in fields[11:15])
+    total = (int(fields[13]) + int(fields[14])) / TICK + task_cpu_s(postmaster)
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            if int(fields[1]) == postmaster:
+                total += task_cpu_s(int(name))
+        except (OSError, ValueError):
             continue
-        if int(fields[1]) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
+    return total
+
+
+class Backends:
+    """CPU of the backends serving one database (``pg_stat_activity``): the statements' own work, no
+    background processes. ``start()`` then ``seconds()``: CPU seconds those backends (and any that
+    connected since) used in between; a backend that exited meanwhile is not counted."""
+
+    def __init__(self, server: PostgresServer, database: str) -> None:
+        self.dsn = server.dsn("postgres")
+        self.database = database
+        self.before: dict[int, float] = {}
+
+    def _pids(self) -> list[int]:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                (self.database,)).fetchall()
+        return [row[0] for row in rows]
+
+    def _cpu(self, pids: list[int]) -> dict[int, float]:
+        found = {}
+        for pid in pids:
+            try:
+                found[pid] = task_cpu_s(pid)
+            except OSError:
+                continue
+        return found
+
+    def start(self) -> None:
+        self.before = self._cpu(self._pids())
+
+    def seconds(self) -> float:
+        after = self._cpu(self._pids())
+        return sum(cpu - self.before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 # -- load ---------------------------------------------------------------------------------------------
@@ -133,9 +180,11 @@ def cluster_counters(url: str) -> dict:
 # -- the parts ----------------------------------------------------------------------------------------
 
 
-async def appends(folder: Path, dsn: str, postmaster: int, args: argparse.Namespace) -> dict:
+async def appends(folder: Path, server: PostgresServer, database: str, args: argparse.Namespace) -> dict:
+    postmaster = postmaster_pid(server)
+    backends = Backends(server, database)
     single = start_host(folder, "single", None, args.lease)
-    cluster = start_host(folder, "cluster", dsn, args.lease)
+    cluster = start_host(folder, "cluster", server.dsn(database), args.lease)
     hosts = {"single": single, "cluster": cluster}
     samples: dict[tuple[str, int], list[dict]] = {}
     try:
@@ -143,17 +192,22 @@ async def appends(folder: Path, dsn: str, postmaster: int, args: argparse.Namesp
             await wake(host.url, "cap-", args.sessions)
         for label, host in hosts.items():  # warm-up: caches, connections, the first snapshots
             await append_load(host.url, "cap-", args.sessions, max(200, args.appends // 10), max(args.concurrency))
+        base = await trio.to_thread.run_sync(idle_rate, postmaster, args.window)
+        print(f"  Postgres with both hosts idle: {1000 * base:.2f} ms CPU/s (background; subtracted)", flush=True)
         for round_ in range(args.rounds):
             for concurrency in args.concurrency:
                 for label, host in hosts.items():
                     counters = cluster_counters(host.url)
-                    host0, pg0, busy0 = cpu_seconds(host.process.pid), server_cpu_s(postmaster), machine_busy()
+                    backends.start()
+                    host0, pg0, busy0 = task_cpu_s(host.process.pid), server_cpu_s(postmaster), machine_busy()
                     wall = await append_load(host.url, "cap-", args.sessions, args.appends, concurrency)
-                    host1, pg1, busy1 = cpu_seconds(host.process.pid), server_cpu_s(postmaster), machine_busy()
+                    host1, pg1, busy1 = task_cpu_s(host.process.pid), server_cpu_s(postmaster), machine_busy()
+                    statements_s = backends.seconds()
                     after = cluster_counters(host.url)
                     n = args.appends
                     sample = {
-                        "host_ms": 1000 * (host1 - host0) / n, "pg_ms": 1000 * (pg1 - pg0) / n, "rate": n / wall,
+                        "host_ms": 1000 * (host1 - host0) / n, "pg_ms": 1000 * (pg1 - pg0 - base * wall) / n,
+                        "pg_backend_ms": 1000 * statements_s / n, "rate": n / wall,
                         "busy": 100 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]),
                         "statements": after.get("statements", 0) - counters.get("statements", 0),
                         "entries": after.get("entries", 0) - counters.get("entries", 0),
@@ -162,7 +216,8 @@ async def appends(folder: Path, dsn: str, postmaster: int, args: argparse.Namesp
                     per_statement = (f"  {n / sample['statements']:4.1f} appends/statement"
                                      if sample["statements"] else "")
                     print(f"  round {round_ + 1} c={concurrency:<3} {label:<8} {sample['rate']:6.0f} appends/s  "
-                          f"host {sample['host_ms']:5.2f} ms/append  Postgres {sample['pg_ms']:5.2f} ms/append"
+                          f"host {sample['host_ms']:5.3f} ms/append  Postgres {sample['pg_ms']:5.3f} ms/append "
+                          f"(its backends {sample['pg_backend_ms']:5.3f})"
                           f"{per_statement}  machine {sample['busy']:3.0f}% busy", flush=True)
     finally:
         stop_all(list(hosts.values()))
@@ -170,22 +225,30 @@ async def appends(folder: Path, dsn: str, postmaster: int, args: argparse.Namesp
     for (label, concurrency), runs in samples.items():
         results.setdefault(f"c={concurrency}", {})[label] = {
             key: round(statistics.median(r[key] for r in runs), 3)
-            for key in ("host_ms", "pg_ms", "rate", "busy", "statements", "entries")}
+            for key in ("host_ms", "pg_ms", "pg_backend_ms", "rate", "busy", "statements", "entries")}
     for shape in results.values():
         shape["host_ratio"] = round(shape["cluster"]["host_ms"] / shape["single"]["host_ms"], 2)
     return results
 
 
-async def renewals(folder: Path, dsn: str, postmaster: int, args: argparse.Namespace) -> dict:
-    host = start_host(folder, "idle", dsn, args.lease)
+def idle_rate(postmaster: int, seconds: float) -> float:
+    """Postgres' CPU seconds per second over ``seconds`` of this thread sleeping."""
+    pg0, started = server_cpu_s(postmaster), time.monotonic()
+    time.sleep(seconds)
+    return (server_cpu_s(postmaster) - pg0) / (time.monotonic() - started)
+
+
+async def renewals(folder: Path, server: PostgresServer, database: str, args: argparse.Namespace) -> dict:
+    backends = Backends(server, database)
+    host = start_host(folder, "idle", server.dsn(database), args.lease)
     try:
         await trio.sleep(args.lease)  # joined, first renewals made
 
         def window() -> tuple[float, float, float]:
-            host0, pg0, started = cpu_seconds(host.process.pid), server_cpu_s(postmaster), time.monotonic()
+            backends.start()
+            host0, started = task_cpu_s(host.process.pid), time.monotonic()
             time.sleep(args.window)
-            return (server_cpu_s(postmaster) - pg0, cpu_seconds(host.process.pid) - host0,
-                    time.monotonic() - started)
+            return backends.seconds(), task_cpu_s(host.process.pid) - host0, time.monotonic() - started
 
         base_pg, base_host, base_wall = await trio.to_thread.run_sync(window)
         started = time.perf_counter()
@@ -202,17 +265,17 @@ async def renewals(folder: Path, dsn: str, postmaster: int, args: argparse.Names
     extra_host = host_s - base_host * wall / base_wall
     results = {
         "idle_actors": held, "window_s": round(wall, 1), "renew_statements": round(statements, 1),
-        "renewals": round(count), "pg_baseline_ms_per_s": round(1000 * base_pg / base_wall, 2),
-        "pg_ms_per_s": round(1000 * pg / wall, 2),
-        "pg_us_per_renewal": round(1e6 * extra_pg / max(1, count), 2),
-        "pg_ms_per_renew_statement": round(1000 * extra_pg / max(1, statements), 2),
-        "host_us_per_renewal": round(1e6 * extra_host / max(1, count), 2),
+        "renewals": round(count), "pg_baseline_ms_per_s": round(1000 * base_pg / base_wall, 3),
+        "pg_ms_per_s": round(1000 * pg / wall, 3),
+        "pg_us_per_renewal": round(1e6 * extra_pg / max(1, count), 3),
+        "pg_ms_per_renew_statement": round(1000 * extra_pg / max(1, statements), 3),
+        "host_us_per_renewal": round(1e6 * extra_host / max(1, count), 3),
         "wake_ms_per_actor": round(1000 * woke / max(1, args.idle_actors), 2),
     }
     print(f"  {held} idle leased actors, lease {args.lease:g} s: {statements:.0f} RENEW statements "
-          f"({count:.0f} renewals) in {wall:.1f} s; Postgres {results['pg_ms_per_s']} ms CPU/s against "
-          f"{results['pg_baseline_ms_per_s']} ms/s with no leases -> {results['pg_us_per_renewal']} us per renewal "
-          f"({results['pg_ms_per_renew_statement']} ms per RENEW statement); host "
+          f"({count:.0f} renewals) in {wall:.1f} s; the host's backends used {results['pg_ms_per_s']} ms CPU/s "
+          f"against {results['pg_baseline_ms_per_s']} ms/s with no leases -> {results['pg_us_per_renewal']} us per "
+          f"renewal ({results['pg_ms_per_renew_statement']} ms per RENEW statement); host "
           f"{results['host_us_per_renewal']} us per renewal", flush=True)
     return results
 
@@ -236,13 +299,13 @@ def projection(found: dict, lease_s: float) -> dict:
 
 
 def print_table(found: dict) -> None:
-    print("\n| shape | mode | appends/s | host CPU ms/append | Postgres CPU ms/append | appends/statement |"
-          "\n|---|---|---:|---:|---:|---:|")
+    print("\n| shape | mode | appends/s | host CPU ms/append | Postgres CPU ms/append (its backends) | "
+          "appends/statement |\n|---|---|---:|---:|---:|---:|")
     for shape, rows in found["appends"].items():
         for label in ("single", "cluster"):
             r = rows[label]
             per = f"{found['args']['appends'] / r['statements']:.1f}" if r["statements"] else "-"
-            pg = f"{r['pg_ms']:.3f}" if label == "cluster" else "-"
+            pg = f"{r['pg_ms']:.3f} ({r['pg_backend_ms']:.3f})" if label == "cluster" else "-"
             print(f"| {shape} | {label} | {r['rate']:.0f} | {r['host_ms']:.3f} | {pg} | {per} |")
         print(f"| {shape} | cluster / single host CPU | | **{rows['host_ratio']:.2f}x** | | |")
     r = found["renewals"]
@@ -280,14 +343,13 @@ async def main() -> None:
                 server.execute(f"ALTER SYSTEM SET {setting}")
             server.execute("SELECT pg_reload_conf()")
             await trio.sleep(1.0)  # the reload is asynchronous
-        postmaster = postmaster_pid(server)
         with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
             folder = Path(tmp)
             print(f"1. appends ({args.appends} per run over {args.sessions} sessions, {args.rounds} rounds):",
                   flush=True)
-            found["appends"] = await appends(folder, server.dsn("cap_appends"), postmaster, args)
+            found["appends"] = await appends(folder, server, "cap_appends", args)
             print("2. lease renewals:", flush=True)
-            found["renewals"] = await renewals(folder, server.dsn("cap_idle"), postmaster, args)
+            found["renewals"] = await renewals(folder, server, "cap_idle", args)
     finally:
         server.close()
     found["projection"] = projection(found, args.lease)

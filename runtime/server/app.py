@@ -35,10 +35,10 @@ a bug: 500 with a reference to the logged traceback, never the traceback
 itself. Admission control (:mod:`runtime.server.admission`) refuses work the
 server cannot start soon, at once.
 
-On a host outside a cluster, a session request whose head settles every
-check (route, id, token, body size) is answered below Quart's request
-machinery by :mod:`runtime.server.shortcut`, with the same answers; every
-other request goes through the app.
+A session request whose head settles every check (route, id, token, body
+size) -- in a cluster, of a session active on this host -- is answered below
+Quart's request machinery by :mod:`runtime.server.shortcut`, with the same
+answers; every other request goes through the app.
 
 In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
 given), a session request this host does not own is forwarded to the
@@ -182,7 +182,8 @@ class SessionsServer:
         draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
         closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         shortcut: whether plain session requests take the short way below Quart
-            (:mod:`runtime.server.shortcut`; not in a cluster). ``False`` sends them through the app.
+            (:mod:`runtime.server.shortcut`; in a cluster, of sessions active here). ``False`` sends them
+            through the app.
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
@@ -226,10 +227,9 @@ class SessionsServer:
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         asgi: Callable[..., Awaitable[None]] = _ShieldedResponseEnd(app.asgi_app)
+        asgi = SessionShortcut(asgi, self)  # the session table's plain requests, below Quart (runtime.server.shortcut)
         if self.forwarder is not None:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
-        else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
-            asgi = SessionShortcut(asgi, self)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
         if self.max_requests is not None:
