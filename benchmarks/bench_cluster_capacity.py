@@ -16,23 +16,28 @@ hosts on loopback, started as ``benchmarks/bench_cluster.py`` starts them):
    process's CPU (all its threads, ``/proc/<pid>/task/*/schedstat``,
    nanoseconds), Postgres' CPU (every process of *this* server: the
    postmaster, its live children -- backends, WAL writer, checkpointer,
-   autovacuum -- and the children it reaped, from ``/proc``), the log entries and statements the host sent
-   (``GET /v1/actors``). The load generator runs in this process; its CPU
-   is not counted.
+   autovacuum -- and the children it reaped, from ``/proc``), the log
+   entries and statements the host sent (``GET /v1/actors``). The load
+   generator runs in this process; its CPU is not counted. Postgres'
+   background CPU, measured for ``--window`` seconds with the hosts idle,
+   is subtracted; "its backends" is the CPU of the backends
+   connected to the appending host's database alone. ``--compare-ref main``
+   adds a cluster host running another git revision's code to the same
+   rounds (a before/after in one run).
 2. **Lease renewals.** A third host (``--cluster``, its own database) holds
    ``--idle-actors`` awake, idle actors (``--idle-timeout 600``); every
-   ``lease_s / 3`` one ``RENEW`` statement renews all their leases.
-   Postgres' CPU over ``--window`` seconds is measured with those leases held
-   and, before, with none (the baseline: the other hosts' own renewals,
-   Postgres' background work); the difference divided by the renewals made
-   is the CPU of one actor's renewal.
+   ``lease_s / 3`` one ``RENEW`` statement renews all their leases. The CPU
+   of the backends serving that database over ``--window`` seconds is
+   measured with those leases held and, before, with none (the host's own
+   registration renewal and alarm polls); the difference divided by the
+   renewals made is the Postgres CPU of one actor's renewal.
 3. **Projection.** Appends/s one database core can take (1 / Postgres CPU
    per append), appends/s one host core can serve (1 / host CPU per append),
    and idle leased actors one database core can keep (renewals of one actor:
    ``3 / lease_s`` per second).
 
-Run: ``.venv/bin/python benchmarks/bench_cluster_capacity.py [--appends 3000] [--rounds 3] [--json out.json]``
-(about 3-5 minutes on 2 cores). Absolute figures move with the machine's
+Run: ``.venv/bin/python benchmarks/bench_cluster_capacity.py [--appends 3000] [--rounds 3] [--compare-ref main]``
+(5-15 minutes on 2 cores, depending on their load). Absolute figures move with the machine's
 load (printed); the ratios of one run are what to compare.
 """
 
@@ -42,6 +47,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +63,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from bench_cluster import TEXT, machine_busy, start_host, stop_all  # noqa: E402
 
+from tests.support.cluster_hosts import ClusterHost  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
+from tests.support.processes import cli_env  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -182,10 +190,14 @@ def cluster_counters(url: str) -> dict:
 
 async def appends(folder: Path, server: PostgresServer, database: str, args: argparse.Namespace) -> dict:
     postmaster = postmaster_pid(server)
-    backends = Backends(server, database)
+    backends = {"cluster": Backends(server, database)}
     single = start_host(folder, "single", None, args.lease)
     cluster = start_host(folder, "cluster", server.dsn(database), args.lease)
     hosts = {"single": single, "cluster": cluster}
+    if args.compare_ref:
+        backends[f"cluster@{args.compare_ref}"] = Backends(server, database + "_ref")
+        hosts[f"cluster@{args.compare_ref}"] = start_ref_host(folder, args.compare_ref, server.dsn(database + "_ref"),
+                                                               args.lease)
     samples: dict[tuple[str, int], list[dict]] = {}
     try:
         for host in hosts.values():
@@ -198,11 +210,12 @@ async def appends(folder: Path, server: PostgresServer, database: str, args: arg
             for concurrency in args.concurrency:
                 for label, host in hosts.items():
                     counters = cluster_counters(host.url)
-                    backends.start()
+                    measured = backends.get(label, backends["cluster"])  # single: the idle cluster's (noise)
+                    measured.start()
                     host0, pg0, busy0 = task_cpu_s(host.process.pid), server_cpu_s(postmaster), machine_busy()
                     wall = await append_load(host.url, "cap-", args.sessions, args.appends, concurrency)
                     host1, pg1, busy1 = task_cpu_s(host.process.pid), server_cpu_s(postmaster), machine_busy()
-                    statements_s = backends.seconds()
+                    statements_s = measured.seconds()
                     after = cluster_counters(host.url)
                     n = args.appends
                     sample = {
@@ -227,8 +240,22 @@ async def appends(folder: Path, server: PostgresServer, database: str, args: arg
             key: round(statistics.median(r[key] for r in runs), 3)
             for key in ("host_ms", "pg_ms", "pg_backend_ms", "rate", "busy", "statements", "entries")}
     for shape in results.values():
-        shape["host_ratio"] = round(shape["cluster"]["host_ms"] / shape["single"]["host_ms"], 2)
+        for label in [label for label in shape if label.startswith("cluster")]:
+            shape[label]["host_ratio"] = round(shape[label]["host_ms"] / shape["single"]["host_ms"], 2)
     return results
+
+
+def start_ref_host(folder: Path, ref: str, dsn: str, lease_s: float) -> ClusterHost:
+    """A cluster host running the code of git ``ref`` (a ``git archive`` put first on its ``PYTHONPATH``)."""
+    tree = folder / f"ref-{ref.replace('/', '_')}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    env = {**cli_env(None), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
+    host = ClusterHost(f"ref-{ref}", folder / f"ref-{ref.replace('/', '_')}-data",
+                       ["--idle-timeout", "600", "--cluster", dsn, "--lease", str(lease_s)], env)
+    host.start()
+    return host
 
 
 def idle_rate(postmaster: int, seconds: float) -> float:
@@ -250,7 +277,7 @@ async def renewals(folder: Path, server: PostgresServer, database: str, args: ar
             time.sleep(args.window)
             return backends.seconds(), task_cpu_s(host.process.pid) - host0, time.monotonic() - started
 
-        base_pg, base_host, base_wall = await trio.to_thread.run_sync(window)
+        base_pg, _, base_wall = await trio.to_thread.run_sync(window)
         started = time.perf_counter()
         await wake(host.url, "idle-", args.idle_actors)
         woke = time.perf_counter() - started
@@ -262,21 +289,21 @@ async def renewals(folder: Path, server: PostgresServer, database: str, args: ar
     statements = wall / (args.lease / 3)
     count = held * statements
     extra_pg = pg - base_pg * wall / base_wall
-    extra_host = host_s - base_host * wall / base_wall
     results = {
         "idle_actors": held, "window_s": round(wall, 1), "renew_statements": round(statements, 1),
         "renewals": round(count), "pg_baseline_ms_per_s": round(1000 * base_pg / base_wall, 3),
         "pg_ms_per_s": round(1000 * pg / wall, 3),
         "pg_us_per_renewal": round(1e6 * extra_pg / max(1, count), 3),
         "pg_ms_per_renew_statement": round(1000 * extra_pg / max(1, statements), 3),
-        "host_us_per_renewal": round(1e6 * extra_host / max(1, count), 3),
+        # An upper bound: all the idle host's CPU in the window (its alarm polls and timers too).
+        "host_us_per_renewal_at_most": round(1e6 * host_s / max(1, count), 3),
         "wake_ms_per_actor": round(1000 * woke / max(1, args.idle_actors), 2),
     }
     print(f"  {held} idle leased actors, lease {args.lease:g} s: {statements:.0f} RENEW statements "
           f"({count:.0f} renewals) in {wall:.1f} s; the host's backends used {results['pg_ms_per_s']} ms CPU/s "
           f"against {results['pg_baseline_ms_per_s']} ms/s with no leases -> {results['pg_us_per_renewal']} us per "
           f"renewal ({results['pg_ms_per_renew_statement']} ms per RENEW statement); host "
-          f"{results['host_us_per_renewal']} us per renewal", flush=True)
+          f"at most {results['host_us_per_renewal_at_most']} us per renewal", flush=True)
     return results
 
 
@@ -302,16 +329,17 @@ def print_table(found: dict) -> None:
     print("\n| shape | mode | appends/s | host CPU ms/append | Postgres CPU ms/append (its backends) | "
           "appends/statement |\n|---|---|---:|---:|---:|---:|")
     for shape, rows in found["appends"].items():
-        for label in ("single", "cluster"):
+        for label in [label for label in rows if label != "host_ratio"]:
             r = rows[label]
             per = f"{found['args']['appends'] / r['statements']:.1f}" if r["statements"] else "-"
-            pg = f"{r['pg_ms']:.3f} ({r['pg_backend_ms']:.3f})" if label == "cluster" else "-"
+            pg = f"{r['pg_ms']:.3f} ({r['pg_backend_ms']:.3f})" if label != "single" else "-"
             print(f"| {shape} | {label} | {r['rate']:.0f} | {r['host_ms']:.3f} | {pg} | {per} |")
-        print(f"| {shape} | cluster / single host CPU | | **{rows['host_ratio']:.2f}x** | | |")
+        for label in [label for label in rows if label.startswith("cluster")]:
+            print(f"| {shape} | {label} / single host CPU | | **{rows[label]['host_ratio']:.2f}x** | | |")
     r = found["renewals"]
     print(f"\nlease renewal: {r['pg_us_per_renewal']} us Postgres CPU per actor renewed "
           f"({r['pg_ms_per_renew_statement']} ms per RENEW of {r['idle_actors']} leases), "
-          f"host {r['host_us_per_renewal']} us")
+          f"host at most {r['host_us_per_renewal_at_most']} us")
     print("\nprojection:")
     for key, value in found["projection"].items():
         print(f"  {key}: {value}")
@@ -324,9 +352,11 @@ async def main() -> None:
     parser.add_argument("--concurrency", default="1,16", help="concurrent connections of each shape")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats; medians kept")
     parser.add_argument("--lease", type=float, default=2.0, help="lease seconds of the cluster hosts")
-    parser.add_argument("--idle-actors", type=int, default=500, help="idle leased actors of the renewal part")
+    parser.add_argument("--idle-actors", type=int, default=1000, help="idle leased actors of the renewal part")
     parser.add_argument("--window", type=float, default=10.0, help="seconds of each renewal measurement")
     parser.add_argument("--no-fsync", action="store_true", help="keep the test server's fsync=off")
+    parser.add_argument("--compare-ref", metavar="REF",
+                        help="also measure a cluster host running git REF's code (e.g. main), in the same rounds")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -336,7 +366,7 @@ async def main() -> None:
     print("load average:", " ".join(Path("/proc/loadavg").read_text().split()[:3]), flush=True)
     server = await trio.to_thread.run_sync(lambda: PostgresServer().start())
     try:
-        for name in ("cap_appends", "cap_idle"):
+        for name in ("cap_appends", "cap_appends_ref", "cap_idle"):
             server.execute(f'CREATE DATABASE "{name}"')
         if not args.no_fsync:
             for setting in ("fsync = on", "full_page_writes = on"):
