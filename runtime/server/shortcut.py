@@ -49,6 +49,7 @@ from werkzeug.http import parse_accept_header
 from common.errors import DurableSessionsError, NotOwnerError, PayloadTooLargeError, RequestTimeoutError
 from common.wire import JSON, MSGPACK, OWNER_HEADER, SESSIONS_PREFIX, decode_body, encode_body, unquote_segment
 from runtime.server.client_io import quiet_send
+from runtime.server.forwarding import _replay  # the body read, given again to the app
 from runtime.server.routes import Call, Route, describe_error, match
 
 if TYPE_CHECKING:
@@ -208,20 +209,6 @@ class SessionShortcut:
                 if not message.get("more_body", False):
                     return b"".join(parts)
         raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")
-
-
-def _replay(body: bytes, receive: Any) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """An ASGI ``receive`` that gives ``body`` again, then whatever ``receive`` gives."""
-    sent = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def _kind(accept: str | None) -> str:
