@@ -39,10 +39,10 @@ a bug: 500 with a reference to the logged traceback, never the traceback
 itself. Admission control (:mod:`runtime.server.admission`) refuses work the
 server cannot start soon, at once.
 
-On a host outside a cluster, a session request whose head settles every
-check (route, id, token, body size) is answered below Quart's request
-machinery by :mod:`runtime.server.shortcut`, with the same answers; every
-other request goes through the app.
+A session request whose head settles every check (route, id, token, body
+size) -- in a cluster, of a session active on this host -- is answered below
+Quart's request machinery by :mod:`runtime.server.shortcut`, with the same
+answers; every other request goes through the app.
 
 In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
 given), a session request this host does not own is forwarded to the
@@ -194,7 +194,8 @@ class SessionsServer:
         draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
         closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         shortcut: whether plain session requests take the short way below Quart
-            (:mod:`runtime.server.shortcut`; not in a cluster). ``False`` sends them through the app.
+            (:mod:`runtime.server.shortcut`; in a cluster, of sessions active here). ``False`` sends them
+            through the app.
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
@@ -241,10 +242,9 @@ class SessionsServer:
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         asgi: Callable[..., Awaitable[None]] = _ShieldedResponseEnd(app.asgi_app)
+        asgi = SessionShortcut(asgi, self)  # the session table's plain requests, below Quart (runtime.server.shortcut)
         if self.forwarder is not None:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
-        else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
-            asgi = SessionShortcut(asgi, self)
         asgi = checkpoint_routes.CheckpointShortcut(asgi, self)  # LangGraph threads' plain requests, below Quart
         asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
