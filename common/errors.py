@@ -344,6 +344,8 @@ class NotOwnerError(ActorRuntimeError):
             (by Postgres' clock, unrounded, may be 0): after that any host may take
             the actor over. ``None`` when not known (an error rebuilt from a body).
         retry_after_s: ``lease_left_s`` but at least 1 (the ``Retry-After`` header).
+
+    ``reason`` replaces the message (e.g. a host that is shutting down and hands its actors over).
     """
 
     status = 503
@@ -355,8 +357,8 @@ class NotOwnerError(ActorRuntimeError):
     retry_after_s: float = 1.0
 
     def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
-                 retry_after_s: float = 1.0, lease_left_s: float | None = None) -> None:
-        super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
+                 retry_after_s: float = 1.0, lease_left_s: float | None = None, reason: str | None = None) -> None:
+        super().__init__(reason or f"actor {actor} is owned by host {owner_host} at {owner_url}")
         self.actor = actor
         self.owner_url = owner_url
         self.owner_host = owner_host

@@ -71,6 +71,7 @@ from runtime.client.failover import (
     IDEMPOTENT_HTTP,
     NOT_RUN_ERRORS,
     RETRY_SAFE,
+    SHUTTING_DOWN_ERRORS,
     Endpoints,
     parse_retry_after,
     parse_urls,
@@ -269,6 +270,10 @@ class SessionsClient:
                     self.endpoints.forget_owner(key)
                 wait = min(retry_after, MAX_RETRY_WAIT_S)
                 not_run = type(error).__name__ in NOT_RUN_ERRORS
+                if type(error).__name__ in SHUTTING_DOWN_ERRORS and len(self.endpoints.urls) > 1:
+                    self.endpoints.failed(url)  # that host is stopping: another one takes its sessions now
+                    if not self._all_failed():
+                        wait = 0.0
                 if not ((retry_safe or not_run) and self._may_retry(attempt, started, wait)):
                     raise error
             attempt += 1

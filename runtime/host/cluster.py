@@ -245,6 +245,8 @@ class HostCluster:
                                             snapshot_min_bytes=options.snapshot_min_bytes)
         self._listeners: list[ReleaseListener] = []
         self._closing: list[Lease] = []  # leases of actors closed with the host, released in aclose()
+        self._releasing: list[Lease] = []  # released soon: one statement for all of them (_release_pending)
+        self._releases_done: trio.Event | None = None  # set when the statement in flight and the queue are done
         self._held: dict[tuple[str, str], tuple[ActorId, Lease]] = {}  # asleep, with peers: still ours
         self._counts = dict.fromkeys(
             ("acquisitions", "not_owner", "restores", "kept", "poisoned", "deposed"), 0)
@@ -552,18 +554,41 @@ class HostCluster:
                 logger.exception("cluster: release listener failed")
 
     def release_soon(self, lease: Lease) -> None:
-        """Release ``lease`` in the background (the next caller anywhere takes the actor at once)."""
+        """Release ``lease`` in the background (the next caller anywhere takes the actor at once).
+
+        Releases asked for while one statement runs go together in the next: a host that
+        hibernates every actor (a drain) gives them all up in one or two statements.
+        """
         if self.host.closed:
             self._closing.append(lease)
-        else:
-            lease.lost = True
-            self.host.spawn(self._release, lease)
+            return
+        lease.lost = True
+        self._releasing.append(lease)
+        if self._releases_done is None:
+            self._releases_done = trio.Event()
+            self.host.spawn(self._release_pending)
 
-    async def _release(self, lease: Lease) -> None:
+    async def _release_pending(self) -> None:
+        done = self._releases_done
         try:
-            await self.ownership.release([lease])
-        except (StorageUnavailableError, DatabaseError) as exc:
-            logger.info("cluster: lease on %s not released (%s); it expires by itself", lease.actor, exc)
+            while self._releasing:
+                await trio.lowlevel.checkpoint()  # releases asked for in this same turn go together
+                leases, self._releasing = self._releasing, []
+                try:
+                    await self.ownership.release(leases)
+                except (StorageUnavailableError, DatabaseError) as exc:
+                    logger.info("cluster: %d lease(s) not released (%s); they expire by themselves", len(leases),
+                                exc)
+        finally:
+            self._releases_done = None
+            if done is not None:
+                done.set()
+
+    async def settle(self) -> None:
+        """Return once every lease given to :meth:`release_soon` so far is released (or failed to be:
+        each statement is bounded by the statement timeout)."""
+        while (done := self._releases_done) is not None:
+            await done.wait()
 
     # -- background ------------------------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ from actors.session_agent import SessionAgent, SessionConfig
 from common.errors import (
     InvalidInputError,
     MethodNotAllowedError,
+    NotOwnerError,
     PayloadTooLargeError,
     RequestTimeoutError,
     RouteNotFoundError,
@@ -302,6 +303,12 @@ class SessionsServer:
         if not self.authorized(request.headers.get("Authorization")):
             return self.responder.error(UnauthorizedError("missing or wrong bearer token"))
         if self.closing.is_set():
+            if self.forwarder is not None and HOP_HEADER in request.headers:
+                # Another host forwarded this as to the owner: say it is not (any more), so that host
+                # asks Postgres again and takes the session once this host has handed it over.
+                return self.responder.error(NotOwnerError(
+                    request.path, None, lease_left_s=0.0,
+                    reason="this host is shutting down and hands its sessions over; ask for the owner again"))
             return self.responder.error(ServiceUnavailableError("the server is shutting down"))
         return None
 
@@ -594,6 +601,24 @@ def create_app(
     return SessionsServer(host, namespace=namespace, token=token, max_body_bytes=max_body_bytes).app
 
 
+async def _hand_over(host: ActorHost, timeout_s: float) -> None:
+    """A cluster host stopping: hand its sessions to the other hosts before the HTTP server drains.
+
+    New requests already get 503 (``closing``); the host admits no new call, lets those running
+    finish, makes their writes durable and releases every lease (``ActorHost.drain``), so the next
+    call on another host takes each session at once instead of waiting for this process to exit
+    (up to ``graceful_timeout_s``) or for its leases to expire.
+    """
+    started = trio.current_time()
+    with trio.move_on_after(timeout_s) as scope:
+        count = await host.drain()
+    if scope.cancelled_caught:
+        logger.warning("shutting down: handing the sessions over took longer than %g s; the rest move when "
+                       "this host closes", timeout_s)
+        return
+    logger.info("shutting down: %d session(s) handed over in %.3f s", count, trio.current_time() - started)
+
+
 async def serve(
     host: ActorHost,
     settings: ServerSettings | None = None,
@@ -657,6 +682,8 @@ async def serve(
             logger.info("shutting down: draining for %g s (GET /v1/ready answers 503)", settings.drain_s)
             await trio.sleep(settings.drain_s)
         server.closing.set()
+        if forwarder is not None:
+            await _hand_over(host, settings.graceful_timeout_s)
 
     async def run() -> None:
         if settings.certfile is not None:  # TLS: hypercorn's own listener (socket admission needs plain bytes)

@@ -170,6 +170,8 @@ class HopGate:
 
 #: Times one request goes round "the owner moved" before the host gives up with a 503.
 MAX_ROUNDS = 4
+#: Seconds before asking again after the first "not the owner" answer (doubling each round: 0.35 s in all).
+MOVED_PAUSE_S = 0.05
 
 
 class OwnerRecord(Protocol):
@@ -397,7 +399,7 @@ class Forwarder:
         waited_until = trio.current_time() + self.max_wait_s
         owner = None if forwarded else self.owner_of(actor_id)
         error: NotOwnerError | None = None
-        for _ in range(MAX_ROUNDS):
+        for attempt in range(MAX_ROUNDS):
             if owner is None:
                 try:
                     return await local()
@@ -411,8 +413,13 @@ class Forwarder:
             try:
                 return await remote(owner)
             except OwnerMoved:
+                # The host asked is not the owner (any more): it moved, or that host is handing its
+                # actors over as it stops. Ask again after a short pause, growing each round, so a
+                # release under way has landed (a stopping host releases every lease at once).
                 self.forget(actor_id)
                 owner, error = None, None
+                if attempt + 1 < MAX_ROUNDS:
+                    await trio.sleep(MOVED_PAUSE_S * 2 ** attempt)
                 continue
             except OwnerGone as gone:
                 # Nothing was sent. The owner is down (or unreachable from here): once its lease has
