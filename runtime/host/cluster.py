@@ -37,6 +37,11 @@ What changes against the single host, all of it here:
   renewed with the others) instead: the peers stay open, the next frame or
   call wakes the actor here without asking Postgres, and broadcasts still
   reach them. The lease goes when the last peer leaves (or the host closes).
+* **The catalog** (``ds_catalog``) travels with the append too: each live
+  actor has a :class:`~storage.cluster.catalog.CatalogTracker` (counted once
+  at attach, then kept exact per cut), and any host reads the rows
+  (:meth:`HostCluster.catalog_page`, :meth:`~HostCluster.catalog_get`,
+  :meth:`~HostCluster.transcript_rows`) for the listings.
 * **Alarms** travel with the append (``ds_alarms``); only the owner runs an
   actor's alarm. Due alarms of actors nobody owns are found by a poll on
   every host; whichever host acquires the actor first delivers it.

@@ -78,9 +78,11 @@ class CatalogTracker:
         self._transcript: dict[str, Any] | None = None
         self._deleted = False
         self._dirty = False
+        self._uncut = False  # published or forgotten since the last cut (a cut must carry it)
 
     def cut(self, changeset: bytes) -> None:
         """Follow one cut of the file's changes (``b""``: none, nothing moves)."""
+        self._uncut = False
         if not changeset:
             return
         compactions_changed = False
@@ -106,13 +108,13 @@ class CatalogTracker:
         self._transcript = {"project_key": project_key, "session_id": session_id, "mtime_ms": mtime_ms,
                             "summary": json.dumps(summary, ensure_ascii=False, separators=(",", ":"))}
         self._deleted = False
-        self._dirty = True
+        self._dirty = self._uncut = True
 
     def forget(self) -> None:
         """The next entry deletes the actor's row (a deleted transcript session)."""
         self._transcript = None
         self._deleted = True
-        self._dirty = True
+        self._dirty = self._uncut = True
 
     @property
     def transcript(self) -> dict[str, Any] | None:
@@ -138,9 +140,10 @@ class CatalogTracker:
         return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
     @property
-    def dirty(self) -> bool:
-        """``True`` when the row changed since the last :meth:`take`."""
-        return self._dirty
+    def uncut(self) -> bool:
+        """``True`` when :meth:`publish` or :meth:`forget` changed the row since the last :meth:`cut`:
+        the log must cut (and ship an entry) even without changes to the file."""
+        return self._uncut
 
 
 def _delta(opcode: int) -> int:

@@ -190,7 +190,7 @@ class ActorLog:
     def idle(self) -> bool:
         """``True`` when every committed change is durable and nothing is on its way."""
         return (not self.capture.pending and not self._queue and self._in_flight is None
-                and not self._cut_after_transaction and not self._catalog_dirty)
+                and not self._cut_after_transaction and not self._catalog_uncut)
 
     def barrier(self) -> int:
         """Cut what was committed so far; the cut number an output must wait for.
@@ -210,14 +210,15 @@ class ActorLog:
             self._cut_after_transaction = True
             self.appender.mark_dirty(self)
             return self._last_cut + 1
-        if self.capture.pending or self._cut_after_transaction or self._catalog_dirty:
-            self._cut(numbered=self._cut_after_transaction or self._catalog_dirty)
+        if self.capture.pending or self._cut_after_transaction or self._catalog_uncut:
+            self._cut(numbered=self._cut_after_transaction or self._catalog_uncut)
             self._cut_after_transaction = False
         return self._last_cut
 
     @property
-    def _catalog_dirty(self) -> bool:
-        return self.catalog is not None and self.catalog.dirty
+    def _catalog_uncut(self) -> bool:
+        """The catalog row changed without a change to the file (a transcript published its row)."""
+        return self.catalog is not None and self.catalog.uncut
 
     def is_durable(self, target: int) -> bool:
         """``True`` when cut ``target`` and all before it are durable."""
@@ -300,8 +301,8 @@ class ActorLog:
         if self._in_flight is not None:
             return None
         if not self.storage.in_transaction and (self.capture.pending or self._cut_after_transaction
-                                                or self._catalog_dirty):
-            self._cut(numbered=self._cut_after_transaction or self._catalog_dirty)
+                                                or self._catalog_uncut):
+            self._cut(numbered=self._cut_after_transaction or self._catalog_uncut)
             self._cut_after_transaction = False
         if not self._queue:
             return None
