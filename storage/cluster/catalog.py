@@ -7,12 +7,16 @@ row moves with the actor, is fenced by the epoch like its data, and costs
 no extra round trip.
 
 :class:`CatalogTracker` keeps the row's values in memory. It counts once at
-activation (:func:`storage.integrity.actor_facts`, a few index reads), then
-follows every cut's changeset (``apsw.Changeset.iter``: table, operation,
-row): inserts and deletes of ``assistant_messages`` and
-``assistant_compactions`` move the counts; a change to the compactions
-re-reads the newest one's ``to_message_id`` (one index read); the name is
-read until the file holds one. Nothing here is O(history) per append.
+activation (:func:`storage.integrity.actor_facts`, a few index reads) into a
+one-row TEMP table of the actor's connection, which TEMP triggers on
+``assistant_messages`` and ``assistant_compactions`` keep exact as rows come
+and go (in C, in the writing transaction, rolled back with it; a TEMP
+object is neither in the file, nor in its schema version, nor in any
+changeset or snapshot). A cut that changed the file reads that row (one
+read, outside any transaction, so it matches the changeset exactly); the
+name is read until the file holds one. Nothing here is O(history) per
+append, and nothing iterates the changeset (that cost about 30 us of host
+CPU per append: benchmarks/bench_cluster_catalog.py).
 
 ``updated_ms`` is the wall-clock time of the newest cut that changed the
 file (a write a caller made, as the single host's ``updatedAt``: the time of
@@ -29,8 +33,6 @@ import json
 import time
 from typing import Any
 
-import apsw
-
 from storage.context import read_config
 from storage.integrity import actor_facts
 from storage.sqlite import SqlStorage
@@ -42,9 +44,22 @@ KIND_TRANSCRIPT = "transcript"
 
 #: Where a session agent keeps the name its actor is addressed by (see :mod:`storage.integrity`).
 _NAME_KEY = "actor_name"
-_MESSAGES = "assistant_messages"
-_COMPACTIONS = "assistant_compactions"
-_NEWEST_COMPACTION = "SELECT to_message_id FROM assistant_compactions ORDER BY seq DESC LIMIT 1"
+_COUNTS = "_ds_catalog_counts"
+_NEWEST = "(SELECT to_message_id FROM main.assistant_compactions ORDER BY seq DESC LIMIT 1)"
+_COUNTING = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_COUNTS} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "messages INTEGER NOT NULL, compactions INTEGER NOT NULL, through TEXT)",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS _ds_catalog_message_in AFTER INSERT ON main.assistant_messages "
+    f"BEGIN UPDATE {_COUNTS} SET messages = messages + 1; END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS _ds_catalog_message_out AFTER DELETE ON main.assistant_messages "
+    f"BEGIN UPDATE {_COUNTS} SET messages = messages - 1; END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS _ds_catalog_compaction_in AFTER INSERT ON main.assistant_compactions "
+    f"BEGIN UPDATE {_COUNTS} SET compactions = compactions + 1, through = {_NEWEST}; END",
+    f"CREATE TEMP TRIGGER IF NOT EXISTS _ds_catalog_compaction_out AFTER DELETE ON main.assistant_compactions "
+    f"BEGIN UPDATE {_COUNTS} SET compactions = compactions - 1, through = {_NEWEST}; END",
+)
+_SEED = f"INSERT OR REPLACE INTO {_COUNTS} (id, messages, compactions, through) VALUES (1, ?, ?, ?)"
+_READ = f"SELECT messages, compactions, through FROM {_COUNTS} WHERE id = 1"
 
 
 def _now_ms() -> int:
@@ -55,7 +70,8 @@ class CatalogTracker:
     """The catalog row of one live actor (see the module docstring).
 
     Args:
-        storage: the actor's open file (read at construction: counts and name).
+        storage: the actor's open file (read at construction: counts and name; the TEMP
+            counting table and triggers are made on its connection). Outside a transaction.
         namespace: the actor's namespace (a column of the row).
         clock_ms: wall clock in epoch milliseconds.
 
@@ -69,6 +85,10 @@ class CatalogTracker:
         self.namespace = namespace
         self._clock_ms = clock_ms
         facts = actor_facts(storage)
+        con = storage.connection
+        for statement in _COUNTING:
+            con.execute(statement)
+        con.execute(_SEED, (facts.messages, facts.compactions, facts.compacted_through))
         self.name = facts.name
         self.messages = facts.messages
         self.compactions = facts.compactions
@@ -85,16 +105,8 @@ class CatalogTracker:
         self._uncut = False
         if not changeset:
             return
-        compactions_changed = False
-        for change in apsw.Changeset.iter(changeset):
-            table = change.name
-            if table == _MESSAGES:
-                self.messages += _delta(change.opcode)
-            elif table == _COMPACTIONS:
-                self.compactions += _delta(change.opcode)
-                compactions_changed = True
-        if compactions_changed:
-            self.compacted_through = self._storage.scalar(_NEWEST_COMPACTION) if self.compactions else None
+        for messages, compactions, through in self._storage.connection.execute(_READ):
+            self.messages, self.compactions, self.compacted_through = messages, compactions, through
         if self.name is None:
             self.name = read_config(self._storage, "", _NAME_KEY)
         now = self._clock_ms()
@@ -128,7 +140,7 @@ class CatalogTracker:
             return None
         self._dirty = False
         if self._deleted:
-            return '{"delete":true}'
+            return '{"delete": true}'
         row: dict[str, Any] = {
             "namespace": self.namespace, "kind": KIND_SESSION if self._transcript is None else KIND_TRANSCRIPT,
             "name": self.name, "messages": self.messages, "compactions": self.compactions,
@@ -137,7 +149,7 @@ class CatalogTracker:
         }
         if self._transcript is not None:
             row.update(self._transcript)
-        return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(row)  # the default encoder: the fast path of json
 
     @property
     def uncut(self) -> bool:
@@ -145,10 +157,3 @@ class CatalogTracker:
         the log must cut (and ship an entry) even without changes to the file."""
         return self._uncut
 
-
-def _delta(opcode: int) -> int:
-    if opcode == apsw.SQLITE_INSERT:
-        return 1
-    if opcode == apsw.SQLITE_DELETE:
-        return -1
-    return 0

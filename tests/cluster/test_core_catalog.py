@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from actors import SessionAgent, SessionConfig
+from common.errors import OwnershipLostError
+from runtime.server.transcripts import ClusterTranscriptStore, bind_cluster_transcripts
+from storage.transcripts import CATALOG_FILE_NAME
 from storage.cluster.schema import CLUSTER_SCHEMA_VERSION, create_cluster_schema
 from storage.cluster.driver import PgConnection
 
@@ -81,3 +85,41 @@ async def test_a_version_1_database_is_upgraded_in_place(pg_empty_dsn, pg):
         conn.close_nowait()
     assert pg("SELECT value FROM ds_cluster_meta WHERE key = 'schema_version'") == [(str(CLUSTER_SCHEMA_VERSION),)]
     assert pg("SELECT count(*) FROM ds_catalog") == [(0,)]
+
+
+async def test_a_deposed_owners_late_write_changes_neither_the_log_nor_the_row(hosts, pg):
+    async with hosts(1) as (a,):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("fenced")
+        await stub.append_message(text(0))
+        before = pg("SELECT messages, updated_ms FROM ds_catalog")
+        logged = pg("SELECT count(*) FROM ds_log")
+        pg("UPDATE ds_actors SET epoch = epoch + 1, owner = 'someone-else'")  # another host took it over
+        with pytest.raises(OwnershipLostError):
+            await stub.append_message(text(1))
+        assert pg("SELECT messages, updated_ms FROM ds_catalog") == before
+        assert pg("SELECT count(*) FROM ds_log") == logged
+
+
+async def test_transcript_rows_are_published_with_the_log_and_listed_by_any_host(hosts, pg):
+    async with hosts(2) as (a, b):
+        store_a = ClusterTranscriptStore(bind_cluster_transcripts(a))
+        store_b = ClusterTranscriptStore(bind_cluster_transcripts(b))
+        key = {"project_key": "proj", "session_id": "s1"}
+        statements = a.cluster.statistics().statements
+        assert await store_a.append(key, [{"type": "user", "uuid": "u1", "message": {"content": "hello"}}]) == 1
+        assert a.cluster.statistics().statements - statements == 1  # entries and row in one statement
+        listed = await store_b.list_session_summaries("proj")
+        assert [(s["session_id"], s["data"].get("first_prompt")) for s in listed] == [("s1", "hello")]
+        # A duplicate batch stores nothing but moves the mtime, as on a single host: the row alone is shipped.
+        assert await store_a.append(key, [{"type": "user", "uuid": "u1", "message": {"content": "hello"}}]) == 0
+        again = await store_b.list_sessions("proj")
+        assert again[0]["mtime"] > listed[0]["mtime"]
+        # A sub-transcript leaves the row as it is; deleting the main key removes it.
+        await store_a.append({**key, "subpath": "subagents/agent-1"}, [{"type": "user", "uuid": "u2"}])
+        assert await store_b.list_sessions("proj") == again
+        assert await store_a.delete(key) == 2
+        assert await store_b.list_sessions("proj") == []
+        assert pg("SELECT count(*) FROM ds_catalog WHERE kind = 'transcript'") == [(0,)]
+        # The host-level catalog file is not used in a cluster.
+        assert not (a.data_dir / CATALOG_FILE_NAME).exists()
