@@ -16,19 +16,10 @@ import trio
 from common.wire import OWNER_HEADER
 from runtime.client import DurableSessionStore, SessionsClient
 from runtime.client.conformance import check_session_store_conformance
+from tests.cluster.test_http_forwarding import cluster, msg  # noqa: F401 - three hosts, lease 2 s
 from tests.support.cluster_hosts import run_cluster
 
 pytestmark = pytest.mark.slow
-
-
-def msg(message_id, text="hello", role="user"):
-    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
-
-
-@pytest.fixture
-def cluster(tmp_path, pg_empty_dsn):
-    with run_cluster(tmp_path, pg_empty_dsn, hosts=3, lease_s=2.0) as cluster:
-        yield cluster
 
 
 async def listing(url, **params):
