@@ -507,6 +507,9 @@ class HostCluster:
                        alarm_ms=None if row is None else row.scheduled_ms, catalog=catalog)
         slot.placed = ActorCluster(describe(slot.id), lease, log, FrameGate(log, self.host.spawn))
         self._trackers[slot.key] = catalog
+        if not lease.catalogued:  # written before the catalog existed: its first entry here writes the row
+            catalog.backfill()
+            self.appender.mark_dirty(log)
         if storage.user_version != claim.version:
             log.ship_snapshot()
         slot.alarm_dirty = True

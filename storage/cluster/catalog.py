@@ -94,6 +94,7 @@ class CatalogTracker:
         self.compactions = facts.compactions
         self.compacted_through = facts.compacted_through
         self.created_ms = facts.first_message_ms
+        self.last_message_ms = facts.last_message_ms
         self.updated_ms: int | None = None
         self._transcript: dict[str, Any] | None = None
         self._deleted = False
@@ -114,6 +115,12 @@ class CatalogTracker:
         if self.created_ms is None:
             self.created_ms = now
         self._dirty = True
+
+    def backfill(self) -> None:
+        """The actor has writes but no row yet (written before the catalog existed): the next entry
+        writes the row, dated by the newest message (it never moves an ``updated_ms`` back)."""
+        self.updated_ms = self.last_message_ms or self.created_ms or self._clock_ms()
+        self._dirty = self._uncut = True
 
     def publish(self, project_key: str, session_id: str, mtime_ms: int, summary: Any) -> None:
         """A transcript actor's row: its pair, its ``mtime`` (epoch ms) and folded summary (JSON-able)."""

@@ -31,8 +31,9 @@
                      fenced like it (:mod:`storage.cluster.catalog`).
 
 Version 1 databases (no ``ds_catalog``) are upgraded in place by the first
-host of version 2 that starts: the table is created empty, and an actor gets
-its row with its next write.
+host of version 2 that starts: the table is created empty, and a written
+actor gets its row the next time it wakes (``ACQUIRE`` says it has none; its
+first entry then carries it).
 
 Actor ids are ``<namespace>/<64 hex>``. Everything runs in one transaction
 under an advisory lock, so hosts starting together do not race; a database

@@ -28,7 +28,9 @@ binary: none). The hot statements are prepared once per connection
 _LEASE = "now() + %(lease_ms)s * interval '1 millisecond'"
 
 #: Take a free or expired actor, or re-take one this host owns (creating its row).
-#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version), or no row.
+#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued),
+#: or no row; ``catalogued`` is false for a written actor without a ``ds_catalog`` row (written
+#: before the cluster schema had the catalog: the new owner ships its row).
 ACQUIRE = f"""
 INSERT INTO ds_actors AS a (actor_id, owner, owner_address, epoch, lease_expires, base_version)
 VALUES (%(actor)s, %(me)s, %(address)s, 1, {_LEASE}, %(base_version)s)
@@ -36,7 +38,8 @@ ON CONFLICT (actor_id) DO UPDATE
    SET owner = EXCLUDED.owner, owner_address = EXCLUDED.owner_address,
        epoch = a.epoch + 1, lease_expires = EXCLUDED.lease_expires
  WHERE a.owner IS NULL OR a.owner = EXCLUDED.owner OR a.lease_expires <= now()
-RETURNING epoch, last_seq, tail_bytes, base_version
+RETURNING epoch, last_seq, tail_bytes, base_version,
+          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued
 """
 
 #: Who owns the actor and for how much longer (milliseconds by the server's clock).

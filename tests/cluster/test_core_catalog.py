@@ -123,3 +123,23 @@ async def test_transcript_rows_are_published_with_the_log_and_listed_by_any_host
         assert pg("SELECT count(*) FROM ds_catalog WHERE kind = 'transcript'") == [(0,)]
         # The host-level catalog file is not used in a cluster.
         assert not (a.data_dir / CATALOG_FILE_NAME).exists()
+
+
+async def test_a_session_written_before_the_catalog_gets_its_row_when_it_next_wakes(hosts, pg):
+    async with hosts(2) as (a, b):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("old")
+        for i in range(3):
+            await stub.append_message(text(i))
+        await a.hibernate(na, stub.id)
+        with trio.fail_after(5):
+            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+                await trio.sleep(0.01)
+        newest = pg("SELECT updated_ms FROM ds_catalog")[0][0]
+        pg("DELETE FROM ds_catalog")  # as a database upgraded from version 1 has it
+        assert await b.cluster.catalog_get(stub.id) is None
+        assert len(await nb.get(stub.id).get_history()) == 3  # a read wakes it on b: the row comes back
+        row = await a.cluster.catalog_get(stub.id)
+        assert row is not None and (row.name, row.messages) == ("old", 3)
+        assert row.updated_ms <= newest  # dated by its newest message, not by the read
