@@ -17,6 +17,21 @@ def text(i: int, words: str = "hello") -> dict:
     return {"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "parts": [{"type": "text", "text": words}]}
 
 
+async def written_then_released(a, b, name, pg):
+    """Three messages to session ``name`` on host ``a``, which then hibernates it and releases its lease;
+    the stub on ``a`` and ``b``'s namespace."""
+    na = a.bind("sessions", SessionAgent, env=SessionConfig())
+    nb = b.bind("sessions", SessionAgent, env=SessionConfig())
+    stub = na.get_by_name(name)
+    for i in range(3):
+        await stub.append_message(text(i))
+    await a.hibernate(na, stub.id)
+    with trio.fail_after(5):
+        while pg("SELECT owner FROM ds_actors")[0][0] is not None:
+            await trio.sleep(0.01)
+    return stub, nb
+
+
 async def test_each_write_updates_the_row_in_its_own_statement_and_any_host_reads_it(hosts, pg):
     async with hosts(2) as (a, b):
         na = a.bind("sessions", SessionAgent, env=SessionConfig())
@@ -43,15 +58,7 @@ async def test_each_write_updates_the_row_in_its_own_statement_and_any_host_read
 
 async def test_counts_stay_exact_after_a_move(hosts, pg):
     async with hosts(2) as (a, b):
-        na = a.bind("sessions", SessionAgent, env=SessionConfig())
-        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
-        stub = na.get_by_name("moving")
-        for i in range(3):
-            await stub.append_message(text(i))
-        await a.hibernate(na, stub.id)
-        with trio.fail_after(5):
-            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
-                await trio.sleep(0.01)
+        stub, nb = await written_then_released(a, b, "moving", pg)
         assert (await a.cluster.catalog_page("sessions", 10))[0].active is False
         moved = nb.get(stub.id)
         await moved.append_message(text(3))  # seeded from the rebuilt file, then +1
@@ -127,15 +134,7 @@ async def test_transcript_rows_are_published_with_the_log_and_listed_by_any_host
 
 async def test_a_session_written_before_the_catalog_gets_its_row_when_it_next_wakes(hosts, pg):
     async with hosts(2) as (a, b):
-        na = a.bind("sessions", SessionAgent, env=SessionConfig())
-        nb = b.bind("sessions", SessionAgent, env=SessionConfig())
-        stub = na.get_by_name("old")
-        for i in range(3):
-            await stub.append_message(text(i))
-        await a.hibernate(na, stub.id)
-        with trio.fail_after(5):
-            while pg("SELECT owner FROM ds_actors")[0][0] is not None:
-                await trio.sleep(0.01)
+        stub, nb = await written_then_released(a, b, "old", pg)
         newest = pg("SELECT updated_ms FROM ds_catalog")[0][0]
         pg("DELETE FROM ds_catalog")  # as a database upgraded from version 1 has it
         assert await b.cluster.catalog_get(stub.id) is None
