@@ -353,7 +353,8 @@ class _Builder:
             "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
                             "fresher numbers). ``updatedAt`` is when the session's last write committed (reads "
                             "do not change it). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
-                            "501 in cluster mode and with the sessions in Postgres."),
+                            "In cluster mode from the catalog in Postgres, the same on every host; "
+                            "501 with the sessions in Postgres."),
             "parameters": [
                 {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},
                 {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
