@@ -307,10 +307,12 @@ class FileGuard:
     # -- closing -----------------------------------------------------------------------------
 
     def before_close(self, actor_id: ActorId, storage: ActorStorage) -> None:
-        """An actor that wrote since it opened: update its catalog row (with the times of its first and
-        last commit since then), raising its file's generation first unless a mark already did
-        (:meth:`mark_after_turn`: the generation marked is above whatever a checkpoint left in the
-        database file, so losing the WAL still shows).
+        """An actor that wrote since it opened: raise its file's generation and update its catalog row
+        (with the times of its first and last commit since then).
+
+        The raise is the last frame of the WAL, so a WAL cut short or damaged anywhere before its end
+        (SQLite then drops every frame from the damage on) falls below the catalog's generation --
+        which the mark made at the first write (:meth:`mark_after_turn`), early in the WAL, cannot show.
 
         Failures (a full disk) are logged and skipped: the catalog may lag
         behind a file, never run ahead of it.
@@ -320,14 +322,13 @@ class FileGuard:
         storage.on_commit(None, key=_HOOK_ID)
         if not self.rebuildable:
             storage.on_checkpoint(None)
-        unmarked = key in self._to_mark  # wrote since its last mark, and the mark has not happened
         self._unmarked.discard(key)
         self._to_mark.discard(key)
         span = self._written.pop(key, None)
         if span is None or key in self._refused:
             return
         try:
-            if unmarked and not self.rebuildable:  # a cluster copy is written only inside captured turns
+            if not self.rebuildable:  # a cluster copy is written only inside captured turns
                 bump_generation(storage)
             facts = actor_facts(storage)
             self.catalog.record(actor_id.namespace, actor_id.hex, _named(facts, actor_id), written_ms=span[1],

@@ -45,13 +45,14 @@ import trio
 
 from actors.agent import ConnectionLike
 from common.errors import DatabaseError, StorageUnavailableError
-from runtime.host.cluster import ClusterOptions, ClusterStatistics, HostCluster, ReleaseListener
+from runtime.host.cluster import CatalogRow, ClusterOptions, ClusterStatistics, HostCluster, ReleaseListener
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.host.placement import PlacementHost, WorkingCopy
 from runtime.host.slots import ActorSlot
 from storage.cluster import Owner, create_cluster_schema
 from storage.cluster.driver import describe_dsn
+from storage.cluster.catalog import CatalogTracker
 from storage.cluster.schema import PartitionMap, record_partition_map
 from storage.kv import ActorStorage
 
@@ -328,6 +329,36 @@ class PartitionedCluster:
     async def written(self, actor_id: ActorId) -> bool:
         """As :meth:`HostCluster.written`, asked of the actor's database."""
         return await self.member(actor_id).written(actor_id)
+
+    # -- the catalog (listings merge every database) -----------------------------------
+
+    async def catalog_page(self, namespace: str, limit: int, below: tuple[int, str] | None = None,
+                           prefix: str | None = None) -> list[CatalogRow]:
+        """As :meth:`HostCluster.catalog_page`, over every database: each gives its best ``limit``
+        rows below ``below``, and the merge keeps the best ``limit`` of them (the same order).
+
+        Raises:
+            StorageUnavailableError: a database did not answer (never a partial list).
+        """
+        pages = await self.each_database(lambda member: member.catalog_page(namespace, limit, below, prefix))
+        return merged(pages, key=lambda row: (row.updated_ms, row.actor_hex))[:limit]
+
+    def catalog_tracker(self, actor_id: ActorId) -> CatalogTracker:
+        """As :meth:`HostCluster.catalog_tracker`, of the actor's database."""
+        return self.member(actor_id).catalog_tracker(actor_id)
+
+    async def catalog_get(self, actor_id: ActorId) -> CatalogRow | None:
+        """As :meth:`HostCluster.catalog_get`, asked of the actor's database."""
+        return await self.member(actor_id).catalog_get(actor_id)
+
+    async def transcript_rows(self, project_key: str) -> list[tuple[str, int, str]]:
+        """As :meth:`HostCluster.transcript_rows`, over every database (by session id).
+
+        Raises:
+            StorageUnavailableError: a database did not answer (never a partial list).
+        """
+        rows = await self.each_database(lambda member: member.transcript_rows(project_key))
+        return sorted((row for answer in rows for row in answer), key=lambda row: row[0])
 
     async def live_hosts(self) -> list[tuple[str, str]]:
         """``(host_id, advertise_url)`` of every live host: each registers in every database, so the

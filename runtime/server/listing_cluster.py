@@ -27,6 +27,7 @@ from typing import Any
 from common.errors import SessionNotFoundError
 from runtime.api import LIST_DEFAULT_LIMIT
 from runtime.host.cluster import CatalogRow, HostCluster
+from runtime.host.partitions import PartitionedCluster
 from runtime.host.ids import ActorId
 from runtime.server.listing import encode_cursor, iso_ms
 
@@ -41,7 +42,7 @@ class ClusterListing:
         namespace: the session namespace listed.
     """
 
-    def __init__(self, cluster: HostCluster, namespace: str) -> None:
+    def __init__(self, cluster: HostCluster | PartitionedCluster, namespace: str) -> None:
         self.cluster = cluster
         self.namespace = namespace
 

@@ -45,6 +45,7 @@ from storage.transcripts import CATALOG_FILE_NAME, MAIN_SUBPATH, TranscriptCatal
 
 if TYPE_CHECKING:
     from runtime.host.cluster import HostCluster
+    from runtime.host.partitions import PartitionedCluster
     from storage.cluster.catalog import CatalogTracker
 
 __all__ = [
@@ -206,7 +207,7 @@ class ClusterTranscriptListings(TranscriptListings):
         cluster: the host's :class:`~runtime.host.cluster.HostCluster`.
     """
 
-    def __init__(self, cluster: HostCluster) -> None:
+    def __init__(self, cluster: HostCluster | PartitionedCluster) -> None:
         self.cluster = cluster
 
     def for_actor(self, actor_id: Any) -> _PublishedRow:
@@ -251,7 +252,7 @@ class ClusterTranscriptStore(HostTranscriptStore):
 
     def __init__(self, namespace: Namespace) -> None:
         super().__init__(namespace)
-        self.cluster: HostCluster = namespace.env.cluster
+        self.cluster: HostCluster | PartitionedCluster = namespace.env.cluster
 
     def _env_class(self) -> type:
         return ClusterTranscriptListings
