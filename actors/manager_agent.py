@@ -104,12 +104,15 @@ class ManagedSession:
         session: the managed :class:`~actors.session.Session`.
         storage: the manager's file.
         session_id: the session's registry id.
+        ctx: the manager actor's context (what the session actor's functions use of theirs, e.g.
+            ``quiet_writes`` when the first read of the prompt stores it).
     """
 
-    def __init__(self, session: Session, storage: Any, session_id: str) -> None:
+    def __init__(self, session: Session, storage: Any, session_id: str, ctx: AgentContext) -> None:
         self.session = session
         self.storage = storage
         self.session_id = session_id
+        self.ctx = ctx
 
     # -- messages (the session actor's own functions) ----------------------------------------
     append_message = SessionAgent.append_message
@@ -327,7 +330,7 @@ class ManagerAgent(Agent):
         except TypeError as exc:
             raise InvalidArgumentsError(f"ManagedSession.{method}(): {exc}") from None
         session = await self.manager.get_session(session_id)
-        return await function(ManagedSession(session, self.storage, session_id), *args, **kwargs)
+        return await function(ManagedSession(session, self.storage, session_id, self.ctx), *args, **kwargs)
 
 
 def managed_method(name: Any) -> Any:
