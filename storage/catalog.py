@@ -36,6 +36,7 @@ from pathlib import Path
 import apsw
 
 from .integrity import ActorFacts, actor_facts, open_for_inspection
+from .backup import copy_database
 from .sqlite import Durability, SqlStorage
 
 __all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog", "last_write_ms", "read_facts"]
@@ -154,7 +155,9 @@ class HostCatalog:
             apsw.Error: the file cannot be opened (held by another process, damaged).
         """
         path = Path(data_dir) / CATALOG_FILE
-        return cls(SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS), Path(data_dir))
+        storage = SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS)
+        storage.exec("PRAGMA secure_delete = ON")  # a deleted or rewritten row leaves no old bytes (erase)
+        return cls(storage, Path(data_dir))
 
     def close(self) -> None:
         """Close the file. Idempotent."""
@@ -221,6 +224,18 @@ class HostCatalog:
         """Drop the actor's entry (an operator released it); ``True`` if it existed."""
         self._storage.exec("DELETE FROM actors WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
         return self._storage.connection.changes() > 0
+
+    def erase(self, namespace: str, actor_id: str) -> bool:
+        """Drop the actor's entry so that none of its bytes remain in the catalog's files: the freed cell
+        is zeroed (``secure_delete``, on since :meth:`open`) and the WAL, which held the old page, is checkpointed and cut to
+        0 bytes. ``True`` if it existed."""
+        found = self.forget(namespace, actor_id)
+        self._storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        return found
+
+    def backup_to(self, target: str | os.PathLike[str]) -> None:
+        """Copy the catalog, consistent as of now, into the new file ``target`` (SQLite's online backup)."""
+        copy_database(self._storage, target)
 
     def bound_class(self, namespace: str) -> str | None:
         """The agent class (``module.QualName``) that last served ``namespace`` from this folder, or ``None``."""

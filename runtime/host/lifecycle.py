@@ -243,6 +243,29 @@ class Lifecycle:
             await closed.wait()
         return False
 
+    async def close_now(self, key: ActorKey) -> None:
+        """Return once the actor of ``key`` has no instance and no open file: its pending calls answered,
+        its file closed at once (no checkpoint), a checkpoint under way finished.
+
+        The caller must not await between this return and what it does with the closed files (a call
+        arriving meanwhile would wake the actor again): trio runs nothing else until it awaits.
+        """
+        while True:
+            slot = self._table.slots.get(key)
+            closed = self._closing.get(key)
+            if slot is None and closed is None:
+                return
+            if slot is None and closed is not None:
+                await closed.wait()
+            elif slot is not None and slot.state is SlotState.ACTIVE and slot.pending == 0:
+                self.close_slot(slot, None)
+            else:
+                await self._table.wait_settled()
+
+    def forget_file(self, namespace: str) -> None:
+        """An actor file of ``namespace`` was removed: count its files again at the next look."""
+        self._files.pop(namespace, None)
+
     async def wait_checkpoints(self) -> None:
         """Return once every file still being checkpointed after hibernation is closed."""
         for closed in list(self._closing.values()):

@@ -1,0 +1,85 @@
+"""Erasing an actor, and copying one for a backup: the host's side of the data lifecycle.
+
+:func:`erase_actor` (``host.erase``) closes the actor through the host --
+its pending calls answered, its file closed at once, a checkpoint under way
+finished -- and then, with no ``await`` in between (trio runs nothing else
+meanwhile, so no activation can race it), removes its database, WAL,
+``-shm`` and any quarantined copies, drops its host-catalog row (the freed
+space zeroed and the catalog's WAL cut, :meth:`storage.catalog.HostCatalog.erase`)
+and its alarm-index row, and forgets what the host kept of it in memory.
+Last it awaits the placement's ``erase(actor_id)`` hook: nothing on a single
+host; a placement without the hook (a cluster member, whose truth is the
+actor's log and snapshots in Postgres) is refused before anything changes
+with :class:`~common.errors.NotSupportedError` -- a cluster would implement
+it by deleting the actor's ``ds_log``, ``ds_snapshots``, ``ds_actors`` and
+``ds_alarms`` rows under its fence.
+
+:func:`backup_actor` copies one actor's file through SQLite's online backup
+API from the actor's own connection, as one turn of the actor (a sleeping
+actor is woken): the copy holds every write acknowledged before the turn
+started, and the actor's other calls wait only for the copy of its file.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from actors.agent import Agent
+from common.errors import NotSupportedError
+from runtime.host.file_guard import QUARANTINE_DIR, FileGuard
+from runtime.host.ids import ActorId
+from runtime.host.lifecycle import Lifecycle
+from storage.alarm_index import AlarmIndex
+from storage.backup import copy_database, remove_database
+
+if TYPE_CHECKING:
+    from runtime.host.actor_host import ActorHost
+
+__all__ = ["backup_actor", "erase_actor"]
+
+logger = logging.getLogger(__name__)
+
+
+async def erase_actor(host: ActorHost, lifecycle: Lifecycle, guard: FileGuard, index: AlarmIndex,
+                      actor_id: ActorId) -> bool:
+    """Erase ``actor_id`` (see the module docstring); ``True`` if it existed.
+
+    Raises:
+        NotSupportedError: the host's placement has no ``erase`` hook (nothing was changed).
+    """
+    hook = getattr(host.placement, "erase", None)
+    if hook is None:
+        raise NotSupportedError(
+            f"deleting a session is not supported by this host's placement ({type(host.placement).__name__}): "
+            "it needs an erase(actor_id) hook that removes the actor's log, snapshots, lease and alarm rows")
+    existed = host.knows(actor_id)
+    await lifecycle.close_now((actor_id.namespace, actor_id.hex))
+    # From here to the hook nothing awaits: no call can wake the actor while its files go.
+    removed = remove_database(host.path_for(actor_id))
+    quarantined = sorted((host.data_dir / QUARANTINE_DIR / actor_id.namespace).glob(f"{actor_id.hex}-*"))
+    for folder in quarantined:
+        shutil.rmtree(folder)
+    guard.catalog.erase(actor_id.namespace, actor_id.hex)
+    index.remove(actor_id.namespace, actor_id.hex)
+    guard.forget(actor_id)
+    lifecycle.forget_file(actor_id.namespace)
+    await hook(actor_id)
+    if existed or removed or quarantined:
+        logger.info("erased %s/%s (%s): %d files, %d quarantined copies", actor_id.namespace, actor_id.hex,
+                    actor_id.name or "no name", len(removed), len(quarantined))
+    return bool(existed or removed or quarantined)
+
+
+async def backup_actor(host: ActorHost, actor_id: ActorId, target: Path) -> int | None:
+    """Copy the actor's file into the new file ``target`` as one turn of the actor; its bytes, or
+    ``None`` when the actor has no file (nothing is woken then)."""
+    if not host.path_for(actor_id).exists() and not host.is_active(actor_id.namespace, actor_id):
+        return None
+
+    async def copy(agent: Agent) -> int:
+        return copy_database(agent.storage, target)
+
+    return await host.run_turn(actor_id, copy)
