@@ -16,7 +16,7 @@ from typing import Any
 
 from common.archive import ARCHIVE_FORMAT, ARCHIVE_VERSION, dump_record
 from common.errors import ConflictError, InvalidInputError
-from storage.archive import export_records, holds_session_data, restore_times, write_records
+from storage.archive_rows import export_records, holds_session_data, restore_times, write_records
 from storage.messages import MessageStore
 from storage.sqlite import SqlStorage
 

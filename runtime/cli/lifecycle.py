@@ -80,7 +80,7 @@ async def run(command: str, args: argparse.Namespace, client: Any) -> int:
         elif command == "gc":
             _report_gc(await client.collect_garbage(dry_run=args.dry_run))
         elif command == "backup":
-            found = await client.backup(str(args.to.resolve()))
+            found = await client.backup_host(str(args.to.resolve()))
             print(f"backed up {found['sessions']} actor files ({found['bytes']} bytes) to {found['to']}")
     return 0
 

@@ -376,7 +376,7 @@ class SessionsClient:
         "deleted"}`` (``idleDays`` ``None``: retention is off, nothing listed or deleted)."""
         return await self.request("POST", "/v1/host:gc", body={"dryRun": dry_run}, retry_safe=dry_run)
 
-    async def backup(self, to: str) -> dict[str, Any]:
+    async def backup_host(self, to: str) -> dict[str, Any]:
         """Copy every session, consistent per file, into the server's folder ``to`` (absolute; new or empty)
         while it serves (``POST /v1/host:backup``): ``{"to", "sessions", "bytes"}``."""
         return await self.request("POST", "/v1/host:backup", body={"to": to}, retry_safe=False)

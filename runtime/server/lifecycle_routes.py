@@ -54,7 +54,7 @@ def install(app: Any, server: SessionsServer) -> None:
     """Add the host routes (``/v1/host:gc``, ``/v1/host:backup``) to ``app``."""
     routes = _HostLifecycle(server)
     app.add_url_rule("/v1/host:gc", "host_gc", server.responder.answering(routes.gc), methods=["POST"])
-    app.add_url_rule("/v1/host:backup", "host_backup", server.responder.answering(routes.backup), methods=["POST"])
+    app.add_url_rule("/v1/host:backup", "host_backup", server.responder.answering(routes.copy_all), methods=["POST"])
 
 
 def handles(method: str, segments: list[str]) -> bool:
@@ -148,7 +148,7 @@ class _HostLifecycle:
         return 200, {"idleDays": days, "sessions": [{"id": name, "updatedAt": _iso(updated)}
                                                      for name, updated in found], "deleted": not dry_run}
 
-    async def backup(self) -> tuple[int, Any]:
+    async def copy_all(self) -> tuple[int, Any]:
         refuse_other_modes(self.server)
         target = (await self._object()).get("to")
         if not isinstance(target, str) or not target:
