@@ -17,11 +17,14 @@ it by deleting the actor's ``ds_log``, ``ds_snapshots``, ``ds_actors`` and
 :func:`backup_actor` copies one actor's file through SQLite's online backup
 API from the actor's own connection, as one turn of the actor (a sleeping
 actor is woken): the copy holds every write acknowledged before the turn
-started, and the actor's other calls wait only for the copy of its file.
+started. The copy and its fsync run in a worker thread with the actor's
+gate closed (``block_concurrency_while``): the actor's other calls wait for
+the copy of its file, other actors keep serving meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from pathlib import Path
@@ -32,6 +35,7 @@ from common.errors import NotSupportedError
 from runtime.host.file_guard import QUARANTINE_DIR, FileGuard
 from runtime.host.ids import ActorId
 from runtime.host.lifecycle import Lifecycle
+from runtime.host.offload import run_sync_off_loop
 from storage.alarm_index import AlarmIndex
 from storage.backup import copy_database, remove_database
 
@@ -80,6 +84,9 @@ async def backup_actor(host: ActorHost, actor_id: ActorId, target: Path) -> int 
         return None
 
     async def copy(agent: Agent) -> int:
-        return copy_database(agent.storage, target)
+        # Off the trio thread (the copy and its fsync), the actor's gate closed meanwhile so no other call
+        # of it uses the connection; other actors keep serving.
+        return await agent.ctx.block_concurrency_while(
+            lambda: run_sync_off_loop(functools.partial(copy_database, agent.storage, target)))
 
     return await host.run_turn(actor_id, copy)
