@@ -23,7 +23,7 @@ from .integrity import companion_files
 from .private_files import make_private_dirs
 from .sqlite import SqlStorage
 
-__all__ = ["check_database", "copy_database", "remove_database"]
+__all__ = ["check_database", "copy_closed_file", "copy_database", "remove_database"]
 
 
 def copy_database(source: SqlStorage, target: str | os.PathLike[str]) -> int:
@@ -53,6 +53,24 @@ def copy_database(source: SqlStorage, target: str | os.PathLike[str]) -> int:
     with open(path, "rb+") as handle:
         os.fsync(handle.fileno())
     return path.stat().st_size
+
+
+def copy_closed_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> int:
+    """Copy the database file ``source``, which no connection holds, into the new file ``target`` as
+    :func:`copy_database` does; returns its bytes. Nothing of ``source`` changes: its connection takes
+    the exclusive lock (no ``-shm``), only reads, and leaves the WAL in place when it closes.
+
+    Raises:
+        FileExistsError: ``target`` exists already.
+        apsw.Error: SQLite failed (``apsw.BusyError``: a connection holds ``source`` after all).
+    """
+    con = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READWRITE)
+    try:
+        con.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        con.pragma("locking_mode", "EXCLUSIVE")
+        return copy_database(SqlStorage(con, str(source), "normal"), target)
+    finally:
+        con.close()
 
 
 def check_database(path: str | os.PathLike[str]) -> str | None:

@@ -357,7 +357,7 @@ class ActorHost:
         :mod:`runtime.host.eraser`); ``None`` when it has no file. Returns the bytes copied."""
         from runtime.host.eraser import backup_actor
 
-        return await backup_actor(self, actor_id, target)
+        return await backup_actor(self, self._lifecycle, actor_id, target)
 
     # -- calls -----------------------------------------------------------------
 

@@ -15,9 +15,11 @@ it by deleting the actor's ``ds_log``, ``ds_snapshots``, ``ds_actors`` and
 ``ds_alarms`` rows under its fence.
 
 :func:`backup_actor` copies one actor's file through SQLite's online backup
-API from the actor's own connection, as one turn of the actor (a sleeping
-actor is woken): the copy holds every write acknowledged before the turn
-started. The copy and its fsync run in a worker thread with the actor's
+API. A sleeping actor's closed file is copied in a worker thread while its
+activation is held back (a call for it waits, as for a hibernation's
+checkpoint); an awake actor's file from its own connection (which holds the
+file's exclusive lock), as one turn: the copy holds every write acknowledged
+before the turn started. The copy and its fsync run in a worker thread with the actor's
 gate closed (``block_concurrency_while``): the actor's other calls wait for
 the copy of its file, other actors keep serving meanwhile.
 """
@@ -37,7 +39,7 @@ from runtime.host.ids import ActorId
 from runtime.host.lifecycle import Lifecycle
 from runtime.host.offload import run_sync_off_loop
 from storage.alarm_index import AlarmIndex
-from storage.backup import copy_database, remove_database
+from storage.backup import copy_closed_file, copy_database, remove_database
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
@@ -77,11 +79,19 @@ async def erase_actor(host: ActorHost, lifecycle: Lifecycle, guard: FileGuard, i
     return bool(existed or removed or quarantined)
 
 
-async def backup_actor(host: ActorHost, actor_id: ActorId, target: Path) -> int | None:
-    """Copy the actor's file into the new file ``target`` as one turn of the actor; its bytes, or
-    ``None`` when the actor has no file (nothing is woken then)."""
-    if not host.path_for(actor_id).exists() and not host.is_active(actor_id.namespace, actor_id):
+async def backup_actor(host: ActorHost, lifecycle: Lifecycle, actor_id: ActorId, target: Path) -> int | None:
+    """Copy the actor's file into the new file ``target``; its bytes, or ``None`` when the actor has no file.
+
+    A sleeping actor is copied from its closed file in a worker thread, its activation held back
+    meanwhile (nothing is woken); an awake one as one turn, from its own connection.
+    """
+    path = host.path_for(actor_id)
+    if not path.exists() and not host.is_active(actor_id.namespace, actor_id):
         return None
+    asleep, copied = await lifecycle.while_asleep((actor_id.namespace, actor_id.hex),
+                                                  functools.partial(copy_closed_file, path, target))
+    if asleep:
+        return copied
 
     async def copy(agent: Agent) -> int:
         # Off the trio thread (the copy and its fsync), the actor's gate closed meanwhile so no other call

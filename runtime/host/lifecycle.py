@@ -28,7 +28,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
 
 __all__ = ["WAL_KEEP_BYTES", "Lifecycle"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +264,25 @@ class Lifecycle:
                 self.close_slot(slot, None)
             else:
                 await self._table.wait_settled()
+
+    async def while_asleep(self, key: ActorKey, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``fn()`` in a worker thread while the actor of ``key`` sleeps with its file closed, holding
+        its activation back meanwhile (a call for it waits, as for a hibernation's checkpoint).
+
+        Returns ``(False, None)`` at once, ``fn`` not run, when the actor is awake, waking or closing;
+        else ``(True, fn())``. The file counts among the open ones while ``fn`` runs.
+        """
+        if key in self._table.slots or key in self._closing:
+            return False, None
+        closed = self._closing[key] = trio.Event()
+        self._open_files += 1
+        try:
+            return True, await run_sync_off_loop(fn, limiter=self._checkpoints)
+        finally:
+            del self._closing[key]
+            self._open_files -= 1
+            closed.set()
+            self._table.settled()
 
     def forget_file(self, namespace: str) -> None:
         """An actor file of ``namespace`` was removed: count its files again at the next look."""
