@@ -156,6 +156,9 @@ class _HostLifecycle:
         folder = Path(target)
         if not folder.is_absolute():
             raise InvalidInputError(f"to must be an absolute path, not {target!r}", field="to")
+        data = self.server.host.data_dir.resolve()
+        if folder.resolve() == data or data in folder.resolve().parents:
+            raise InvalidInputError(f"{folder} is inside the data folder: a backup goes elsewhere", field="to")
         if folder.exists() and any(folder.iterdir()):
             raise InvalidInputError(f"{folder} is not empty: a backup goes into a new or empty folder", field="to")
         return 200, await backup_host(self.server, folder)

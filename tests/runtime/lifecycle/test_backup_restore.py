@@ -61,6 +61,8 @@ async def test_a_backup_under_writes_holds_every_write_acknowledged_before_it_an
             assert report["sessions"] == SESSIONS and report["to"] == str(copy) and report["bytes"] > 0
             with pytest.raises(InvalidInputError, match="is not empty"):
                 await client.backup_host(str(copy))
+            with pytest.raises(InvalidInputError, match="is inside the data folder"):
+                await client.backup_host(str(data / "backup"))
             with pytest.raises(InvalidInputError, match="must be an absolute path"):
                 await client.backup_host("relative/folder")
     for path in copy.rglob("*.sqlite3"):
