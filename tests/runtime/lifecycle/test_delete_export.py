@@ -146,3 +146,41 @@ async def test_a_truncated_or_malformed_archive_stores_nothing_and_names_the_lin
             assert await client.session("cut").get_history() == []
             with pytest.raises(SessionNotFoundError):
                 await client.export_session("cut")
+
+
+async def test_blocks_search_entries_loaded_skills_and_the_frozen_prompt_round_trip(tmp_path, nursery):
+    from actors.session_agent import BlockConfig, SessionConfig
+
+    skills = tmp_path / "skills"
+    skills.mkdir()
+    (skills / "pirate.md").write_text("---\ndescription: Talk like a pirate\n---\nSay arr.\n", encoding="utf-8")
+    config = SessionConfig(blocks=(
+        BlockConfig("memory", "writable", description="Learned facts", max_tokens=200),
+        BlockConfig("skills", "skills", description="Loadable skills", path=skills),
+        BlockConfig("knowledge", "searchable", description="Searchable knowledge base"),
+    ))
+    async with open_host(tmp_path / "data") as host:
+        bind_sessions(host, config)
+        urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
+                                                             task_status=task_status))
+        async with SessionsClient(urls[0], token=TOKEN) as client:
+            source = client.session("full")
+            await source.append_message(msg("u1", "which gate?"))
+            await source.execute_tool("set_context", {"label": "memory", "content": "Likes aisle seats"})
+            await source.execute_tool("set_context", {"label": "knowledge", "content": "Gate B12 opens early",
+                                                      "metadata": {"title": "Gates"}})
+            await source.execute_tool("load_context", {"label": "skills", "key": "pirate"})
+            prompt = await source.freeze_system_prompt()
+            archive = await client.export_session("full")
+            kinds = {json_type for json_type in (line.split('"type":"')[1].split('"')[0]
+                                                 for line in archive.splitlines())}
+            assert {"contextBlock", "searchEntry", "config"} <= kinds
+            await client.import_session("full-copy", archive)
+            copy = client.session("full-copy")
+            assert await copy.freeze_system_prompt() == prompt
+            assert await copy.get_loaded_skill_keys() == ["skills:pirate"]
+            assert (await copy.get_context_block("memory"))["content"] == "Likes aisle seats"
+            assert await copy.execute_tool("search_context", {"label": "knowledge", "query": "gate"}) == (
+                "[gates]\nGate B12 opens early")
+            again = await client.export_session("full-copy")
+    assert again.splitlines()[1:] == archive.splitlines()[1:]
