@@ -408,9 +408,14 @@ class MethodNotAllowedError(HttpError):
 
 
 class PayloadTooLargeError(HttpError):
-    """The request body or WebSocket frame is larger than the server's limit."""
+    """The request body or WebSocket frame is larger than the server's limit (its bytes, or the values
+    it holds: ``field`` names what, e.g. ``"body"``)."""
 
     status = 413
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class UnsupportedMediaTypeError(HttpError):

@@ -65,19 +65,23 @@ CREATE INDEX actors_by_update ON actors (namespace, updated_ms);
 
 # v2: which agent class served each namespace last (``module.QualName``), so a host bound to another
 # class over the same folder can say so at start.
+# ... and ``unclosed``: set by :meth:`HostCatalog.mark_written` at an actor's first write after it woke
+# (and after each checkpoint of its WAL), cleared when its close is recorded. A row with ``unclosed = 1``
+# after a restart means the host stopped without closing the actor (a crash): its counts are stale.
 _CATALOG_V2 = """
 CREATE TABLE namespaces (
     namespace   TEXT PRIMARY KEY,
     agent_class TEXT NOT NULL,
     bound_ms    INTEGER NOT NULL
 ) WITHOUT ROWID;
+ALTER TABLE actors ADD COLUMN unclosed INTEGER NOT NULL DEFAULT 0;
 """
 
 #: The catalog's schema ladder: ``CATALOG_MIGRATIONS[i]`` takes version ``i`` to ``i + 1``.
 CATALOG_MIGRATIONS = (_CATALOG_V1, _CATALOG_V2)
 
 _COLUMNS = ("namespace, actor_id, name, generation, messages, compactions, compacted_through, created_ms, "
-            "updated_ms, state, problem, quarantined_to")
+            "updated_ms, state, problem, quarantined_to, unclosed")
 _GET = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? AND actor_id = ?"
 _LIST = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? ORDER BY updated_ms DESC, actor_id"
 _ALL = f"SELECT {_COLUMNS} FROM actors ORDER BY namespace, actor_id"
@@ -100,7 +104,17 @@ ON CONFLICT (namespace, actor_id) DO UPDATE SET
     messages = excluded.messages,
     compactions = excluded.compactions,
     compacted_through = excluded.compacted_through,
-    updated_ms = max(excluded.updated_ms, actors.updated_ms)
+    updated_ms = max(excluded.updated_ms, actors.updated_ms),
+    unclosed = 0
+WHERE actors.state = 'ok'
+"""
+_MARK = """
+INSERT INTO actors (namespace, actor_id, name, generation, created_ms, updated_ms, unclosed)
+VALUES (?, ?, ?, ?, ?, ?, 1)
+ON CONFLICT (namespace, actor_id) DO UPDATE SET
+    name = coalesce(excluded.name, actors.name),
+    generation = max(excluded.generation, actors.generation),
+    unclosed = 1
 WHERE actors.state = 'ok'
 """
 _QUARANTINE = """
@@ -119,6 +133,8 @@ class CatalogEntry:
     ``state`` is ``"ok"`` or ``"quarantined"``; a quarantined entry says
     the ``problem`` found and ``quarantined_to`` (the folder its files were
     moved to, relative to the data folder; ``None`` when nothing was left to move).
+    ``unclosed``: the host marked the actor written and has not recorded its close since
+    (after a restart: it crashed); the counts may be older than the file.
     """
 
     namespace: str
@@ -133,6 +149,7 @@ class CatalogEntry:
     state: str
     problem: str | None
     quarantined_to: str | None
+    unclosed: bool = False
 
     @property
     def quarantined(self) -> bool:
@@ -214,6 +231,17 @@ class HostCatalog:
             facts.compacted_through, created, updated,
         )
 
+    def mark_written(self, namespace: str, actor_id: str, *, name: str | None, generation: int,
+                     first_written_ms: int) -> None:
+        """Note, before the actor's first write since it woke is acknowledged, that its file holds
+        ``generation`` or more from now on (the file already does) and must exist.
+
+        A crash then leaves a row whose generation a file that lost its WAL, or vanished, cannot
+        match (:mod:`runtime.host.file_guard`). A new row gets no counts (``unclosed``: a rescan or
+        the next close fills them in); an existing row keeps its counts and times.
+        """
+        self._storage.exec(_MARK, namespace, actor_id, name, generation, first_written_ms, first_written_ms)
+
     def quarantine(self, namespace: str, actor_id: str, *, name: str | None, problem: str,
                    moved_to: str | None, now_ms: int | None = None) -> None:
         """Mark the actor quarantined (creating its entry if needed)."""
@@ -250,9 +278,10 @@ class HostCatalog:
             namespace, agent_class, _now_ms())
 
     def unlisted(self, namespace: str) -> Iterator[str]:
-        """Hex ids of the actor files of ``namespace`` on disk that have no entry (one folder scan)."""
+        """Hex ids of the actor files of ``namespace`` on disk that have no entry, or an entry left
+        ``unclosed`` by a crash (stale counts), in one folder scan."""
         known = {row[0] for row in self._storage.exec(
-            "SELECT actor_id FROM actors WHERE namespace = ?", namespace)}
+            "SELECT actor_id FROM actors WHERE namespace = ? AND unclosed = 0", namespace)}
         for hex_id in actor_files(self.data_dir, namespace):
             if hex_id not in known:
                 yield hex_id

@@ -72,6 +72,7 @@ from storage.sqlite import Durability
 
 if TYPE_CHECKING:
     from runtime.host.cluster import ClusterOptions, HostCluster
+    from runtime.host.partitions import PartitionedCluster
 
 __all__ = ["DEFAULT_MAX_PENDING_CALLS", "WAL_KEEP_BYTES", "ActorHost", "HostStatistics", "open_host"]
 
@@ -178,9 +179,10 @@ class ActorHost:
         self._turns = Turns(self, self._table, self._guard, self._lifecycle, self._alarms, nursery)
 
     @property
-    def cluster(self) -> HostCluster | None:
+    def cluster(self) -> HostCluster | PartitionedCluster | None:
         """The host's :class:`~runtime.host.cluster.HostCluster` in cluster mode
-        (``open_host(..., cluster=...)``), else ``None``."""
+        (``open_host(..., cluster=...)``; on several databases a
+        :class:`~runtime.host.partitions.PartitionedCluster`), else ``None``."""
         return self.placement.cluster
 
     @property

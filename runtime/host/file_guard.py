@@ -105,6 +105,9 @@ class FileGuard:
         self._settled: set[ActorKey] = set()
         self._written: dict[ActorKey, tuple[int, int]] = {}  # first and last commit (epoch ms) since opened
         self._quiet: set[tuple[ActorKey, trio.lowlevel.Task]] = set()  # (actor, task) whose commits are not writes
+        # Crash-safe marks (see mark_after_turn): actors whose next write needs a mark, and those that wrote since.
+        self._unmarked: set[ActorKey] = set()
+        self._to_mark: set[ActorKey] = set()
         self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
 
     # -- refusals ----------------------------------------------------------------------------
@@ -151,8 +154,10 @@ class FileGuard:
         path = self._path_for(actor_id)
         if not path.exists():
             if entry is not None:
-                raise self.quarantine(actor_id, f"its file vanished (the catalog saw generation "
-                                                f"{entry.generation}, {entry.messages} messages)", entry=entry)
+                seen = (f"the host marked generation {entry.generation} at a write before it stopped without "
+                        "closing it" if entry.unclosed else
+                        f"the catalog saw generation {entry.generation}, {entry.messages} messages")
+                raise self.quarantine(actor_id, f"its file vanished ({seen})", entry=entry)
             return None
         if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
             return entry  # untouched since this host closed it: checked when it was opened
@@ -190,21 +195,54 @@ class FileGuard:
         if entry is not None and not self.rebuildable:
             generation = read_generation(storage)
             if generation < entry.generation:
-                problem = (f"its file went back in time (generation {generation}, the catalog saw "
-                           f"{entry.generation} with {entry.messages} messages): its WAL was lost or cut short")
+                seen = (f"the host marked generation {entry.generation} at a write before it stopped without "
+                        "closing it" if entry.unclosed else
+                        f"the catalog saw {entry.generation} with {entry.messages} messages")
+                problem = f"its file went back in time (generation {generation}, {seen}): its WAL was lost or cut short"
         if problem is not None:
             storage.close()
             raise self.quarantine(actor_id, problem, entry=entry)
         key = (actor_id.namespace, actor_id.hex)
         storage.on_commit(lambda: self._stamp(key), key=_HOOK_ID)
+        if not self.rebuildable:  # a cluster copy is rebuilt from Postgres: its log is the record
+            self._unmarked.add(key)
+            storage.on_checkpoint(lambda: self._unmarked.add(key))
 
     def _stamp(self, key: ActorKey) -> None:
         # Inside SQLite's commit hook: one clock read and one dict store per commit.
         if self._quiet and (key, trio.lowlevel.current_task()) in self._quiet:
             return
+        if key in self._unmarked:  # the first write since the actor woke, or since its WAL was checkpointed
+            self._unmarked.discard(key)
+            self._to_mark.add(key)
         now = time.time_ns() // 1_000_000
         span = self._written.get(key)
         self._written[key] = (now, now) if span is None else (span[0], now)
+
+    def mark_after_turn(self, actor_id: ActorId, storage: ActorStorage) -> None:
+        """After a turn, before its reply leaves: when the actor wrote for the first time since it
+        woke (or since its WAL was last checkpointed), raise its file's generation and mark the
+        catalog row with it (:meth:`~storage.catalog.HostCatalog.mark_written`).
+
+        Two small commits per wake that writes (and per checkpoint, every ~4 MB of WAL), none per
+        call. After a crash, a file whose WAL was lost falls below the marked generation, and a file
+        that vanished has a row: both are quarantined at the next wake, as after a clean stop. A
+        failure (a full disk) is logged and leaves the actor to be marked at its next turn.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        if key not in self._to_mark or storage.in_transaction or key in self._refused:
+            return
+        span = self._written.get(key)
+        try:
+            with self.host_writes(actor_id):
+                generation = bump_generation(storage)
+            self.catalog.mark_written(actor_id.namespace, actor_id.hex, name=actor_id.name, generation=generation,
+                                      first_written_ms=span[0] if span is not None else time.time_ns() // 1_000_000)
+        except Exception:  # noqa: BLE001 - the next turn tries again; the close records it anyway
+            logger.warning("could not mark %s/%s written in the host catalog", actor_id.namespace, actor_id.hex,
+                           exc_info=True)
+            return
+        self._to_mark.discard(key)
 
     def last_write_ms(self, actor_id: ActorId) -> int | None:
         """Epoch milliseconds of the actor's last commit since its file was opened (``None``: none)."""
@@ -269,8 +307,10 @@ class FileGuard:
     # -- closing -----------------------------------------------------------------------------
 
     def before_close(self, actor_id: ActorId, storage: ActorStorage) -> None:
-        """An actor that wrote since it opened: raise its file's generation and update its catalog row
-        (with the times of its first and last commit since then).
+        """An actor that wrote since it opened: update its catalog row (with the times of its first and
+        last commit since then), raising its file's generation first unless a mark already did
+        (:meth:`mark_after_turn`: the generation marked is above whatever a checkpoint left in the
+        database file, so losing the WAL still shows).
 
         Failures (a full disk) are logged and skipped: the catalog may lag
         behind a file, never run ahead of it.
@@ -278,11 +318,16 @@ class FileGuard:
         key = (actor_id.namespace, actor_id.hex)
         # Closing: later commits (the generation, a checkpoint's thread) are not the actor's writes.
         storage.on_commit(None, key=_HOOK_ID)
+        if not self.rebuildable:
+            storage.on_checkpoint(None)
+        unmarked = key in self._to_mark  # wrote since its last mark, and the mark has not happened
+        self._unmarked.discard(key)
+        self._to_mark.discard(key)
         span = self._written.pop(key, None)
         if span is None or key in self._refused:
             return
         try:
-            if not self.rebuildable:  # a cluster copy is written only inside captured turns
+            if unmarked and not self.rebuildable:  # a cluster copy is written only inside captured turns
                 bump_generation(storage)
             facts = actor_facts(storage)
             self.catalog.record(actor_id.namespace, actor_id.hex, _named(facts, actor_id), written_ms=span[1],

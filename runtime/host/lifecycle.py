@@ -127,6 +127,7 @@ class Lifecycle:
             await slot.hold_gate(slot.agent.on_start)
             await slot.output_gate()
             self._alarms.after_turn(slot)
+            self._guard.mark_after_turn(slot.id, storage)
             await placement.barrier(slot)
         except Exception as exc:
             self._fail_activation(slot, self.fault(slot, exc))

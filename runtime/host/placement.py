@@ -48,6 +48,7 @@ from storage.sqlite import Durability
 
 if TYPE_CHECKING:
     from runtime.host.cluster import ClusterOptions, HostCluster
+    from runtime.host.partitions import PartitionedCluster
     from runtime.host.namespace import Namespace
 
 __all__ = ["RELEASE_REASONS", "LocalPlacement", "Placement", "PlacementHost", "WorkingCopy", "placement_for"]
@@ -124,7 +125,7 @@ class Placement(Protocol):
     rebuildable: bool
 
     @property
-    def cluster(self) -> HostCluster | None:
+    def cluster(self) -> HostCluster | PartitionedCluster | None:
         """The host's cluster membership (``host.cluster``), ``None`` outside a cluster."""
         ...
 

@@ -180,6 +180,8 @@ class Turns:
             slot.alarm_dirty |= touches_alarm
             await slot.output_gate()
             self._alarms.after_turn(slot)
+            if slot.storage is not None:
+                self._guard.mark_after_turn(slot.id, slot.storage)  # a crash after the reply cannot hide damage
             await placement.barrier(slot)  # e.g. the writes before the reply are durable
 
     async def _enter(self, slot: ActorSlot, admitted: float | None) -> None:

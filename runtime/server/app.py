@@ -20,6 +20,10 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
   Session API of each managed session (:mod:`runtime.server.managers`), when the
   ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``/v1/checkpoints/{thread_id}/...`` -- LangGraph thread actors (:mod:`runtime.server.checkpoint_routes`),
+  when the ``"checkpoints"`` namespace is bound;
+* ``/mcp/{session_id}`` -- the session's memory over MCP, streamable HTTP (:mod:`runtime.mcp_http`;
+  extra ``mcp``);
 * ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
   routes and Swagger UI (:mod:`runtime.server.openapi`).
 
@@ -75,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -93,18 +98,21 @@ from common.errors import (
 from common.wire import (
     CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_ITEMS,
     HOP_HEADER,
     OWNER_HEADER,
     check_session_id,
     error_payload,
     unquote_segment,
 )
-from runtime.server import host_routes, inspector, lifecycle_routes, managers, transcript_routes
+from runtime.mcp_http import McpMount
+from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
 from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
-from runtime.server.forwarding import Forwarder, ForwardingShortcut
+from runtime.server.forwarding import Forwarder, ForwardingShortcut, HopGate
+from runtime.server.hosts import HostGate, HostPolicy
 from runtime.server.listener import serve_admitting
 from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.metrics import ServerMetrics
@@ -148,15 +156,19 @@ def bind_sessions(
     return host.bind(namespace, agent_class, env=config if config is not None else SessionConfig())
 
 
-def require_token_for(bind: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a token, or with a token no client can send.
+def require_token_for(bind: str, token: str | None, *, insecure_no_token: bool = False) -> None:
+    """Refuse to serve a non-loopback address without a token (unless ``insecure_no_token``), or with a
+    token no client can send.
 
     Raises:
-        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token``
-            is empty; or ``token`` fails :meth:`SessionsServer.check_token`.
+        ValueError: ``bind`` is not ``localhost`` or a loopback IP, ``token``
+            is empty and ``insecure_no_token`` false; or ``token`` fails
+            :meth:`SessionsServer.check_token`.
     """
     if token:
         SessionsServer.check_token(token)
+        return
+    if insecure_no_token:
         return
     host = bind.rsplit(":", 1)[0].strip("[]") if ":" in bind else bind
     if host == "localhost":
@@ -168,7 +180,7 @@ def require_token_for(bind: str, token: str | None) -> None:
         pass
     raise ValueError(
         f"refusing to serve {bind} without a token: set DURABLE_SESSIONS_TOKEN (or --token), "
-        "or bind a loopback address such as 127.0.0.1"
+        "bind a loopback address such as 127.0.0.1, or pass --insecure-no-token"
     )
 
 
@@ -189,7 +201,8 @@ class SessionsServer:
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
-        cors_origins: tuple[str, ...] = (),
+        cors_origins: tuple[str, ...] = (), max_body_items: int = DEFAULT_MAX_BODY_ITEMS,
+        hosts: HostPolicy | None = None,
     ) -> None:
         if token:
             self.check_token(token)
@@ -203,11 +216,13 @@ class SessionsServer:
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.max_body_items = max_body_items
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
-        self.responder = Responder()
+        self.responder = Responder(max_body_items)
         self.origins = OriginPolicy(cors_origins)
+        self.hosts = hosts if hosts is not None else HostPolicy(token=bool(token))
         self.draining = trio.Event()
         self.closing = trio.Event()
         self.shortcut = True
@@ -232,8 +247,13 @@ class SessionsServer:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
         else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
             asgi = SessionShortcut(asgi, self)
+        asgi = checkpoint_routes.CheckpointShortcut(asgi, self)  # LangGraph threads' plain requests, below Quart
+        asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
+        asgi = HostGate(asgi, self.hosts)  # Host names served (runtime.server.hosts)
+        secret = self.forwarder.secret if self.forwarder is not None else None
+        asgi = HopGate(asgi, secret, cluster=self.forwarder is not None)  # hop headers of the cluster only
         if self.max_requests is not None:
             asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
         # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
@@ -249,6 +269,7 @@ class SessionsServer:
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
         managers.install(app, self)  # with the "managers" namespace
+        checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace
         add_docs_routes(app, self)
         self.listing = add_listing_routes(app, self)
         return app
@@ -588,6 +609,7 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     forwarder: Forwarder | None = None,
     listen_socket: socket.socket | None = None,
+    insecure_no_token: bool = False,
     retention_days: int | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -603,16 +625,20 @@ async def serve(
         listen_socket: a socket already bound to ``settings.bind`` (a cluster
             host binds first to learn its port before it joins); ``serve``
             takes it over and closes it. ``None``: bind here.
+        insecure_no_token: serve a non-loopback bind without a token (``serve --insecure-no-token``).
         retention_days: ``[retention] delete_idle_after_days`` for ``POST /v1/host:gc`` (``None``: off).
 
     Raises:
         ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
     """
     settings = settings or ServerSettings()
-    require_token_for(settings.bind, token)
+    require_token_for(settings.bind, token, insecure_no_token=insecure_no_token)
+    hosts = HostPolicy(settings.allowed_hosts, bind=settings.bind, token=bool(token),
+                       advertise=forwarder.advertise_url if forwarder is not None else None)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests, cors_origins=settings.cors_origins)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins,
+                            max_body_items=settings.max_body_items, hosts=hosts)
     server.retention_days = retention_days
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
@@ -628,6 +654,8 @@ async def serve(
     config.accesslog = logging.getLogger(ACCESS_LOGGER) if settings.access_log else None
     config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
+    if settings.certfile is not None:  # TLS: https:// and wss:// (hypercorn's own)
+        config.certfile, config.keyfile = str(settings.certfile), str(settings.keyfile)
 
     async def trigger() -> None:
         if shutdown_trigger is None:
@@ -640,8 +668,13 @@ async def serve(
         server.closing.set()
 
     async def run() -> None:
+        if settings.certfile is not None:  # TLS: hypercorn's own listener (socket admission needs plain bytes)
+            await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+            return
         await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
                               max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                              head_timeout_s=settings.head_timeout_s,
+                              max_per_peer=settings.max_connections_per_peer,
                               shutdown_trigger=trigger, task_status=task_status)
 
     if forwarder is None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from runtime.host.ids import ActorId
     from runtime.server.app import SessionsServer
 
-__all__ = ["SessionShortcut"]
+__all__ = ["SessionShortcut", "read_body"]
 
 _PREFIX = SESSIONS_PREFIX.encode("ascii")
 _METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
@@ -134,7 +134,7 @@ class SessionShortcut:
                 data = await self._read_body(receive)
                 if data is None:  # the client went away
                     return
-                body = decode_body(data, taken.content_type)
+                body = decode_body(data, taken.content_type, max_items=server.max_body_items)
             query = scope.get("query_string", b"")
             args = ImmutableMultiDict(parse_qsl(query.decode(), keep_blank_values=True,
                                                 errors="werkzeug.url_quote")) if query else _NO_QUERY
@@ -155,28 +155,32 @@ class SessionShortcut:
         server.metrics.observe(route.name, status, time.perf_counter() - started)
 
     async def _read_body(self, receive: Any) -> bytes | None:
-        """The whole body, ``None`` when the client went away.
+        """The whole body, ``None`` when the client went away (:func:`read_body`)."""
+        return await read_body(receive, self.server.body_timeout_s, self.server.max_body_bytes)
 
-        Raises:
-            PayloadTooLargeError: it is larger than the body limit (the rest is not read).
-            RequestTimeoutError: it did not all arrive within the server's body timeout.
-        """
-        timeout, limit = self.server.body_timeout_s, self.server.max_body_bytes
-        parts = []
-        size = 0
-        with trio.move_on_after(timeout):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return None
-                part = message.get("body", b"")
-                size += len(part)
-                if size > limit:
-                    raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
-                parts.append(part)
-                if not message.get("more_body", False):
-                    return b"".join(parts)
-        raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")
+
+async def read_body(receive: Any, timeout: float, limit: int) -> bytes | None:
+    """The whole body of an ASGI request, ``None`` when the client went away.
+
+    Raises:
+        PayloadTooLargeError: it is larger than ``limit`` bytes (the rest is not read).
+        RequestTimeoutError: it did not all arrive within ``timeout`` seconds.
+    """
+    parts = []
+    size = 0
+    with trio.move_on_after(timeout):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            part = message.get("body", b"")
+            size += len(part)
+            if size > limit:
+                raise PayloadTooLargeError(f"the body is larger than {limit} bytes")
+            parts.append(part)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+    raise RequestTimeoutError(f"the request body did not arrive within {timeout:g} s")
 
 
 def _kind(accept: str | None) -> str:

@@ -44,10 +44,13 @@ async def test_hibernating_after_writes_raises_the_generation_and_records_the_ca
     async with open_host(actor_data_dir) as host:
         stub = host.bind("box", Box).get_by_name("one")
         await stub.put("a", 1)
-        assert catalog_entry(host, stub) is None  # nothing per call
+        marked = catalog_entry(host, stub)  # the first write since the wake is marked before its reply
+        assert (marked.generation, marked.name, marked.unclosed, marked.messages) == (1, "one", True, 0)
+        await stub.put("a2", 1)
+        assert catalog_entry(host, stub) == marked  # nothing per call after that
         await host.hibernate("box", stub.id)
         entry = catalog_entry(host, stub)
-        assert (entry.generation, entry.name, entry.state) == (1, "one", "ok")
+        assert (entry.generation, entry.name, entry.state, entry.unclosed) == (1, "one", "ok", False)
         assert await stub.get("a") == 1  # a wake that only reads
         await host.hibernate("box", stub.id)
         assert catalog_entry(host, stub).generation == 1
