@@ -14,6 +14,12 @@ A real host and server on loopback, driven by :class:`runtime.client.SessionsCli
    backup. Reports both append rates and their ratio (goal >= 0.8).
 
 Run: ``.venv/bin/python benchmarks/bench_lifecycle.py [--messages 100000] [--sessions 1000] [--repeats 3]``
+
+Measured (2026-12-02, 2 shared cores under other load; medians of 3): history read of 100,000
+messages 6.86 s over HTTP; export 4.56 s (0.66x); import 21.7 s (3.16x; 100,099 messages with the
+branches, a 34 MB archive); delete 93 ms. Backup of 1,001 actor files (252 MB) in 99.7 s with 8 writers
+appending: 103 appends/s during it, 58/s in as long a run without it (ratio 1.78; a 100-session run
+gave 0.78 -- the machine's other load dominates these rates).
 """
 
 from __future__ import annotations
