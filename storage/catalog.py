@@ -173,7 +173,11 @@ class HostCatalog:
         """
         path = Path(data_dir) / CATALOG_FILE
         storage = SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS)
-        storage.exec("PRAGMA secure_delete = ON")  # a deleted or rewritten row leaves no old bytes (erase)
+        try:
+            _scrub_once(storage)
+        except BaseException:
+            storage.close()
+            raise
         return cls(storage, Path(data_dir))
 
     def close(self) -> None:
@@ -285,6 +289,22 @@ class HostCatalog:
         for hex_id in actor_files(self.data_dir, namespace):
             if hex_id not in known:
                 yield hex_id
+
+
+#: ``PRAGMA application_id`` of a catalog rebuilt once with ``secure_delete`` on (:func:`_scrub_once`).
+SCRUBBED_ID = 0x44534331
+
+
+def _scrub_once(storage: SqlStorage) -> None:
+    """Turn ``secure_delete`` on (a deleted or rewritten row leaves no old bytes behind, for
+    :meth:`HostCatalog.erase`), and rebuild a file written before that (``VACUUM``, once; marked
+    by :data:`SCRUBBED_ID`) so old row versions left in free space go too."""
+    storage.exec("PRAGMA secure_delete = ON")
+    if storage.scalar("PRAGMA application_id") == SCRUBBED_ID:
+        return
+    storage.exec("VACUUM")
+    storage.exec(f"PRAGMA application_id = {SCRUBBED_ID}")
+    storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
 
 
 def last_write_ms(storage: SqlStorage) -> int | None:

@@ -50,3 +50,23 @@ async def test_erase_of_a_sleeping_actor_and_of_its_quarantined_copies(tmp_path)
         assert not [p for p in data.rglob("*") if p.is_file() and b"secret-2" in p.read_bytes()]
         assert host.catalog.get("noters", actor.hex) is None
         assert await namespace.get(actor).call("notes") == []
+
+
+def test_a_catalog_written_without_secure_delete_is_scrubbed_once_at_open(tmp_path):
+    from storage.catalog import CATALOG_FILE, CATALOG_MIGRATIONS, SCRUBBED_ID, HostCatalog
+    from storage.sqlite import SqlStorage
+
+    old = SqlStorage.open(tmp_path / CATALOG_FILE, migrations=CATALOG_MIGRATIONS)  # as an earlier release wrote it
+    old.exec("INSERT INTO actors (namespace, actor_id, name, created_ms, updated_ms) VALUES "
+             "('sessions', 'ab', 'secret-name-0123456789', 1, 1), ('sessions', 'cd', 'kept', 1, 1)")
+    old.exec("DELETE FROM actors WHERE actor_id = 'ab'")  # the old cell stays in the page's free space
+    old.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+    old.close()
+    assert b"secret-name-0123456789" in (tmp_path / CATALOG_FILE).read_bytes()
+    catalog = HostCatalog.open(tmp_path)
+    catalog.close()
+    assert b"secret-name-0123456789" not in (tmp_path / CATALOG_FILE).read_bytes()
+    again = SqlStorage.open(tmp_path / CATALOG_FILE, migrations=CATALOG_MIGRATIONS)
+    assert again.scalar("PRAGMA application_id") == SCRUBBED_ID
+    assert [row[0] for row in again.exec("SELECT name FROM actors")] == ["kept"]
+    again.close()
