@@ -36,6 +36,7 @@ from pathlib import Path
 import apsw
 
 from .integrity import ActorFacts, actor_facts, open_for_inspection
+from .backup import copy_database
 from .sqlite import Durability, SqlStorage
 
 __all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog", "last_write_ms", "read_facts"]
@@ -171,7 +172,13 @@ class HostCatalog:
             apsw.Error: the file cannot be opened (held by another process, damaged).
         """
         path = Path(data_dir) / CATALOG_FILE
-        return cls(SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS), Path(data_dir))
+        storage = SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS)
+        try:
+            _scrub_once(storage)
+        except BaseException:
+            storage.close()
+            raise
+        return cls(storage, Path(data_dir))
 
     def close(self) -> None:
         """Close the file. Idempotent."""
@@ -250,6 +257,18 @@ class HostCatalog:
         self._storage.exec("DELETE FROM actors WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
         return self._storage.connection.changes() > 0
 
+    def erase(self, namespace: str, actor_id: str) -> bool:
+        """Drop the actor's entry so that none of its bytes remain in the catalog's files: the freed cell
+        is zeroed (``secure_delete``, on since :meth:`open`) and the WAL, which held the old page, is checkpointed and cut to
+        0 bytes. ``True`` if it existed."""
+        found = self.forget(namespace, actor_id)
+        self._storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        return found
+
+    def backup_to(self, target: str | os.PathLike[str]) -> None:
+        """Copy the catalog, consistent as of now, into the new file ``target`` (SQLite's online backup)."""
+        copy_database(self._storage, target)
+
     def bound_class(self, namespace: str) -> str | None:
         """The agent class (``module.QualName``) that last served ``namespace`` from this folder, or ``None``."""
         value = self._storage.scalar("SELECT agent_class FROM namespaces WHERE namespace = ?", namespace)
@@ -270,6 +289,22 @@ class HostCatalog:
         for hex_id in actor_files(self.data_dir, namespace):
             if hex_id not in known:
                 yield hex_id
+
+
+#: ``PRAGMA application_id`` of a catalog rebuilt once with ``secure_delete`` on (:func:`_scrub_once`).
+SCRUBBED_ID = 0x44534331
+
+
+def _scrub_once(storage: SqlStorage) -> None:
+    """Turn ``secure_delete`` on (a deleted or rewritten row leaves no old bytes behind, for
+    :meth:`HostCatalog.erase`), and rebuild a file written before that (``VACUUM``, once; marked
+    by :data:`SCRUBBED_ID`) so old row versions left in free space go too."""
+    storage.exec("PRAGMA secure_delete = ON")
+    if storage.scalar("PRAGMA application_id") == SCRUBBED_ID:
+        return
+    storage.exec("VACUUM")
+    storage.exec(f"PRAGMA application_id = {SCRUBBED_ID}")
+    storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
 
 
 def last_write_ms(storage: SqlStorage) -> int | None:

@@ -18,6 +18,14 @@
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
     durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
+    durable-sessions delete  SESSION_ID
+    durable-sessions export  SESSION_ID [-o FILE]
+    durable-sessions gc      [--dry-run]
+    durable-sessions backup  --to DIR
+    durable-sessions restore --from DIR --data DIR
+
+``delete``, ``export``, ``import`` of an archive, ``gc``, ``backup`` and
+``restore`` are the data lifecycle (:mod:`runtime.cli.lifecycle`).
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -89,6 +97,7 @@ from common.errors import (
     ServerUnreachableError,
     UnauthorizedError,
 )
+from runtime.cli import lifecycle
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
@@ -198,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--time-budget", type=float, default=60.0, dest="time_budget", metavar="S",
                        help="most seconds spent checking one actor file (default 60); a file that takes "
                             "longer is reported unchecked")
+    lifecycle.add_parsers(commands, _client_options)
     return parser
 
 
@@ -249,14 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp}[args.command]
+               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp, "restore": _restore,
+               **{name: _lifecycle for name in lifecycle.CLIENT_COMMANDS}}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
         return status
     except BrokenPipeError:
         return _stdout_gone()
-    except (UsageError,) + _loaded("runtime.server.config", "ConfigError") as exc:
+    except (UsageError, lifecycle.LifecycleUsageError) + _loaded("runtime.server.config", "ConfigError") as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
     except _loaded("runtime.cli.cluster", "ClusterUnreachableError") as exc:
@@ -277,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
 #: The commands that run an actor host in this process, on trio (``import`` only with ``--data``);
 #: the others are clients of a server and run on asyncio, loading no server module.
-HOST_COMMANDS = frozenset({"serve", "doctor"})
+HOST_COMMANDS = frozenset({"serve", "doctor", "restore"})
 
 
 def _run(command: Any, args: argparse.Namespace) -> int:
@@ -466,7 +477,8 @@ async def _serve(args: argparse.Namespace) -> int:
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                            listen_socket=listen, insecure_no_token=args.insecure_no_token))
+                            listen_socket=listen, insecure_no_token=args.insecure_no_token,
+                            retention_days=config.retention.delete_idle_after_days))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
@@ -539,6 +551,10 @@ def _announce(urls: list[str], data: Path, ready_file: Path | None, extra: str =
 async def _import(args: argparse.Namespace) -> int:
     if args.file.is_symlink():  # a link could make the import read any file this user may read
         raise UsageError(f"{args.file} is a symbolic link; import follows no links (give the file itself)")
+    if lifecycle.is_archive(args.file):  # an archive of ``export`` (docs/export-format.md)
+        if args.data is not None:
+            raise UsageError("an archive is imported through a server (--url), not straight into --data")
+        return await lifecycle.import_archive(args.file, args.prefix, _client(args))
     if _is_claude_code(args):
         try:
             return await run_import_command(args)
@@ -585,6 +601,14 @@ def _is_claude_code(args: argparse.Namespace) -> bool:
     return kind == "claude-code"
 
 
+async def _lifecycle(args: argparse.Namespace) -> int:
+    return await lifecycle.run(args.command, args, _client(args))
+
+
+async def _restore(args: argparse.Namespace) -> int:
+    return lifecycle.restore(args.source, args.data)
+
+
 # -- doctor --------------------------------------------------------------------------------------
 
 
@@ -602,7 +626,8 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate", "mcp"})
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate", "mcp",
+                             *lifecycle.CLIENT_COMMANDS})
 
 
 def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:

@@ -345,6 +345,56 @@ class SessionsClient:
         """
         return (await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id)))["session"]
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session and erase its data (``DELETE /v1/sessions/{id}``, docs/operations.md).
+
+        Raises:
+            SessionNotFoundError: the host has no session with this id.
+            NotSupportedError: cluster mode, or the sessions are in Postgres.
+        """
+        await self.request("DELETE", SESSIONS_PREFIX + quote_segment(session_id))
+
+    async def export_session(self, session_id: str) -> str:
+        """The session's archive (``GET /v1/sessions/{id}/export``): JSON Lines text, docs/export-format.md.
+
+        Raises:
+            SessionNotFoundError: the host has no session with this id.
+        """
+        text = await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id) + "/export")
+        return text if isinstance(text, str) else json.dumps(text)
+
+    async def import_session(self, session_id: str, archive: str | bytes) -> int:
+        """Store an archive (of :meth:`export_session`) as the session ``session_id``; the messages stored.
+
+        Raises:
+            ArchiveError (an InvalidInputError): the archive's first bad line; nothing was stored.
+            ConflictError: the session already holds data.
+        """
+        if self._http is None or self._closed:
+            raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
+        content = archive.encode("utf-8") if isinstance(archive, str) else archive
+        url = self.endpoints.pick(None)
+        try:
+            response = await self._http.post(url + SESSIONS_PREFIX + quote_segment(session_id) + "/import",
+                                             content=content, headers={"Content-Type": "application/x-ndjson"})
+        except _NO_ANSWER as exc:
+            raise self.unreachable(exc) from None
+        payload = _decode(response)
+        if response.status_code >= 400:
+            raise error_from_payload(response.status_code, payload)
+        return int(payload["imported"])
+
+    async def collect_garbage(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete the sessions idle longer than the server's ``[retention] delete_idle_after_days``
+        (``POST /v1/host:gc``); ``dry_run`` only lists them. ``{"idleDays", "sessions": [{id, updatedAt}],
+        "deleted"}`` (``idleDays`` ``None``: retention is off, nothing listed or deleted)."""
+        return await self.request("POST", "/v1/host:gc", body={"dryRun": dry_run}, retry_safe=dry_run)
+
+    async def backup_host(self, to: str) -> dict[str, Any]:
+        """Copy every session, consistent per file, into the server's folder ``to`` (absolute; new or empty)
+        while it serves (``POST /v1/host:backup``): ``{"to", "sessions", "bytes"}``."""
+        return await self.request("POST", "/v1/host:backup", body={"to": to}, retry_safe=False)
+
     async def hibernate(self, *session_ids: str) -> int:
         """Hibernate these sessions' actors (none given: every active actor); how many were active."""
         body = {"sessionIds": list(session_ids)} if session_ids else {}

@@ -354,6 +354,33 @@ class ActorHost:
         await self._lifecycle.wait_checkpoints()
         return count
 
+    async def erase(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
+        """Erase the actor: close it, remove its files (database, WAL, ``-shm``, quarantined copies) and
+        forget its catalog and alarm-index rows, leaving none of its bytes in the data folder.
+
+        Its pending calls are answered first; then, with no ``await`` in between, the files go, so no
+        activation can race the removal. A call after this returns starts a new, empty actor.
+        The placement must offer ``erase(actor_id)`` (:class:`~runtime.host.placement.LocalPlacement`
+        does, doing nothing); see :mod:`runtime.host.eraser`.
+
+        Returns ``True`` if the actor existed (a file, a catalog row or a live instance).
+
+        Raises:
+            NotSupportedError: the placement cannot erase (cluster mode keeps the actor in Postgres).
+        """
+        from runtime.host.eraser import erase_actor
+
+        key = self._key(namespace, actor_id)
+        parsed = actor_id if isinstance(actor_id, ActorId) else self.namespace(key[0]).id_from_string(actor_id)
+        return await erase_actor(self, self._lifecycle, self._guard, self._alarms.index, parsed)
+
+    async def backup_actor(self, actor_id: ActorId, target: Path) -> int | None:
+        """Copy the actor's file, consistent as of now, into the new file ``target`` (see
+        :mod:`runtime.host.eraser`); ``None`` when it has no file. Returns the bytes copied."""
+        from runtime.host.eraser import backup_actor
+
+        return await backup_actor(self, self._lifecycle, actor_id, target)
+
     # -- calls -----------------------------------------------------------------
 
     async def run_turn(

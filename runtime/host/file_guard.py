@@ -374,6 +374,14 @@ class FileGuard:
         if key not in self._refused and newest is not None and time.time_ns() - newest >= TRUSTED_AGE_NS:
             self._closed_as[key] = stats
 
+    def forget(self, actor_id: ActorId) -> None:
+        """The actor was erased (its files removed, catalog row dropped): forget what is kept of it in memory."""
+        key = (actor_id.namespace, actor_id.hex)
+        self._refused.pop(key, None)
+        self._settled.discard(key)
+        self._written.pop(key, None)
+        self._closed_as.pop(key, None)
+
     # -- quarantine ----------------------------------------------------------------------------
 
     def quarantine(self, actor_id: ActorId, problem: str, *, entry: CatalogEntry | None = None,

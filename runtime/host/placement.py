@@ -16,6 +16,7 @@ hook                when                                                 in a cl
 ``release``         the instance is dropped (hibernated, evicted, ...)   mark the file clean, release the lease
 ``peers_gone``      the host's last WebSocket peer of the actor left     release a lease kept for the peers
 ``gate_peers``      the actor asks for its WebSocket peers               wrap them: frames wait for durability
+``erase``           (optional) the actor's local files were erased       not offered yet: delete is refused (501)
 ==================  ===================================================  =========================================
 
 :class:`LocalPlacement` -- a single host whose files are the truth -- does
@@ -253,6 +254,11 @@ class LocalPlacement:
 
     def gate_peers(self, slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
         return conns
+
+    async def erase(self, actor_id: ActorId) -> None:
+        """The actor's local files are gone (``host.erase``, :mod:`runtime.host.eraser`); a single host
+        keeps nothing else of it. An optional hook: a placement without it cannot erase (501)."""
+        return None
 
 
 def placement_for(cluster: ClusterOptions | None, placement: Placement | None = None) -> Placement:

@@ -107,7 +107,7 @@ from common.wire import (
     unquote_segment,
 )
 from runtime.mcp_http import McpMount
-from runtime.server import checkpoint_routes, host_routes, inspector, managers, transcript_routes
+from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
@@ -228,6 +228,8 @@ class SessionsServer:
         self.draining = trio.Event()
         self.closing = trio.Event()
         self.shortcut = True
+        #: ``[retention] delete_idle_after_days`` (``None``: off), used by ``POST /v1/host:gc``.
+        self.retention_days: int | None = None
         #: endpoint of a catch-all rule -> the methods of the path it matched (its ``view_args``), so a 405
         #: of the router for a verb the rule does not take lists that path's methods, not the rule's.
         self.path_methods: dict[str, Callable[..., list[str]]] = {"sessions": _session_path_methods}
@@ -262,6 +264,7 @@ class SessionsServer:
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
         host_routes.install(app, self)  # health, ready, metrics, actors, hibernate
+        lifecycle_routes.install(app, self)  # gc, backup (runtime.server.lifecycle_routes)
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
@@ -410,6 +413,9 @@ class SessionsServer:
     async def _sessions(self, rest: str) -> Response:
         try:
             session_id, *segments = rest.split("/")
+            if lifecycle_routes.handles(request.method, segments):  # delete, export, import
+                return await lifecycle_routes.answer_session(
+                    self, unquote_segment(session_id, "session_id"), request.method, segments)
             if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
                 return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
@@ -629,6 +635,7 @@ async def serve(
     forwarder: Forwarder | None = None,
     listen_socket: socket.socket | None = None,
     insecure_no_token: bool = False,
+    retention_days: int | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``host`` on ``settings.bind`` until ``shutdown_trigger()`` returns (default: forever).
@@ -644,6 +651,7 @@ async def serve(
             host binds first to learn its port before it joins); ``serve``
             takes it over and closes it. ``None``: bind here.
         insecure_no_token: serve a non-loopback bind without a token (``serve --insecure-no-token``).
+        retention_days: ``[retention] delete_idle_after_days`` for ``POST /v1/host:gc`` (``None``: off).
 
     Raises:
         ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
@@ -656,6 +664,7 @@ async def serve(
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
                             max_requests=settings.max_requests, cors_origins=settings.cors_origins,
                             max_body_items=settings.max_body_items, hosts=hosts)
+    server.retention_days = retention_days
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:

@@ -98,7 +98,8 @@ from common.errors import InvalidInputError
 from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
 from runtime.server.hosts import normalise_hosts
 
-__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
+__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "RetentionSettings", "ServerSettings", "StorageSettings",
+           "load_config"]
 
 DURABILITIES = ("normal", "full")
 
@@ -390,6 +391,25 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long idle sessions are kept (``[retention]``; docs/operations.md, "Data lifecycle").
+
+    Attributes:
+        delete_idle_after_days: sessions not written for more than this many
+            days are deleted by ``durable-sessions gc`` (``POST /v1/host:gc``),
+            by the host catalog's ``updatedAt``; ``None`` (default): nothing
+            is ever deleted by retention.
+    """
+
+    delete_idle_after_days: int | None = None
+
+    def __post_init__(self) -> None:
+        value = self.delete_idle_after_days
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"retention.delete_idle_after_days must be a whole number of days >= 1, not {value!r}")
+
+
+@dataclass(frozen=True)
 class HostConfig:
     """A loaded configuration: ``server`` settings, ``storage``, the ``session`` every actor gets, and
     ``cluster`` (``None``: a single host)."""
@@ -398,6 +418,7 @@ class HostConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
     storage: StorageSettings = field(default_factory=StorageSettings)
     cluster: ClusterSettings | None = None
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def with_overrides(self, **changes: Any) -> HostConfig:
         """A copy with the ``server`` fields in ``changes`` replaced (``None`` values are ignored).
@@ -450,16 +471,22 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     try:
-        _only(data, {"server", "session", "storage", "cluster"}, "")
+        _only(data, {"server", "session", "storage", "cluster", "retention"}, "")
         server = _server(_table(data, "server"), base)
         session = _session(_table(data, "session"), base)
         storage = _storage(_table(data, "storage"))
         cluster = _cluster(data["cluster"]) if "cluster" in data else None
+        retention = _retention(_table(data, "retention"))
     except InvalidInputError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return HostConfig(server, session, storage, cluster)
+    return HostConfig(server, session, storage, cluster, retention)
+
+
+def _retention(table: dict[str, Any]) -> RetentionSettings:
+    _only(table, {f.name for f in fields(RetentionSettings)}, "retention.")
+    return RetentionSettings(**table)
 
 
 def _storage(table: dict[str, Any]) -> StorageSettings:

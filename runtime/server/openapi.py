@@ -136,6 +136,7 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
                 builder.link(append, status, message, under)
     builder.add_host_routes()
     builder.add_listing_routes()
+    builder.add_lifecycle_routes()
     if transcripts:
         builder.add_transcript_routes()
     builder.add_docs_routes()
@@ -370,6 +371,55 @@ class _Builder:
             "parameters": self._base_parameters(SESSIONS_PREFIX + "{session_id}"),
             "responses": {"200": {"description": "the session", "content": _content(self.lift(reply))}},
         }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *unsupported])
+
+    def add_lifecycle_routes(self) -> None:
+        """Delete, export, import, gc and backup (:mod:`runtime.server.lifecycle_routes`; 501 in cluster mode
+        and with the sessions in Postgres)."""
+        one = SESSIONS_PREFIX + "{session_id}"
+        params = self._base_parameters(one)
+        modes = [errors.NotSupportedError]
+        ndjson = {"application/x-ndjson": {"schema": {"type": "string", "description": "docs/export-format.md"}}}
+
+        def reply(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+            return _content({"type": "object", "required": required, "properties": properties})
+
+        self.operation(one, "DELETE", {
+            "operationId": "sessions.delete", "tags": ["sessions"], "parameters": params,
+            "summary": "Delete the session and erase every byte of it from the data folder.",
+            "responses": {"204": {"description": "erased"}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
+        self.operation(one + "/export", "GET", {
+            "operationId": "sessions.export", "tags": ["sessions"], "parameters": params,
+            "summary": "The session's archive: JSON Lines, every branch, blocks, prompt, skills, metadata.",
+            "responses": {"200": {"description": "the archive", "content": ndjson}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
+        self.operation(one + "/import", "POST", {
+            "operationId": "sessions.import", "tags": ["sessions"], "parameters": params,
+            "summary": "Store an archive as this (never written) session, all or nothing.",
+            "requestBody": {"required": True, "content": ndjson},
+            "responses": {"201": {"description": "stored", "content": reply(
+                ["imported"], {"imported": {"type": "integer"}})}},
+        }, errors_of=[*_BODY_ERRORS, errors.ConflictError, *modes, *_CALL_ERRORS])
+        self.operation("/v1/host:gc", "POST", {
+            "operationId": "host.gc", "tags": ["host"],
+            "summary": "Delete (dryRun: list) sessions idle past [retention] delete_idle_after_days.",
+            "requestBody": {"required": False, "content": _content(
+                {"type": "object", "properties": {"dryRun": {"type": "boolean"}}})},
+            "responses": {"200": {"description": "the sessions", "content": reply(
+                ["idleDays", "sessions", "deleted"],
+                {"idleDays": {"type": ["integer", "null"]}, "deleted": {"type": "boolean"},
+                 "sessions": {"type": "array", "items": {"type": "object", "properties": {
+                     "id": {"type": "string"}, "updatedAt": {"type": "string"}}}}})}},
+        }, errors_of=[*_BODY_ERRORS, *modes, *_CALL_ERRORS])
+        self.operation("/v1/host:backup", "POST", {
+            "operationId": "host.backup", "tags": ["host"],
+            "summary": "Copy every actor file, the catalog and the alarm index into a new or empty folder.",
+            "requestBody": {"required": True, "content": _content(
+                {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}})},
+            "responses": {"200": {"description": "copied", "content": reply(
+                ["to", "sessions", "bytes"], {"to": {"type": "string"}, "sessions": {"type": "integer"},
+                                              "bytes": {"type": "integer"}})}},
+        }, errors_of=[*_BODY_ERRORS, *modes, *_CALL_ERRORS])
 
     def add_transcript_routes(self) -> None:
         text = {"type": "string", "minLength": 1}
