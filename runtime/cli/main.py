@@ -12,7 +12,7 @@
                              [--as sessions|transcripts]
     durable-sessions history SESSION_ID [--leaf ID] [--limit N] [--before ID] [--raw] [--json]
     durable-sessions list    [--prefix P] [--limit N] [--json]
-    durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
+    durable-sessions search  SESSION_ID QUERY [--limit N] [--mode text|semantic|hybrid] [--json]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
@@ -156,10 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print the sessions as JSON")
     _client_options(listing)
 
-    find = commands.add_parser("search", help="full-text search in a session")
+    find = commands.add_parser("search", help="search a session's messages (full text, by meaning, or both)")
     find.add_argument("session_id")
     find.add_argument("query")
     find.add_argument("--limit", type=int, default=20)
+    find.add_argument("--mode", choices=("text", "semantic", "hybrid"), default="text",
+                      help="text (default): every word; semantic: by meaning; hybrid: both, fused "
+                           "(semantic and hybrid need [search] embedder in the server's config)")
     find.add_argument("--json", action="store_true", help="print the hits as JSON")
     _client_options(find)
 
@@ -625,7 +628,12 @@ def format_session(entry: dict[str, Any]) -> str:
 
 async def _search(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        hits = await client.session(args.session_id).search(args.query, limit=args.limit)
+        session = client.session(args.session_id)
+        hits = await session.search(args.query, limit=args.limit, mode=args.mode)
+        pending = 0 if args.mode == "text" else (await session.search_status())["pending"]
+    if pending:
+        print(f"durable-sessions: {pending} message(s) not yet embedded (not found by {args.mode} search yet)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))
     else:
