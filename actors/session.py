@@ -959,6 +959,25 @@ class Session:
             f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
             "of the config file", field="embedder")
 
+    async def reembed(self) -> dict[str, Any]:
+        """Drop every vector of this session and mark each message with text to be embedded again
+        with the configured embedder (the way out of :class:`~actors.session_embeddings.EmbeddingMismatchError`);
+        returns :meth:`search_status` (everything ``pending``; the owner's next embedding run does
+        the work). Without an embedder nothing changes and the status says ``embedder: None``.
+
+        Raises:
+            NotSupportedError: a Postgres session.
+        """
+        if self._vectors is None:
+            if not isinstance(self._storage, SqlStorage):
+                raise NotSupportedError("reembed is not built for Postgres sessions yet")
+            return await self.search_status()
+        vectors = self._vectors
+        vectors.reset()
+        if self._on_pending is not None:
+            self._on_pending()
+        return vectors.status()
+
     async def search_status(self) -> dict[str, Any]:
         """How far semantic search has got: ``{"embedder", "dimension", "embedded", "pending"}``.
 

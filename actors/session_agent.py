@@ -511,6 +511,11 @@ class SessionAgent(Agent):
         ``{"id", "role", "content", "createdAt"}``, best first (:meth:`Session.search`)."""
         return await self.session.search(query, limit=limit, mode=mode)
 
+    async def reembed(self) -> dict[str, Any]:
+        """Drop the session's vectors and embed every message again with the configured embedder
+        (after the reply, as for appends); returns the search status (:meth:`Session.reembed`)."""
+        return await self.session.reembed()
+
     async def search_status(self) -> dict[str, Any]:
         """``{"embedder", "dimension", "embedded", "pending"}``: how many messages semantic search
         finds and how many still wait for their vector (:meth:`Session.search_status`)."""

@@ -162,6 +162,12 @@ class SessionVectors:
         """Drop the in-memory vectors (after an update, delete or clear); the next search reloads them."""
         self._index = None
 
+    def reset(self) -> int:
+        """Delete every vector of the session and mark each message with text again (re-embedding,
+        e.g. after changing the embedder's model or dimension); returns how many are pending."""
+        self._index = None
+        return rows.reset(self.storage, self.session_id, self.model)
+
     def mark_missing(self) -> int:
         """Mark every message with text that has no vector of this model; returns how many were marked."""
         return rows.mark_missing(self.storage, self.session_id, self.model)

@@ -440,6 +440,10 @@ SESSION_API: tuple[ApiMethod, ...] = (
             "messages embedded and messages still pending (not yet found by semantic search).",
             (), SEARCH_STATUS, (),
             HttpRoute("GET", "search:status", result_key="status")),
+    _method("reembed", "Drop the session's vectors and embed every message again with the configured embedder "
+            "(after the reply); the search status, everything pending.",
+            (), SEARCH_STATUS, (NotSupportedError,),
+            HttpRoute("POST", "search:reembed", result_key="status")),
     # -- metadata
     _method("get_metadata", "The session's metadata object ({} until set).",
             (), METADATA, (), actor_only=True),

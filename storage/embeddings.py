@@ -36,6 +36,7 @@ __all__ = [
     "mark_missing",
     "pending_batch",
     "pending_count",
+    "reset",
     "store_vectors",
     "stored_dimensions",
     "vectors",
@@ -130,6 +131,15 @@ def clear_vectors(storage: SqlStorage, session_id: str) -> None:
     with storage.transaction():
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
         storage.exec("DELETE FROM assistant_embeddings_pending WHERE session_id = ?1", session_id)
+
+
+def reset(storage: SqlStorage, session_id: str, model: str) -> int:
+    """Delete every vector of ``session_id`` and mark each message with text again, in one transaction
+    (``durable-sessions reembed``); returns how many messages are marked."""
+    with storage.transaction():
+        storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
+        storage.exec(_MISSING, session_id, model)
+        return pending_count(storage, session_id)
 
 
 def pending_count(storage: SqlStorage, session_id: str) -> int:

@@ -522,6 +522,10 @@ class SessionHandle(TableHandle):
         ``[{"id", "role", "content", "createdAt"}]``, best first."""
         return await self._invoke("search", query, limit=limit, mode=mode)
 
+    async def reembed(self) -> dict[str, Any]:
+        """Drop the session's vectors and embed every message again (``durable-sessions reembed``); the search status."""
+        return await self._invoke("reembed")
+
     async def search_status(self) -> dict[str, Any]:
         """``{"embedder", "dimension", "embedded", "pending"}``: messages not yet embedded are ``pending``."""
         return await self._invoke("search_status")

@@ -43,6 +43,7 @@ SCRIPT = [
     ("update_message", {"message": text("m2", "Sure thing", "assistant")}),
     ("search", {"query": "zfa04y", "limit": 5}),
     ("search_status", {}),
+    ("reembed", {}),
     ("set_metadata", {"metadata": {"title": "Booking"}}),
     ("get_metadata", {}),
     ("get_context_blocks", {}),

@@ -8,6 +8,7 @@ naming the setting.
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 
 pytest.importorskip("wordllama")
 
-from tests.support.processes import kill_hard, server_process  # noqa: E402
+from tests.support.processes import cli_command, cli_env, kill_hard, server_process  # noqa: E402
 
 DEADLINE_S = 120.0
 TEXTS = {
@@ -75,6 +76,18 @@ def test_search_modes_over_http_with_the_local_embedder(tmp_path):
         after = search(http, "s1", "the trip that got called off", "semantic").json()["results"]
         assert "flight" not in [h["id"] for h in after]
         assert http.get("/v1/sessions/s1/search:status").json()["status"]["embedded"] == 3
+        # The CLI: search --mode, and reembed --wait (every vector dropped, then made again).
+        found = cli(server, "search", "s1", "a young dog damaging furniture", "--mode", "semantic", "--limit", "1")
+        assert found.stdout.startswith("dog [user] Our puppy")
+        again = cli(server, "reembed", "s1", "--wait")
+        assert again.stdout.strip() == "s1: 0 pending, 3 embedded (wordllama/l2_supercat-256)"
+
+
+def cli(server, *args):
+    result = subprocess.run([*cli_command(), *args, "--url", server.url], env=cli_env(None),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result
 
 
 def test_without_an_embedder_semantic_search_is_a_400_naming_the_setting(tmp_path):
@@ -86,6 +99,9 @@ def test_without_an_embedder_semantic_search_is_a_400_naming_the_setting(tmp_pat
             error = reply.json()["error"]
             assert "embedder" in error["message"] and "[search]" in error["message"]
         assert [h["id"] for h in search(http, "s1", "flight", "text").json()["results"]] == ["flight"]
+        refused = subprocess.run([*cli_command(), "reembed", "s1", "--url", server.url], env=cli_env(None),
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1 and "embedder" in refused.stderr and "[search]" in refused.stderr
 
 
 def test_a_restart_finishes_what_was_pending(tmp_path):
