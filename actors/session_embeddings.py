@@ -218,7 +218,7 @@ class SessionVectors:
         want = limit
         while True:
             top = index.top_k(query_vector, want)
-            seqs = [int(seq) for seq, _ in top]  # type: ignore[call-overload]
+            seqs = [seq for seq, _ in top if isinstance(seq, int)]  # the keys are message seqs
             found = rows.hit_rows(self.storage, self.session_id, seqs)
             ranked = [found[seq] for seq in seqs if seq in found]
             if len(ranked) >= limit or want >= len(index):

@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from .messages import MessageStore
+from .shapes import LATEST_LEAF, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree.rows import NewMessage, SearchRow
 from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
@@ -75,18 +76,19 @@ class EmbeddingMessageStore(MessageStore):
     def for_session(self, session_id: str) -> EmbeddingMessageStore:
         return EmbeddingMessageStore(self.storage, session_id)
 
-    def append(self, message_id: str, role: str, content: str, text: str, parent_id: object = None,
-               *, tokens: int = 0, tools: str = "") -> tuple[bool, str | None]:
+    def append(self, message_id: str, role: str, content: str, text: str,
+               parent_id: str | None | _LatestLeaf = LATEST_LEAF, *, tokens: int = 0,
+               tools: str = "") -> tuple[bool, str | None]:
         with self.storage.transaction():
-            result = super().append(message_id, role, content, text, parent_id,  # type: ignore[arg-type]
-                                    tokens=tokens, tools=tools)
+            result = super().append(message_id, role, content, text, parent_id, tokens=tokens, tools=tools)
             if result[0] and text:
                 self._mark([message_id])
             return result
 
-    def append_chain(self, messages: Sequence[NewMessage], parent_id: object = None) -> list[tuple[bool, str | None]]:
+    def append_chain(self, messages: Sequence[NewMessage],
+                     parent_id: str | None | _LatestLeaf = LATEST_LEAF) -> list[tuple[bool, str | None]]:
         with self.storage.transaction():
-            results = super().append_chain(messages, parent_id)  # type: ignore[arg-type]
+            results = super().append_chain(messages, parent_id)
             self._mark([m.id for m, (inserted, _) in zip(messages, results) if inserted and m.text])
             return results
 
