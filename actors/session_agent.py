@@ -410,7 +410,7 @@ class SessionAgent(Agent):
         if vectors is None:
             return
         key = f"embeddings_marked:{vectors.model}"
-        if read_config(self.storage, "", key) is None:
+        if read_config(self.storage, "", key) is None and vectors.has_messages():
             with self.ctx.quiet_writes():
                 vectors.mark_missing()
                 write_config(self.storage, "", key, "1")

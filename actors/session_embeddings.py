@@ -172,6 +172,10 @@ class SessionVectors:
         """Mark every message with text that has no vector of this model; returns how many were marked."""
         return rows.mark_missing(self.storage, self.session_id, self.model)
 
+    def has_messages(self) -> bool:
+        """Whether the session holds any message (a new one has nothing to mark)."""
+        return rows.has_messages(self.storage, self.session_id)
+
     async def embed_pending(self) -> int:
         """Embed every pending message, a batch at a time; returns how many vectors were stored.
 

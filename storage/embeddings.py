@@ -33,6 +33,7 @@ from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
 __all__ = [
     "EmbeddingMessageStore",
     "clear_vectors",
+    "has_messages",
     "hit_rows",
     "mark_missing",
     "pending_batch",
@@ -142,6 +143,11 @@ def reset(storage: SqlStorage, session_id: str, model: str) -> int:
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
         storage.exec(_MISSING, session_id, model)
         return pending_count(storage, session_id)
+
+
+def has_messages(storage: SqlStorage, session_id: str) -> bool:
+    """Whether ``session_id`` holds any message."""
+    return storage.scalar("SELECT 1 FROM assistant_messages WHERE session_id = ?1 LIMIT 1", session_id) is not None
 
 
 def pending_count(storage: SqlStorage, session_id: str) -> int:

@@ -122,3 +122,14 @@ def test_a_restart_finishes_what_was_pending(tmp_path):
         wait_embedded(http, "s1", len(TEXTS))
         semantic = search(http, "s1", "a young dog damaging furniture", "semantic", 1).json()["results"]
         assert [h["id"] for h in semantic] == ["dog"]
+
+
+def test_sessions_written_before_the_embedder_was_configured_get_embedded_at_their_next_wake(tmp_path):
+    with server_process(tmp_path / "data") as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        append_all(http, "old")
+    settings = config(tmp_path, '[search]\nembedder = "local"\n')
+    with server_process(tmp_path / "data", extra=("--config", settings)) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:
+        wait_embedded(http, "old", len(TEXTS))
+        found = search(http, "old", "the trip that got called off", "semantic", 1).json()["results"]
+        assert [h["id"] for h in found] == ["flight"]
