@@ -36,13 +36,14 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from common.errors import InvalidInputError, NotFoundError
+from storage import SqlStorage
 from storage.context import read_config, write_config
 
 from .agent import Agent, AgentContext, AlarmInfo
 from .compaction import CompactResult, create_compact_function, extractive_summarize
 from .context import search_provider_for
 from .session import LATEST_LEAF, Session
-from .session_embeddings import EmbedderConfig, embedder_for
+from .session_embeddings import EmbedderConfig, VectorSearchProvider, embedder_for
 from .session_metadata import read_metadata, write_metadata
 from .session_spec import PerSession, SessionSpec
 from .skills import DirectorySkillProvider
@@ -285,7 +286,7 @@ class _FileProvider:
         return self.path.read_text(encoding="utf-8")
 
 
-def _provider(block: BlockConfig) -> Any:
+def _provider(block: BlockConfig, search: EmbedderConfig | None = None) -> Any:
     """The provider a block of this kind declares: shared fixed text or file, one per session
     for the actor's skills folder and search entries, ``None`` (the actor's own row) for writable.
     (:class:`BlockConfig` checked that a readonly block has text or file and a skills block a path.)"""
@@ -298,6 +299,9 @@ def _provider(block: BlockConfig) -> Any:
         if block.writable:
             return PerSession(lambda storage: DirectorySkillProvider(path))
         return PerSession(lambda storage: _ReadOnlySkills(DirectorySkillProvider(path)))
+    if block.kind == "searchable" and search is not None:  # words and meaning, fused
+        return PerSession(lambda storage: VectorSearchProvider(storage, embedder_for(search))
+                          if isinstance(storage, SqlStorage) else search_provider_for(storage))
     if block.kind == "searchable":
         return PerSession(search_provider_for)
     return None  # writable: auto-wired to the actor's file by the engine
@@ -313,7 +317,8 @@ def _session_spec(config: SessionConfig) -> SessionSpec:
     spec = SessionSpec()
     for block in config.blocks:
         spec = spec.with_context(
-            block.label, description=block.description, max_tokens=block.max_tokens, provider=_provider(block)
+            block.label, description=block.description, max_tokens=block.max_tokens,
+            provider=_provider(block, config.search)
         )
     if config.cached_prompt:
         spec = spec.with_cached_prompt()

@@ -41,6 +41,7 @@ __all__ = [
     "EmbedderConfig",
     "EmbeddingMismatchError",
     "SessionVectors",
+    "VectorSearchProvider",
     "embedder_for",
 ]
 
@@ -126,6 +127,84 @@ def embedder_for(config: EmbedderConfig) -> Embedder:
                                        dimension=config.dimension)
             _made[config] = found
         return found
+
+
+class VectorSearchProvider:
+    """A searchable block whose ``search_context`` ranks entries by words and meaning (hybrid).
+
+    The entries are :class:`actors.context.AgentSearchProvider`'s
+    (``cf_agents_search_entries``, the same tool shapes: ``set_context``
+    stores an entry, ``search_context`` answers the best 10 as
+    ``[<key>]\n<content>`` joined by a blank line). Each entry also gets a
+    vector (``cf_agents_search_embeddings``), computed on a worker thread
+    after the entry is stored, and again when its content changes; entries
+    without one (stored before the embedder was configured) are embedded at
+    the next search. A search fuses the full-text ranking and the cosine
+    ranking of the label's entries by reciprocal rank fusion (k = 60).
+    Brute force over the label's vectors, read at each search: blocks hold
+    tens to thousands of entries, not a session's history.
+
+    Args:
+        storage: the actor's SQLite file.
+        embedder: makes the vectors.
+    """
+
+    def __init__(self, storage: SqlStorage, embedder: Embedder) -> None:
+        from .context import AgentSearchProvider
+
+        self.text = AgentSearchProvider(storage)
+        self.storage = storage
+        self.embedder = embedder
+
+    def init(self, label: str) -> None:
+        self.text.init(label)
+
+    async def get(self) -> str | None:
+        return await self.text.get()
+
+    async def set(self, key: str, content: str) -> None:
+        """Store entry ``key`` (full text at once), then its vector (the model off the actor's loop)."""
+        await self.text.set(key, content)
+        await self._embed_missing()
+
+    async def search(self, query: str) -> str | None:
+        """The best 10 entries by hybrid ranking, as ``[<key>]\n<content>`` blocks, or ``None``."""
+        import trio
+
+        from storage.context import search_entries
+        from storage.tree.context import SEARCH_LIMIT, entries_text
+
+        from .vectors import cosine_top_k, decode_matrix, reciprocal_rank_fusion
+
+        entries = await self._embed_missing()
+        text = [row["key"] for row in search_entries(self.storage, self.text.label, query, FUSION_DEPTH)]
+        meaning: list[str] = []
+        if query.strip() and entries:
+            q = (await trio.to_thread.run_sync(self.embedder.embed, [query]))[0]
+            matrix = decode_matrix([blob for _, _, _, blob in entries], self.embedder.dimension)
+            meaning = [entries[i][1] for i, _ in cosine_top_k(q, matrix, FUSION_DEPTH, normalized=True)]
+        content = {key: text for _, key, text, _ in entries}
+        fused = reciprocal_rank_fusion([text, meaning], limit=SEARCH_LIMIT)
+        return entries_text([(key, content[key]) for key, _ in fused if key in content])
+
+    async def _embed_missing(self) -> list[tuple[int, str, str, bytes]]:
+        """Embed the label's entries that have no vector for their content; every entry with its vector."""
+        import trio
+
+        from .vectors import encode_vector
+
+        entries = rows.entry_vectors(self.storage, self.text.label, self.model)
+        missing = [(seq, content) for seq, _, content, blob in entries if blob is None]
+        if missing:
+            vectors = await trio.to_thread.run_sync(self.embedder.embed, [content for _, content in missing])
+            rows.store_entry_vectors(self.storage, self.model, self.embedder.dimension,
+                                     [(seq, content, encode_vector(v)) for (seq, content), v in zip(missing, vectors)])
+            entries = rows.entry_vectors(self.storage, self.text.label, self.model)
+        return [(seq, key, content, blob) for seq, key, content, blob in entries if blob is not None]
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model
 
 
 class SessionVectors:

@@ -33,6 +33,7 @@ from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
 __all__ = [
     "EmbeddingMessageStore",
     "clear_vectors",
+    "entry_vectors",
     "has_messages",
     "hit_rows",
     "mark_missing",
@@ -40,6 +41,7 @@ __all__ = [
     "pending_count",
     "reset",
     "store_vectors",
+    "store_entry_vectors",
     "stored_dimensions",
     "vectors",
 ]
@@ -219,6 +221,26 @@ def stored_dimensions(storage: SqlStorage, session_id: str) -> list[tuple[str, i
     return list(storage.exec(
         "SELECT model, dimension, count(*) FROM assistant_embeddings WHERE session_id = ?1 GROUP BY model, dimension",
         session_id))
+
+
+def entry_vectors(storage: SqlStorage, label: str, model: str) -> list[tuple[int, str, str, bytes | None]]:
+    """Every entry of the searchable block ``label``: ``(seq, key, content, vector bytes)``, the
+    vector ``None`` when the entry has none of ``model`` for its current content."""
+    return list(storage.exec(
+        "SELECT s.seq, s.key, s.content, CASE WHEN e.content = s.content THEN e.vector END "
+        "FROM cf_agents_search_entries AS s "
+        "LEFT JOIN cf_agents_search_embeddings AS e ON e.seq = s.seq AND e.model = ?2 "
+        "WHERE s.label = ?1 ORDER BY s.seq", label, model))
+
+
+def store_entry_vectors(storage: SqlStorage, model: str, dimension: int,
+                        rows: Sequence[tuple[int, str, bytes]]) -> None:
+    """Store ``(entry seq, the content embedded, vector bytes)`` rows, in one transaction."""
+    with storage.transaction():
+        for seq, content, blob in rows:
+            storage.exec(
+                "INSERT OR REPLACE INTO cf_agents_search_embeddings (seq, model, dimension, content, vector) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)", seq, model, dimension, content, blob)
 
 
 def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int, SearchRow]:

@@ -260,7 +260,9 @@ DELETE FROM assistant_config WHERE key = 'active_leaf';
 # row (``dimension * 4`` bytes, little-endian float32) with the model's name and dimension beside
 # it, so a cluster changeset carries it as it is; and one pending marker per message still to
 # embed, written in the append's transaction (``mark`` counts re-marks: an update while the
-# message is being embedded keeps its marker). Both keyed by the message's ``seq``.
+# message is being embedded keeps its marker). Both keyed by the message's ``seq``. And one vector per
+# searchable-block entry (``cf_agents_search_embeddings``, keyed by the entry's ``seq``, with the
+# text it was made from, so a replaced entry is embedded again).
 _V4 = """
 CREATE TABLE assistant_embeddings (
     seq        INTEGER PRIMARY KEY,
@@ -274,6 +276,13 @@ CREATE TABLE assistant_embeddings_pending (
     seq        INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL DEFAULT '',
     mark       INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE cf_agents_search_embeddings (
+    seq        INTEGER PRIMARY KEY,
+    model      TEXT NOT NULL,
+    dimension  INTEGER NOT NULL,
+    content    TEXT NOT NULL,
+    vector     BLOB NOT NULL
 );
 """
 

@@ -151,3 +151,29 @@ async def test_mark_missing_picks_up_messages_stored_before_the_embedder(storage
     assert session.vectors is not None and session.vectors.mark_missing() == 4  # not the text-less one
     assert session.vectors.mark_missing() == 0
     assert await session.embed_pending() == 4
+
+
+async def test_a_searchable_block_finds_entries_by_meaning_through_the_actor_tools(tmp_path):
+    from actors.session_agent import BlockConfig, SessionAgent, SessionConfig
+    from runtime import open_host
+
+    config = SessionConfig(blocks=(BlockConfig("knowledge", "searchable", description="Facts"),),
+                           search=EmbedderConfig())
+    async with open_host(tmp_path / "data") as host:
+        stub = host.bind("sessions", SessionAgent, env=config).get_by_name("kb")
+        for key, text in (("gates", "Gate B12 opens early on Mondays"), ("pets", "Dogs must travel in a crate"),
+                          ("food", "Vegetarian meals are served on long flights")):
+            answer = await stub.execute_tool("set_context", {"label": "knowledge", "content": text,
+                                                             "metadata": {"title": key}})
+            assert answer == f'Indexed "{key}" in knowledge.'
+        # Words: the text ranking still comes first for an exact match.
+        found = await stub.execute_tool("search_context", {"label": "knowledge", "query": "gate B12"})
+        assert found.startswith("[gates]\nGate B12 opens early on Mondays")
+        # Meaning: no shared word, found by its vector; the tool's shape is unchanged.
+        found = await stub.execute_tool("search_context", {"label": "knowledge", "query": "animal transport rules"})
+        assert found.split("\n\n")[0] == "[pets]\nDogs must travel in a crate"
+        # A replaced entry is embedded again from its new content.
+        await stub.execute_tool("set_context", {"label": "knowledge", "content": "Cats fly in the cabin",
+                                                "metadata": {"title": "pets"}})
+        found = await stub.execute_tool("search_context", {"label": "knowledge", "query": "animal transport rules"})
+        assert found.split("\n\n")[0] == "[pets]\nCats fly in the cabin"
