@@ -50,7 +50,8 @@ from common.errors import DatabaseError, SchemaTooNewError, StorageError, Storag
 from runtime.host.actor_host import ActorHost, open_host
 from runtime.server.app import bind_sessions, bind_socket, serve
 from runtime.server.config import ClusterSettings, ConfigError, HostConfig, ServerSettings
-from runtime.server.forwarding import Forwarder
+from runtime.server.checkpoint_routes import bind_checkpoints
+from runtime.server.forwarding import Forwarder, hop_secret
 from runtime.server.managers import bind_managers
 from storage.cluster.driver import PostgresRefusedError, describe_dsn
 
@@ -92,7 +93,7 @@ def describe_database(dsn: str) -> str:
 
 async def serve_cluster(
     config: HostConfig, token: str | None, agent_class: type[Agent], ready_file: Path | None,
-    announce: Callable[..., None],
+    announce: Callable[..., None], *, insecure_no_token: bool = False,
 ) -> int:
     """Run one cluster host until SIGINT or SIGTERM (see the module docstring); the exit status.
 
@@ -109,12 +110,16 @@ async def serve_cluster(
     listen, bound = bind_socket(settings.bind)
     try:
         advertise = cluster.advertise_url(bound)
+        if settings.certfile is not None and cluster.advertise is None:  # served over TLS
+            advertise = "https" + advertise[len("http"):]
         host_id = cluster.host_id or new_host_id()
         async with AsyncExitStack() as stack:
             host = await _join(stack, settings, cluster, host_id, advertise)
             bind_sessions(host, config.session, agent_class=agent_class)
             bind_managers(host, config.session)
-            forwarder = Forwarder(host_id=host_id, advertise_url=advertise, lease_s=cluster.lease_s)
+            bind_checkpoints(host)
+            forwarder = Forwarder(host_id=host_id, advertise_url=advertise, lease_s=cluster.lease_s,
+                                  secret=hop_secret(token))
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
                 async def shutdown_trigger() -> None:
@@ -125,7 +130,7 @@ async def serve_cluster(
                 async with trio.open_nursery() as nursery:
                     urls = await nursery.start(partial(
                         serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                        forwarder=forwarder, listen_socket=listen))
+                        forwarder=forwarder, listen_socket=listen, insecure_no_token=insecure_no_token))
                     listen = None
                     announce(urls, settings.data, ready_file, f"; cluster host {host_id} at {advertise}, "
                              f"database{'s' * (len(cluster.dsns) > 1)} {database}")

@@ -6,6 +6,7 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
+                             [--certfile FILE --keyfile FILE] [--insecure-no-token]
                              [--cluster POSTGRES_URL ... [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
@@ -16,7 +17,8 @@
     durable-sessions reembed SESSION_ID ... [--wait]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
-    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
+    durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -43,6 +45,12 @@ file), logging each failure, and only then listens; if Postgres stays
 unreachable it exits with status 1 and one line saying so; a database that
 refuses for good (password, role, missing database, newer schema, another
 partition map) exits 2 at once with one line naming it.
+
+``mcp`` serves one session's memory as a Model Context Protocol server
+over stdin/stdout, for desktop MCP clients (:mod:`runtime.mcp`; extra
+``mcp``): a client of the host at ``--url``, or with ``--data`` a host of
+its own on that folder (no server may be using it; ``--config`` gives its
+``[session]`` blocks).
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -128,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
     run.add_argument("--access-log", action="store_true", default=None, dest="access_log",
                      help="log one line per request (logger durable_sessions.access)")
+    run.add_argument("--certfile", type=Path, help="TLS: serve https:// with this certificate chain (PEM)")
+    run.add_argument("--keyfile", type=Path, help="TLS: the certificate's private key (PEM)")
+    run.add_argument("--insecure-no-token", action="store_true", dest="insecure_no_token",
+                     help="serve a non-loopback address without a token (anyone who reaches it may use it)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -180,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     sleep.add_argument("session_ids", nargs="*")
     _client_options(sleep)
 
+    server = commands.add_parser("mcp", help="serve a session's memory over MCP on stdin/stdout (extra: mcp)")
+    server.add_argument("--session", required=True, help="the session whose tools and blocks are served")
+    server.add_argument("--data", type=Path, help="embedded: open this data folder here (no server may be using it)")
+    server.add_argument("--config", type=Path, help="with --data: TOML configuration file (its [session] blocks)")
+    _client_options(server)
+
     check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
     check.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default ./data)")
     check.add_argument("--quarantine", action="store_true", help="move damaged actors' files to _quarantine")
@@ -187,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="forget a quarantined or vanished actor (session id, hex id or namespace/hex); "
                             "the id starts empty")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    check.add_argument("--time-budget", type=float, default=60.0, dest="time_budget", metavar="S",
+                       help="most seconds spent checking one actor file (default 60); a file that takes "
+                            "longer is reported unchecked")
     return parser
 
 
@@ -238,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "reembed": _reembed, "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
+               "reembed": _reembed, "stats": _stats, "hibernate": _hibernate, "doctor": _doctor,
+               "mcp": _mcp}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
@@ -271,7 +293,7 @@ HOST_COMMANDS = frozenset({"serve", "doctor"})
 
 def _run(command: Any, args: argparse.Namespace) -> int:
     """Run ``command(args)``: on trio when it runs a host here, else on asyncio (client commands)."""
-    if args.command in HOST_COMMANDS or (args.command == "import" and args.data is not None):
+    if args.command in HOST_COMMANDS or (args.command in ("import", "mcp") and args.data is not None):
         import trio
 
         return trio.run(command, args)
@@ -378,7 +400,7 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
-        access_log=args.access_log,
+        access_log=args.access_log, certfile=args.certfile, keyfile=args.keyfile,
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     if args.postgres:
         config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
@@ -387,10 +409,30 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
                          "files and Postgres holds their durable log (docs/cluster.md)")
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
-        require_token_for(config.server.bind, token)
+        require_token_for(config.server.bind, token, insecure_no_token=args.insecure_no_token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_tls(config.server.certfile, config.server.keyfile)
+    if config.cluster is not None and args.insecure_no_token and not token and \
+            not os.environ.get("DURABLE_SESSIONS_CLUSTER_SECRET"):
+        raise UsageError("a cluster without a token needs DURABLE_SESSIONS_CLUSTER_SECRET (the same on every "
+                         "host) to sign the requests its hosts forward to each other")
     return config, token
+
+
+def _check_tls(certfile: Path | None, keyfile: Path | None) -> None:
+    """One line for a certificate or key that cannot be loaded (before anything listens)."""
+    import ssl
+
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        raise UsageError("--certfile and --keyfile go together (TLS needs both)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load the TLS certificate {certfile} and key {keyfile}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -401,6 +443,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from runtime.cli.cluster import serve_cluster
     from runtime.host.actor_host import open_host
     from runtime.server.app import bind_sessions, serve
+    from runtime.server.checkpoint_routes import bind_checkpoints
     from runtime.server.managers import bind_managers
     from runtime.server.transcripts import open_transcripts
     from storage.postgres import describe_dsn
@@ -412,7 +455,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
     if config.cluster is not None:
-        return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
+        return await serve_cluster(config, token, agent_class, args.ready_file, _announce,
+                                   insecure_no_token=args.insecure_no_token)
     settings = config.server
     listen = listen_on(settings.bind)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -429,10 +473,11 @@ async def _serve(args: argparse.Namespace) -> int:
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, config.session)
+            bind_checkpoints(host)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                            listen_socket=listen))
+                            listen_socket=listen, insecure_no_token=args.insecure_no_token))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
@@ -558,7 +603,8 @@ async def _doctor(args: argparse.Namespace) -> int:
     from runtime.cli.doctor import run_doctor
 
     try:
-        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
+        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json,
+                          budget_s=args.time_budget)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
 
@@ -567,7 +613,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "reembed", "stats", "hibernate"})
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "reembed", "stats", "hibernate", "mcp"})
 
 
 def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
@@ -667,6 +713,30 @@ async def _reembed(args: argparse.Namespace) -> int:
                 status = await session.search_status()
             print(f"{session_id}: {status['pending']} pending, {status['embedded']} embedded "
                   f"({status['embedder']})")
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from runtime.mcp import require_mcp, serve_stdio
+
+    try:
+        require_mcp()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.data is None:
+        if args.config is not None:
+            raise UsageError("--config goes with --data (a host's configuration; the host at --url has its own)")
+        async with _client(args) as client:
+            await serve_stdio(client.session(args.session))
+        return 0
+    from runtime.host.actor_host import open_host
+    from runtime.server.app import bind_sessions
+    from runtime.server.config import load_config
+
+    config = load_config(args.config)
+    check_data_folder(args.data)
+    async with open_host(args.data) as host:
+        await serve_stdio(bind_sessions(host, config.session).get_by_name(args.session))
     return 0
 
 

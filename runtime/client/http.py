@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -70,6 +71,7 @@ from runtime.client.failover import (
     IDEMPOTENT_HTTP,
     NOT_RUN_ERRORS,
     RETRY_SAFE,
+    SHUTTING_DOWN_ERRORS,
     Endpoints,
     parse_retry_after,
     parse_urls,
@@ -127,6 +129,10 @@ class SessionsClient:
             failure is raised at once, as before) and ``3 * len(urls)`` with several.
         failover_s: the most seconds one call spends moving between hosts,
             waits included (default: ``timeout``, or 30 without one).
+        verify: for ``https://`` URLs (and their ``wss://`` sockets): ``True`` (the
+            default CAs; ``SSL_CERT_FILE`` is honoured), the path of a CA bundle
+            (PEM) such as a self-signed certificate, an :class:`ssl.SSLContext`,
+            or ``False`` (no check: testing only).
 
     Attributes:
         url: the first URL; ``urls``: all of them.
@@ -140,7 +146,7 @@ class SessionsClient:
     def __init__(
         self, url: str | Sequence[str] | None = None, *, token: str | None = None, timeout: float | None = 30.0,
         encoding: str = "json", transport: httpx.AsyncBaseTransport | None = None, retries: int | None = None,
-        failover_s: float | None = None,
+        failover_s: float | None = None, verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         if encoding not in ("json", "msgpack"):
             raise ValueError(f"encoding must be 'json' or 'msgpack', not {encoding!r}")
@@ -157,6 +163,9 @@ class SessionsClient:
         self._media = MSGPACK if encoding == "msgpack" else JSON
         self._timeout = timeout
         self._transport = transport
+        secure = verify is not True or any(url.startswith("https:") for url in self.urls)
+        #: the TLS context of HTTPS requests and WebSockets (``None``: plain HTTP only, the defaults).
+        self.ssl_context = tls_context(verify) if secure else None
         self._http: httpx.AsyncClient | None = None
         self._closed = False
 
@@ -165,7 +174,8 @@ class SessionsClient:
             raise RuntimeError("a SessionsClient can be entered once")
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self._headers(), timeout=self._timeout, transport=self._transport, limits=limits
+            base_url=self.url, headers=self._headers(), timeout=self._timeout, transport=self._transport, limits=limits,
+            verify=self.ssl_context if self.ssl_context is not None else True,
         )
         return self
 
@@ -260,6 +270,10 @@ class SessionsClient:
                     self.endpoints.forget_owner(key)
                 wait = min(retry_after, MAX_RETRY_WAIT_S)
                 not_run = type(error).__name__ in NOT_RUN_ERRORS
+                if type(error).__name__ in SHUTTING_DOWN_ERRORS and len(self.endpoints.urls) > 1:
+                    self.endpoints.failed(url)  # that host is stopping: another one takes its sessions now
+                    if not self._all_failed():
+                        wait = 0.0
                 if not ((retry_safe or not_run) and self._may_retry(attempt, started, wait)):
                     raise error
             attempt += 1
@@ -340,6 +354,25 @@ class SessionsClient:
         """``path`` under ``base`` (default: the first URL) with a ``ws(s)://`` scheme."""
         base = base or self.url
         return ("ws" + base[4:] if base.startswith("http") else base) + path
+
+
+def tls_context(verify: bool | str | ssl.SSLContext) -> ssl.SSLContext:
+    """The TLS context for ``verify`` (see :class:`SessionsClient`).
+
+    Raises:
+        OSError: a CA bundle path that cannot be read.
+        ssl.SSLError: a CA bundle that is not PEM certificates.
+    """
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return httpx.create_ssl_context()
 
 
 def _session_key(path: str) -> str | None:
@@ -668,7 +701,7 @@ class SessionSocket:
             url = client.endpoints.pick(key, avoid=url)
             try:
                 ws = await WebSocketConnection.connect(client.websocket_url(f"{self.handle.path}/ws", url),
-                                                       headers=headers)
+                                                       headers=headers, ssl_context=client.ssl_context)
             except OSError as exc:
                 client.endpoints.failed(url)
                 if not client._may_retry(attempt, started, 0.0):

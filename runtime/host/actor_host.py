@@ -170,6 +170,7 @@ class ActorHost:
         self.placement: Placement = placement if placement is not None else LocalPlacement()
         self._nursery = nursery
         self._closed = False
+        self._draining = False
         self._namespaces: dict[str, Namespace] = {}
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._table = SlotTable()
@@ -189,6 +190,25 @@ class ActorHost:
     def closed(self) -> bool:
         """``True`` once the host began closing: calls get ``HostClosedError``."""
         return self._closed
+
+    @property
+    def draining(self) -> bool:
+        """``True`` once :meth:`drain` began: new calls get ``HostClosedError`` (they did not run)."""
+        return self._draining
+
+    async def drain(self) -> int:
+        """Hand every actor back before the host closes: admit no new call (``HostClosedError``, which
+        says the call did not run, so a client or another host sends it elsewhere), let the calls
+        already admitted finish, hibernate every actor (in a cluster: its writes durable, its lease
+        released) and wait until the placement has given them up (:meth:`Placement.settle`).
+
+        Returns how many actors were hibernated. Idempotent; the host stays open (alarms of other
+        hosts' actors are still delivered there, and refused here) until ``open_host`` exits.
+        """
+        self._draining = True
+        count = await self.hibernate_all()
+        await self.placement.settle()
+        return count
 
     # -- namespaces ----------------------------------------------------------
 

@@ -302,6 +302,12 @@ class PartitionedCluster:
             for member in self.members:
                 nursery.start_soon(member.aclose)
 
+    async def settle(self) -> None:
+        """Return once every member has finished the lease releases it started."""
+        async with trio.open_nursery() as nursery:
+            for member in self.members:
+                nursery.start_soon(member.settle)
+
     # -- what the server asks ---------------------------------------------------------
 
     def add_release_listener(self, listener: ReleaseListener) -> None:

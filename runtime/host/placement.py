@@ -144,6 +144,11 @@ class Placement(Protocol):
         """After every actor was released with reason ``"closed"``: give up what the host held."""
         ...
 
+    async def settle(self) -> None:
+        """Return once what :meth:`release` started in the background has finished (a cluster: the
+        leases released), bounded by the placement's own deadlines. The host drains with it."""
+        ...
+
     def may_live_elsewhere(self, actor_id: ActorId) -> bool:
         """``True`` when another host may hold (or have written) the actor: only waking it tells
         whether it exists (``Namespace.exists``)."""
@@ -217,6 +222,9 @@ class LocalPlacement:
         return None
 
     async def aclose(self) -> None:
+        return None
+
+    async def settle(self) -> None:
         return None
 
     def may_live_elsewhere(self, actor_id: ActorId) -> bool:

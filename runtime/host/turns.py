@@ -128,6 +128,8 @@ class Turns:
     def _admit(self, actor_id: ActorId, bounded: bool = True) -> ActorSlot:
         if self._host.closed:
             raise HostClosedError("the actor host is closed")
+        if self._host.draining:
+            raise HostClosedError("the actor host is shutting down; the call did not run")
         refusal = self._guard.refusal(actor_id)
         if refusal is not None:
             raise refusal

@@ -11,6 +11,7 @@ Unknown keys are errors, so a typo never passes silently::
     idle_timeout_s = 30          # seconds before an idle actor hibernates
     durability = "normal"        # or "full" (also survives power loss)
     max_body_bytes = 8388608     # request body / WebSocket frame limit
+    max_body_items = 100000      # values in arrays and objects per body / frame, then 413
     max_active = 4096            # actor files open at once (default: from the fd limit)
     max_pending_calls = 1000     # per actor, then 429
     graceful_timeout_s = 10      # how long shutdown waits for running requests
@@ -19,9 +20,14 @@ Unknown keys are errors, so a typo never passes silently::
     backlog = 4096               # connections the kernel queues before accept (capped by somaxconn)
     max_requests = 4096          # HTTP requests at once, then 503 at once
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
-    max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
+    max_connect_wait_s = 0.5     # a request that waited this long for a place: 503
+    head_timeout_s = 3           # a new connection that has not sent its request head by then is closed
+    max_connections_per_peer = 512   # connections open at once from one client address, then 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
     inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
+    allowed_hosts = ["sessions.internal"]  # Host names answered besides loopback ones (checked without a token)
+    certfile = "server.pem"      # TLS: serve https:// with this certificate chain (PEM) ...
+    keyfile = "server.key"       # ... and its private key (PEM); both or neither
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -100,7 +106,8 @@ from urllib.parse import urlsplit
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
 from actors.session_embeddings import EmbedderConfig
 from common.errors import InvalidInputError
-from common.wire import DEFAULT_MAX_BODY_BYTES
+from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
+from runtime.server.hosts import normalise_hosts
 
 __all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
 
@@ -128,6 +135,10 @@ class ServerSettings:
         idle_timeout_s: seconds an actor may idle before it hibernates.
         durability: ``"normal"`` or ``"full"``.
         max_body_bytes: request body and WebSocket frame limit (bytes).
+        max_body_items: most values a request body or WebSocket frame may hold
+            inside arrays and objects (each array, object, element and member
+            counts); more: 413 ``PayloadTooLargeError`` (``field="body"``),
+            counted before (JSON) or while (msgpack) the body is parsed.
         max_active: most actor files open at once (``None``: from the fd limit).
         max_pending_calls: calls waiting per actor before 429.
         graceful_timeout_s: seconds shutdown waits for running requests.
@@ -142,8 +153,15 @@ class ServerSettings:
             ``ServerBusyError`` at once (health and metrics are exempt).
         max_connecting: accepted connections whose first request has not yet
             reached the app; further connections wait in the listen backlog.
-        max_connect_wait_s: seconds a new connection's request may wait in the
-            listen backlog; then 503 ``ServerBusyError`` (nothing run).
+        max_connect_wait_s: seconds a new connection's request may wait for one
+            of the ``max_connecting`` places; then 503 ``ServerBusyError`` (nothing run).
+        head_timeout_s: seconds a new connection may take to send its whole
+            request head (request line and headers); until then it holds no
+            place, after it is closed (:mod:`runtime.server.listener`).
+        max_connections_per_peer: connections one client address may hold open
+            at once; the next is answered 503 ``ServerBusyError`` with
+            ``Retry-After``. Behind a reverse proxy every client has the proxy's
+            address: raise it to what the proxy opens.
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
@@ -158,6 +176,12 @@ class ServerSettings:
             route is still served, so a load balancer stops sending first.
         inspector: serve the inspector page at ``/inspect``
             (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
+        allowed_hosts: ``Host`` names answered besides the loopback ones and the bound
+            address (:mod:`runtime.server.hosts`; ``"*"``: any). Checked on a server
+            without a token, and on any server when set.
+        certfile: TLS certificate chain (PEM) to serve ``https://`` and ``wss://`` with
+            (``None``: plain HTTP); needs ``keyfile``.
+        keyfile: the certificate's private key (PEM).
     """
 
     bind: str = "127.0.0.1:8787"
@@ -165,6 +189,7 @@ class ServerSettings:
     idle_timeout_s: float = 30.0
     durability: str = "normal"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_items: int = DEFAULT_MAX_BODY_ITEMS
     max_active: int | None = None
     max_pending_calls: int = 1000
     graceful_timeout_s: float = 10.0
@@ -174,14 +199,28 @@ class ServerSettings:
     max_requests: int = 4096
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
+    head_timeout_s: float = 3.0
+    max_connections_per_peer: int = 512
     max_queue_s: float = 0.5
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
     drain_s: float = 0.0
     inspector: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    certfile: Path | None = None
+    keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        try:
+            object.__setattr__(self, "allowed_hosts", normalise_hosts(self.allowed_hosts))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ConfigError("server.certfile and server.keyfile go together (TLS needs both)")
+        for name in ("certfile", "keyfile"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
         if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
             raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
@@ -195,12 +234,12 @@ class ServerSettings:
         if not isinstance(self.inspector, bool):
             raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
-                     "max_queue_s", "max_connect_wait_s"):
+                     "max_queue_s", "max_connect_wait_s", "head_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")
-        for name in ("max_body_bytes", "max_pending_calls", "max_active", "backlog", "max_requests",
-                     "max_connecting"):
+        for name in ("max_body_bytes", "max_body_items", "max_pending_calls", "max_active", "backlog", "max_requests",
+                     "max_connecting", "max_connections_per_peer"):
             value = getattr(self, name)
             if value is None and name == "max_active":
                 continue
@@ -462,8 +501,9 @@ def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
 def _server(table: dict[str, Any], base: Path) -> ServerSettings:
     _only(table, {f.name for f in fields(ServerSettings)}, "server.")
     values = dict(table)
-    if "data" in values:
-        values["data"] = base / str(values["data"])
+    for key in ("data", "certfile", "keyfile"):
+        if key in values:
+            values[key] = base / str(values[key])
     return ServerSettings(**values)
 
 

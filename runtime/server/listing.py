@@ -33,9 +33,9 @@ messages, every branch), ``compactions``, ``compactedThrough`` (the last
 message the newest compaction covers), ``createdAt``/``updatedAt``, ``state``
 (``ok`` or ``quarantined``, with the ``problem``), ``active`` (awake now).
 
-Cluster mode (``serve --cluster``) and sessions in Postgres (``serve
---postgres``) answer 501 ``NotSupportedError``: a cluster host's catalog knows
-only the sessions it held, and Postgres sessions have no actor files.
+Cluster mode (``serve --cluster``) reads the catalog in Postgres instead
+(:mod:`runtime.server.listing_cluster`). Sessions in Postgres (``serve
+--postgres``) answer 501 ``NotSupportedError``: they have no actor files.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from storage.kv import ActorStorage
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
+    from runtime.server.listing_cluster import ClusterListing
 
 __all__ = ["SessionListing", "add_listing_routes"]
 
@@ -102,10 +103,8 @@ class SessionListing:
 
     def refusal(self) -> NotSupportedError | None:
         """The error listing answers with in this server's mode, or ``None``."""
-        if self.server.forwarder is not None or getattr(self.server.host, "cluster", None) is not None:
-            return NotSupportedError(
-                "listing sessions is not supported in cluster mode: each host's catalog knows only the sessions "
-                "it held (docs/cluster.md); address sessions by id")
+        if self._in_cluster() is not None:
+            return None
         if _in_postgres(self.server.namespace.agent_class):
             return NotSupportedError("listing sessions is not supported with the sessions in Postgres "
                                      "(serve --postgres): it reads the host catalog of actor files")
@@ -123,6 +122,9 @@ class SessionListing:
         if refused is not None:
             raise refused
         below = decode_cursor(cursor)
+        in_cluster = self._in_cluster()
+        if in_cluster is not None:
+            return await in_cluster.page(limit, below, prefix)
         namespace = self.server.namespace.name
         await self._rescan(namespace)
         catalog = self.server.host.catalog
@@ -159,6 +161,9 @@ class SessionListing:
         if refused is not None:
             raise refused
         actor = self.server.actor_id(session_id)
+        in_cluster = self._in_cluster()
+        if in_cluster is not None:
+            return await in_cluster.describe(actor, session_id)
         namespace = actor.namespace
         host = self.server.host
         row = host.catalog.get(namespace, actor.hex)
@@ -177,6 +182,15 @@ class SessionListing:
         return _named_entry(_Candidate(row.updated_ms, actor, row), session_id)
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _in_cluster(self) -> ClusterListing | None:
+        """Cluster mode: the listing from the catalog in Postgres (:mod:`runtime.server.listing_cluster`)."""
+        cluster = getattr(self.server.host, "cluster", None)
+        if cluster is None:
+            return None
+        from runtime.server.listing_cluster import ClusterListing
+
+        return ClusterListing(cluster, self.server.namespace.name)
 
     def _awake(self, actor: ActorId, storage: ActorStorage | None, row: CatalogEntry | None) -> _Candidate | None:
         """An awake actor as a candidate: sorted by its last write since it woke (or its newest

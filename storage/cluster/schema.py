@@ -24,6 +24,19 @@
 ``ds_alarms``        the cluster-wide alarm index: one row per actor with an
                      alarm, written in the statement of the log entry that
                      changed it.
+``ds_catalog``       (version 2) the listing: one row per written actor --
+                     ``namespace``, ``kind`` (``session`` or ``transcript``),
+                     ``name`` (a session id), ``messages``, ``compactions``,
+                     ``compacted_through``, ``created_ms``/``updated_ms`` (epoch
+                     ms), and for a transcript actor ``project_key``,
+                     ``session_id``, ``mtime_ms`` and the folded ``summary``
+                     (JSON text). Written in the statement of each log entry,
+                     fenced like it (:mod:`storage.cluster.catalog`).
+
+Version 1 databases (no ``ds_catalog``) are upgraded in place by the first
+host of version 2 that starts: the table is created empty, and a written
+actor gets its row the next time it wakes (``ACQUIRE`` says it has none; its
+first entry then carries it).
 
 Actor ids are ``<namespace>/<64 hex>``. Everything runs in one transaction
 under an advisory lock, so hosts starting together do not race; a database
@@ -41,7 +54,7 @@ from common.errors import DatabaseError, SchemaTooNewError
 from .driver import PgConnection
 
 #: Version of the cluster tables this code writes (``ds_cluster_meta.schema_version``).
-CLUSTER_SCHEMA_VERSION = 1
+CLUSTER_SCHEMA_VERSION = 2
 
 _LOCK_KEY = 0x64735F636C  # "ds_cl": one advisory lock for schema changes
 
@@ -88,10 +101,29 @@ CREATE TABLE IF NOT EXISTS ds_alarms (
     scheduled_ms bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ds_alarms_due ON ds_alarms (scheduled_ms);
+CREATE TABLE IF NOT EXISTS ds_catalog (
+    actor_id          text PRIMARY KEY,
+    namespace         text NOT NULL,
+    kind              text NOT NULL,
+    name              text,
+    project_key       text,
+    session_id        text,
+    messages          bigint NOT NULL DEFAULT 0,
+    compactions       bigint NOT NULL DEFAULT 0,
+    compacted_through text,
+    created_ms        bigint NOT NULL,
+    updated_ms        bigint NOT NULL,
+    mtime_ms          bigint,
+    summary           text
+) WITH (fillfactor = 70);
+CREATE INDEX IF NOT EXISTS ds_catalog_by_update
+    ON ds_catalog (namespace, updated_ms DESC, actor_id COLLATE "C" DESC) WHERE name IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ds_catalog_by_project
+    ON ds_catalog (project_key, session_id) WHERE project_key IS NOT NULL;
 INSERT INTO ds_cluster_meta (key, value) VALUES ('cluster_id', gen_random_uuid()::text)
     ON CONFLICT (key) DO NOTHING;
-INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '1')
-    ON CONFLICT (key) DO NOTHING;
+INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '2')
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 """
 
 _READ_META = "SELECT key, value FROM ds_cluster_meta WHERE key IN ('cluster_id', 'schema_version')"
@@ -112,7 +144,7 @@ async def create_cluster_schema(conn: PgConnection) -> str:
         found = int(meta.get("schema_version", 0))
         if found > CLUSTER_SCHEMA_VERSION:
             raise SchemaTooNewError("the cluster tables in Postgres", found, CLUSTER_SCHEMA_VERSION)
-        await conn.execute(_DDL)
+        await conn.execute(_DDL)  # also upgrades version 1: ds_catalog is new in version 2
         meta = await _read_meta(conn)
     return meta["cluster_id"]
 

@@ -84,11 +84,12 @@ def test_compaction_can_be_switched_off(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("[server]\nbnd = 'x'\n", ("unknown key server.bnd (allowed: access_log, backlog, bind, body_timeout_s, "
-                               "cors_origins, data, drain_s, durability, "
-                               "graceful_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, max_active, "
-                               "max_body_bytes, "
-                               "max_connect_wait_s, max_connecting, max_pending_calls, max_queue_s, max_requests)")),
+    ("[server]\nbnd = 'x'\n", ("unknown key server.bnd (allowed: access_log, allowed_hosts, backlog, bind, "
+                               "body_timeout_s, certfile, cors_origins, data, drain_s, durability, "
+                               "graceful_timeout_s, head_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, "
+                               "keyfile, max_active, max_body_bytes, max_body_items, "
+                               "max_connect_wait_s, max_connecting, max_connections_per_peer, max_pending_calls, "
+                               "max_queue_s, max_requests)")),
     ("[server]\ncors_origins = 'https://a.example'\n", "server.cors_origins must be a list of origins"),
     ("[server]\ncors_origins = ['https://a.example/app']\n",
      "server.cors_origins: 'https://a.example/app' is not an origin (scheme://host[:port], no path)"),
