@@ -126,6 +126,8 @@ class ManagedSession:
     get_latest_leaf = SessionAgent.get_latest_leaf
     get_path_length = SessionAgent.get_path_length
     search = SessionAgent.search
+    search_status = SessionAgent.search_status  # no embedder in a manager's sessions yet: text search only
+    reembed = SessionAgent.reembed
     # -- context blocks, prompt, tools, skills, compaction
     get_context_blocks = SessionAgent.get_context_blocks
     get_context_block = SessionAgent.get_context_block

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig
+from actors.session_embeddings import EmbedderConfig
 from runtime.server.config import (
     ClusterSettings,
     ConfigError,
@@ -36,6 +37,7 @@ SECTIONS = {
     "[session.compaction]": ("[session.compaction]", CompactionConfig),
     "[cluster]": ("[cluster]", ClusterSettings),
     "[retention]": ("[retention]", RetentionSettings),
+    "[search]": ("[search]", EmbedderConfig),
 }
 _HEADING = re.compile(r"^#+ `(\[\[?[a-z.]+\]\]?)`\s*$")
 _ROW = re.compile(r"^\| `([a-z_]+)` \| ([^|]+) \| ([^|]+) \| (.+) \|$")
@@ -68,7 +70,7 @@ def accepted_keys(tmp_path: Path, opening: str) -> set[str]:
 
 
 def test_the_page_has_a_table_for_every_section_and_no_other(tmp_path):
-    assert accepted_keys(tmp_path, "") == {"server", "storage", "session", "cluster", "retention"}
+    assert accepted_keys(tmp_path, "") == {"server", "storage", "session", "cluster", "retention", "search"}
     assert set(page_tables()) == set(SECTIONS)
 
 

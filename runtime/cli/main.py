@@ -13,7 +13,8 @@
                              [--as sessions|transcripts]
     durable-sessions history SESSION_ID [--leaf ID] [--limit N] [--before ID] [--raw] [--json]
     durable-sessions list    [--prefix P] [--limit N] [--json]
-    durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
+    durable-sessions search  SESSION_ID QUERY [--limit N] [--mode text|semantic|hybrid] [--json]
+    durable-sessions reembed SESSION_ID ... [--wait]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
     durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
@@ -177,12 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print the sessions as JSON")
     _client_options(listing)
 
-    find = commands.add_parser("search", help="full-text search in a session")
+    find = commands.add_parser("search", help="search a session's messages (full text, by meaning, or both)")
     find.add_argument("session_id")
     find.add_argument("query")
     find.add_argument("--limit", type=int, default=20)
+    find.add_argument("--mode", choices=("text", "semantic", "hybrid"), default="text",
+                      help="text (default): every word; semantic: by meaning; hybrid: both, fused "
+                           "(semantic and hybrid need [search] embedder in the server's config)")
     find.add_argument("--json", action="store_true", help="print the hits as JSON")
     _client_options(find)
+
+    again = commands.add_parser("reembed", help="drop sessions' vectors and embed every message again "
+                                                "with the server's [search] embedder")
+    again.add_argument("session_ids", nargs="+")
+    again.add_argument("--wait", action="store_true", help="wait until nothing is pending")
+    _client_options(again)
 
     stats = commands.add_parser("stats", help="print the host's statistics")
     _client_options(stats)
@@ -259,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp, "restore": _restore,
-               **{name: _lifecycle for name in lifecycle.CLIENT_COMMANDS}}[args.command]
+               "reembed": _reembed, "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp,
+               "restore": _restore, **{name: _lifecycle for name in lifecycle.CLIENT_COMMANDS}}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
@@ -626,7 +636,7 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate", "mcp",
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "reembed", "stats", "hibernate", "mcp",
                              *lifecycle.CLIENT_COMMANDS})
 
 
@@ -695,12 +705,38 @@ def format_session(entry: dict[str, Any]) -> str:
 
 async def _search(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        hits = await client.session(args.session_id).search(args.query, limit=args.limit)
+        session = client.session(args.session_id)
+        hits = await session.search(args.query, limit=args.limit, mode=args.mode)
+        pending = 0 if args.mode == "text" else (await session.search_status())["pending"]
+    if pending:
+        print(f"durable-sessions: {pending} message(s) not yet embedded (not found by {args.mode} search yet)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))
     else:
         for hit in hits:
             print(f"{hit['id']} [{hit['role']}] {_one_line(hit['content'])}")
+    return 0
+
+
+async def _reembed(args: argparse.Namespace) -> int:
+    """Re-embed each session; with ``--wait`` poll until nothing is pending. Exit 1 when the
+    server has no embedder configured."""
+    import asyncio
+
+    async with _client(args) as client:
+        for session_id in args.session_ids:
+            session = client.session(session_id)
+            status = await session.reembed()
+            if status["embedder"] is None:
+                print("durable-sessions reembed: the server has no embedder: set embedder in the [search] "
+                      "section of its config file", file=sys.stderr)
+                return 1
+            while args.wait and status["pending"]:
+                await asyncio.sleep(0.2)
+                status = await session.search_status()
+            print(f"{session_id}: {status['pending']} pending, {status['embedded']} embedded "
+                  f"({status['embedder']})")
     return 0
 
 

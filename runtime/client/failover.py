@@ -50,7 +50,7 @@ RETRY_SAFE = frozenset({
     "get_history", "get_latest_leaf", "get_path_length", "get_message", "get_branches", "search",
     "get_metadata", "set_metadata", "get_context_blocks", "get_context_block", "replace_context_block",
     "freeze_system_prompt", "refresh_system_prompt", "tools", "get_compactions", "estimate_tokens",
-    "get_recent_history", "get_loaded_skill_keys",
+    "get_recent_history", "get_loaded_skill_keys", "search_status", "reembed",
     "update_message", "delete_messages", "clear_messages", "unload_skill",
 })
 #: Session API methods a repeat could apply twice (appending text to a block, running a tool,

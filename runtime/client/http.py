@@ -600,9 +600,18 @@ class SessionHandle(TableHandle):
         """Stored messages on the path to the leaf."""
         return await self._invoke("get_path_length", leaf_id)
 
-    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
-        """Full-text search: ``[{"id", "role", "content", "createdAt"}]``, best first."""
-        return await self._invoke("search", query, limit=limit)
+    async def search(self, query: str, *, limit: int = 20, mode: str = "text") -> list[dict[str, str]]:
+        """Search by ``mode`` (``"text"``, ``"semantic"``, ``"hybrid"``):
+        ``[{"id", "role", "content", "createdAt"}]``, best first."""
+        return await self._invoke("search", query, limit=limit, mode=mode)
+
+    async def reembed(self) -> dict[str, Any]:
+        """Drop the session's vectors and embed every message again (``durable-sessions reembed``); the search status."""
+        return await self._invoke("reembed")
+
+    async def search_status(self) -> dict[str, Any]:
+        """``{"embedder", "dimension", "embedded", "pending"}``: messages not yet embedded are ``pending``."""
+        return await self._invoke("search_status")
 
     # -- metadata -------------------------------------------------------------------------------
 

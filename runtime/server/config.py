@@ -62,6 +62,16 @@ Unknown keys are errors, so a typo never passes silently::
     tail_token_budget = 20000
     min_tail_messages = 2
 
+Semantic and hybrid message search (``search?mode=semantic|hybrid``; off without
+this section; SQLite files and cluster mode, not yet ``[storage] postgres``)::
+
+    [search]
+    embedder = "local"           # WordLlama, offline (pip install -e '.[semantic]'); or "openai"
+    # url = "http://10.0.0.7:8000/v1"   # openai: an OpenAI-compatible embeddings endpoint
+    # model = "text-embedding-3-small"  # openai: the model (stored beside each vector)
+    # api_key_env = "OPENAI_API_KEY"    # openai: the variable holding the key ("": none)
+    # dimension = 256              # local: 256, 128 or 64; openai: the vectors' dimension
+
 Several hosts sharing one Postgres (``serve --cluster``; the section's
 presence turns cluster mode on, command-line flags override its keys)::
 
@@ -94,6 +104,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
+from actors.session_embeddings import EmbedderConfig
 from common.errors import InvalidInputError
 from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
 from runtime.server.hosts import normalise_hosts
@@ -471,9 +482,11 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     try:
-        _only(data, {"server", "session", "storage", "cluster", "retention"}, "")
+        _only(data, {"server", "session", "storage", "cluster", "retention", "search"}, "")
         server = _server(_table(data, "server"), base)
         session = _session(_table(data, "session"), base)
+        if "search" in data:
+            session = replace(session, search=_search(_table(data, "search")))
         storage = _storage(_table(data, "storage"))
         cluster = _cluster(data["cluster"]) if "cluster" in data else None
         retention = _retention(_table(data, "retention"))
@@ -487,6 +500,11 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
 def _retention(table: dict[str, Any]) -> RetentionSettings:
     _only(table, {f.name for f in fields(RetentionSettings)}, "retention.")
     return RetentionSettings(**table)
+
+
+def _search(table: dict[str, Any]) -> EmbedderConfig:
+    _only(table, {f.name for f in fields(EmbedderConfig)}, "search.")
+    return EmbedderConfig(**table)
 
 
 def _storage(table: dict[str, Any]) -> StorageSettings:

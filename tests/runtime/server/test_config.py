@@ -96,7 +96,7 @@ def test_compaction_can_be_switched_off(tmp_path):
     ("[server]\naccess_log = 'yes'\n", "server.access_log must be true or false, not 'yes'"),
     ("[server]\ndrain_s = -1\n", "server.drain_s must be a number of seconds >= 0, not -1"),
     ("[server]\nbind = '127.0.0.1:70000'\n", "server.bind: port 70000 is not a port (0-65535)"),
-    ("[serve]\n", "unknown key serve (allowed: cluster, retention, server, session, storage)"),
+    ("[serve]\n", "unknown key serve (allowed: cluster, retention, search, server, session, storage)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
     ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),
     ("[server]\nidle_timeout_s = 0\n", "server.idle_timeout_s must be a positive number of seconds, not 0"),
