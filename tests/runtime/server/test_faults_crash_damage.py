@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from tests.runtime.server.test_faults_damage import (BYSTANDER, MESSAGES, VICTIM, actor_path, assert_refused,
-                                                     msg)
+                                                     msg, run_doctor)
 from tests.support.processes import server_process
 
 pytestmark = pytest.mark.slow
@@ -88,3 +88,15 @@ async def test_files_removed_after_a_crash_are_never_answered_as_an_empty_sessio
             assert_refused(await http.get(f"/v1/sessions/{VICTIM}/messages:count"), "its file vanished")
             assert_refused(await http.post(f"/v1/sessions/{VICTIM}/messages", json={"message": msg("n", "x")}),
                            "its file vanished")
+
+
+@pytest.mark.parametrize("harm", ["WAL deleted", "files removed"])
+async def test_doctor_names_a_session_damaged_after_a_crash(tmp_path, crashed, harm):
+    data = copy_of(crashed, tmp_path)
+    victim = actor_path(data, VICTIM)
+    for path in victim.parent.glob(victim.name + ("-wal" if harm == "WAL deleted" else "*")):
+        os.unlink(path)
+    status, report = run_doctor(data)
+    assert status == 1
+    assert [finding["name"] for finding in report["findings"]] == [VICTIM]
+    assert ("went back in time" if harm == "WAL deleted" else "vanished") in str(report["findings"][0])
