@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -92,6 +93,12 @@ class AgentContext(Protocol):
 
     def now_ms(self) -> int:
         """The host clock in epoch milliseconds (use it to compute alarm times)."""
+        ...
+
+    def quiet_writes(self) -> AbstractContextManager[None]:
+        """A block (``with ctx.quiet_writes(): ...``) whose commits by this call are upkeep, not
+        updates: they do not move the actor's ``updatedAt`` in listings (e.g. a prompt rendered and
+        stored on first read). Commits of the actor's other calls meanwhile still count."""
         ...
 
 

@@ -104,12 +104,15 @@ class ManagedSession:
         session: the managed :class:`~actors.session.Session`.
         storage: the manager's file.
         session_id: the session's registry id.
+        ctx: the manager actor's context (what the session actor's functions use of theirs, e.g.
+            ``quiet_writes`` when the first read of the prompt stores it).
     """
 
-    def __init__(self, session: Session, storage: Any, session_id: str) -> None:
+    def __init__(self, session: Session, storage: Any, session_id: str, ctx: AgentContext) -> None:
         self.session = session
         self.storage = storage
         self.session_id = session_id
+        self.ctx = ctx
 
     # -- messages (the session actor's own functions) ----------------------------------------
     append_message = SessionAgent.append_message
@@ -123,6 +126,8 @@ class ManagedSession:
     get_latest_leaf = SessionAgent.get_latest_leaf
     get_path_length = SessionAgent.get_path_length
     search = SessionAgent.search
+    search_status = SessionAgent.search_status  # no embedder in a manager's sessions yet: text search only
+    reembed = SessionAgent.reembed
     # -- context blocks, prompt, tools, skills, compaction
     get_context_blocks = SessionAgent.get_context_blocks
     get_context_block = SessionAgent.get_context_block
@@ -332,7 +337,7 @@ class ManagerAgent(Agent):
     def _managed_session(self, session: Session, session_id: str) -> ManagedSession:
         """The :class:`ManagedSession` one call runs on (``actors.manager_agent_postgres`` keeps its metadata
         in Postgres)."""
-        return ManagedSession(session, self.storage, session_id)
+        return ManagedSession(session, self.storage, session_id, self.ctx)
 
 
 def managed_method(name: Any) -> Any:

@@ -89,10 +89,17 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from common.errors import ConflictError, InvalidInputError, InvalidMessageError, MessageNotFoundError
+from common.errors import (
+    ConflictError,
+    InvalidInputError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    NotSupportedError,
+)
 from storage import SqlStorage
+from storage.embeddings import EmbeddingMessageStore
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
 
@@ -100,6 +107,7 @@ from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
 from .history_pages import check_page_options, history_page
 from .session_compaction import BroadcastChannel, SessionCompaction
+from .session_embeddings import FUSION_DEPTH, SEARCH_MODES, SessionVectors
 from .session_messages import (
     apply_overlays,
     check_message,
@@ -127,6 +135,9 @@ from .skills import skill_events
 from .tokens import estimate_message_tokens
 from .tools import Tool
 from .truncation import enforce_row_size_limit
+
+if TYPE_CHECKING:
+    from .embedding import Embedder
 
 __all__ = ["COMPACTION_PREFIX", "LATEST_LEAF", "MessagesChange", "Session"]
 
@@ -230,6 +241,9 @@ class Session:
         self._row_max_bytes = spec.row_max_bytes
         self._channel = BroadcastChannel(broadcaster, self._session_id)
         self._context = ContextBlocks(storage, host=self, session_id=self._session_id, spec=spec.context)
+        self._embedder: Embedder | None = None
+        self._on_pending: Callable[[], object] | None = None
+        self._vectors: SessionVectors | None = None
         self._bind(spec.compaction)
 
     def _bind(self, compaction: CompactionSpec) -> None:
@@ -240,6 +254,8 @@ class Session:
         self._compaction = SessionCompaction(
             self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
         )
+        if self._embedder is not None:
+            self._vectors = SessionVectors(self._storage, self._session_id, self._embedder)
 
     # -- builders ------------------------------------------------------------
 
@@ -379,6 +395,38 @@ class Session:
         """
         self._row_max_bytes = check_row_limit(max_bytes)
         return self
+
+    def with_embedder(self, embedder: Embedder, *, on_pending: Callable[[], object] | None = None) -> Session:
+        """Switch on semantic and hybrid :meth:`search` with ``embedder``; returns ``self``.
+
+        Every message stored or updated with text from now on gets a pending
+        marker in its write's transaction; :meth:`embed_pending` (which the
+        owner runs after the write, off the write path: the session actor's
+        alarm) computes the vectors. ``on_pending()`` is called after each
+        committed write that marked messages (the owner schedules that run).
+        A SQLite session only (:class:`storage.embeddings.EmbeddingMessageStore`).
+
+        Raises:
+            NotSupportedError: the session is not in a SQLite file (Postgres: not built yet).
+        """
+        if not isinstance(self._storage, SqlStorage):
+            raise NotSupportedError("semantic search is not built for Postgres sessions yet")
+        storage = self._storage
+        self._store_for = partial(EmbeddingMessageStore, storage)
+        self._embedder = embedder
+        self._on_pending = on_pending
+        self._bind(self._compaction.spec)
+        return self
+
+    @property
+    def vectors(self) -> SessionVectors | None:
+        """The session's vectors (:class:`~actors.session_embeddings.SessionVectors`), ``None`` without an embedder."""
+        return self._vectors
+
+    async def embed_pending(self) -> int:
+        """Embed the messages waiting for a vector (:meth:`with_embedder`); returns how many were
+        stored (0 without an embedder)."""
+        return 0 if self._vectors is None else await self._vectors.embed_pending()
 
     def with_broadcast_id(self, name: str) -> Session:
         """Name this session in its broadcasts' ``sessionId`` (docs/deviations.md #16); returns ``self``.
@@ -663,6 +711,13 @@ class Session:
 
     async def _committed(self, change: MessagesChange) -> None:
         """After a committed write: the "history changed" notice (when it changed), then :meth:`_after_write`."""
+        if self._vectors is not None:
+            if change.kind in ("update", "delete", "clear"):
+                self._vectors.forget()
+            if self._on_pending is not None and change.kind in ("append", "append_batch", "update") and (
+                change.kind == "update" or change.inserted
+            ):
+                self._on_pending()
         if _changes_history(change):
             await self._history_changed()
         await self._after_write(change)
@@ -831,8 +886,19 @@ class Session:
 
     # -- search ----------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
-        """Full-text search of this session's stored messages.
+    async def search(self, query: str, *, limit: int = 20, mode: str = "text") -> list[dict[str, str]]:
+        """Search this session's stored messages: by words (``mode="text"``, the default), by
+        meaning (``"semantic"``) or both (``"hybrid"``).
+
+        ``semantic`` ranks the embedded messages by the cosine similarity of
+        their vector to the query's (:meth:`with_embedder`; messages not yet
+        embedded are not found: :meth:`search_status` counts them).
+        ``hybrid`` merges the text ranking and the semantic ranking (each cut
+        at 50, or ``limit`` if larger) by reciprocal rank fusion (k = 60).
+        The same messages are eligible in every mode: all of the session's,
+        on every branch, compacted or not.
+
+        Full text:
 
         Searched: the text parts, and the tool calls' names and string inputs
         (our addition: e.g. the path a ``read_file`` call read). Every word
@@ -850,18 +916,80 @@ class Session:
             blank query gives ``[]``.
 
         Raises:
-            InvalidInputError: ``query`` is not a string or ``limit`` not an int >= 0.
+            InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0,
+                ``mode`` unknown, or (``field="embedder"``) semantic/hybrid with no
+                embedder configured or with one whose dimension differs from the stored vectors'.
+            NotSupportedError: semantic/hybrid on a Postgres session (not built yet).
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
+            actors.embedding.EmbedderError: the embedder failed (503).
         """
         _check_str(query, "query")
         limit = search_limit(limit)
+        if mode not in SEARCH_MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}", field="mode")
+        vectors = None if mode == "text" else self._semantic(mode)
         parsed = parse_query(query)
-        if parsed is None or limit == 0:
+        if limit == 0 or (parsed is None and (vectors is None or not query.strip())):
             return []
+        if vectors is None:
+            found = await self._messages.search(parsed, limit) if parsed is not None else []
+        elif mode == "semantic":
+            found = await vectors.ranking(query, limit)
+        else:
+            from .vectors import reciprocal_rank_fusion
+
+            depth = max(limit, FUSION_DEPTH)
+            text = await self._messages.search(parsed, depth) if parsed is not None else []
+            meaning = await vectors.ranking(query, depth)
+            by_id = {r.id: r for r in (*meaning, *text)}
+            fused = reciprocal_rank_fusion([[r.id for r in text], [r.id for r in meaning]], limit=limit)
+            found = [by_id[key] for key, _ in fused]
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
-            for r in await self._messages.search(parsed, limit)
+            for r in found
         ]
+
+    def _semantic(self, mode: str) -> SessionVectors:
+        """The vectors a ``mode`` search needs, or the error saying why there are none."""
+        if self._vectors is not None:
+            return self._vectors
+        if not isinstance(self._storage, SqlStorage):
+            raise NotSupportedError(f"{mode} search is not built for Postgres sessions yet (text search is)")
+        raise InvalidInputError(
+            f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
+            "of the config file", field="embedder")
+
+    async def reembed(self) -> dict[str, Any]:
+        """Drop every vector of this session and mark each message with text to be embedded again
+        with the configured embedder (the way out of :class:`~actors.session_embeddings.EmbeddingMismatchError`);
+        returns :meth:`search_status` (everything ``pending``; the owner's next embedding run does
+        the work). Without an embedder nothing changes and the status says ``embedder: None``.
+
+        Raises:
+            NotSupportedError: a Postgres session.
+        """
+        if self._vectors is None:
+            if not isinstance(self._storage, SqlStorage):
+                raise NotSupportedError("reembed is not built for Postgres sessions yet")
+            return await self.search_status()
+        vectors = self._vectors
+        vectors.reset()
+        if self._on_pending is not None:
+            self._on_pending()
+        return vectors.status()
+
+    async def search_status(self) -> dict[str, Any]:
+        """How far semantic search has got: ``{"embedder", "dimension", "embedded", "pending"}``.
+
+        ``embedder`` is the model name (``None`` when no embedder is
+        configured, then the counts are 0), ``dimension`` that of the stored
+        vectors (``None`` before the first), ``embedded`` the messages with a
+        vector of that model, ``pending`` those still waiting for one (not
+        yet found by semantic search).
+        """
+        if self._vectors is None:
+            return {"embedder": None, "dimension": None, "embedded": 0, "pending": 0}
+        return self._vectors.status()
 
     # -- compaction overlays ---------------------------------------------------
 

@@ -36,12 +36,14 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from common.errors import InvalidInputError, NotFoundError
+from storage import SqlStorage
 from storage.context import read_config, write_config
 
-from .agent import Agent, AgentContext
+from .agent import Agent, AgentContext, AlarmInfo
 from .compaction import CompactResult, create_compact_function, extractive_summarize
 from .context import search_provider_for
 from .session import LATEST_LEAF, Session
+from .session_embeddings import EmbedderConfig, VectorSearchProvider, embedder_for
 from .session_metadata import read_metadata, write_metadata
 from .session_spec import PerSession, SessionSpec
 from .skills import DirectorySkillProvider
@@ -191,6 +193,9 @@ class SessionConfig:
             it survives hibernation unchanged (``with_cached_prompt``).
         compaction: compaction settings, or ``None`` for no compaction
             (``compact()`` then raises :class:`~common.errors.CompactionError`).
+        search: the embedder of semantic and hybrid message search
+            (:class:`~actors.session_embeddings.EmbedderConfig`, the config
+            file's ``[search]``); ``None`` (default): text search only.
 
     Raises:
         InvalidInputError: two blocks share a label.
@@ -199,9 +204,12 @@ class SessionConfig:
     blocks: tuple[BlockConfig, ...] = field(default_factory=_default_blocks)
     cached_prompt: bool = True
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
+    search: EmbedderConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
+        if self.search is not None and not isinstance(self.search, EmbedderConfig):
+            raise InvalidInputError("search must be an EmbedderConfig or None", field="search")
         labels = [block.label for block in self.blocks]
         for label in labels:
             if labels.count(label) > 1:
@@ -278,7 +286,7 @@ class _FileProvider:
         return self.path.read_text(encoding="utf-8")
 
 
-def _provider(block: BlockConfig) -> Any:
+def _provider(block: BlockConfig, search: EmbedderConfig | None = None) -> Any:
     """The provider a block of this kind declares: shared fixed text or file, one per session
     for the actor's skills folder and search entries, ``None`` (the actor's own row) for writable.
     (:class:`BlockConfig` checked that a readonly block has text or file and a skills block a path.)"""
@@ -291,6 +299,9 @@ def _provider(block: BlockConfig) -> Any:
         if block.writable:
             return PerSession(lambda storage: DirectorySkillProvider(path))
         return PerSession(lambda storage: _ReadOnlySkills(DirectorySkillProvider(path)))
+    if block.kind == "searchable" and search is not None:  # words and meaning, fused
+        return PerSession(lambda storage: VectorSearchProvider(storage, embedder_for(search))
+                          if isinstance(storage, SqlStorage) else search_provider_for(storage))
     if block.kind == "searchable":
         return PerSession(search_provider_for)
     return None  # writable: auto-wired to the actor's file by the engine
@@ -306,7 +317,8 @@ def _session_spec(config: SessionConfig) -> SessionSpec:
     spec = SessionSpec()
     for block in config.blocks:
         spec = spec.with_context(
-            block.label, description=block.description, max_tokens=block.max_tokens, provider=_provider(block)
+            block.label, description=block.description, max_tokens=block.max_tokens,
+            provider=_provider(block, config.search)
         )
     if config.cached_prompt:
         spec = spec.with_cached_prompt()
@@ -386,9 +398,47 @@ class SessionAgent(Agent):
             raise TypeError(f"SessionAgent needs a SessionConfig as env, not {type(env).__name__}")
         self.config = env or SessionConfig()
         self.session = _build_session(self, self.config)
+        self._embedding_scheduled = False
+        if self.config.search is not None:
+            self.session.with_embedder(embedder_for(self.config.search), on_pending=self._schedule_embedding)
         name = _remember_actor_name(self)
         if name is not None:
             self.session.with_broadcast_id(name)
+
+    # -- embedding after commit (semantic search) --------------------------------------
+
+    async def on_start(self) -> None:
+        """With an embedder: mark the messages stored before it was configured (once per
+        model), and schedule the alarm that embeds whatever is pending (a restart or a
+        wake finishes what an earlier activation left)."""
+        vectors = self.session.vectors
+        if vectors is None:
+            return
+        key = f"embeddings_marked:{vectors.model}"
+        if read_config(self.storage, "", key) is None and vectors.has_messages():
+            with self.ctx.quiet_writes():
+                vectors.mark_missing()
+                write_config(self.storage, "", key, "1")
+        if vectors.pending():
+            self._schedule_embedding()
+
+    def _schedule_embedding(self) -> None:
+        """Make the actor's alarm due now (unless it already is), to embed the pending messages."""
+        if self._embedding_scheduled:
+            return
+        due = self.ctx.now_ms()
+        scheduled = self.storage.get_alarm()
+        if scheduled is None or scheduled > due:
+            with self.ctx.quiet_writes():
+                self.storage.set_alarm(due)
+        self._embedding_scheduled = True
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        """Embed the pending messages (off the actor's loop, a batch per transaction). A failing
+        embedder raises, so the alarm is retried with backoff; the markers stay meanwhile."""
+        self._embedding_scheduled = False
+        with self.ctx.quiet_writes():
+            await self.session.embed_pending()
 
     # -- messages --------------------------------------------------------------------
 
@@ -461,9 +511,20 @@ class SessionAgent(Agent):
         """Stored messages on the path to ``leaf_id`` (default: latest leaf), overlays not applied."""
         return await self.session.get_path_length(leaf_id)
 
-    async def search(self, query: str, limit: int = 20) -> list[dict[str, str]]:
-        """Full-text search: up to ``limit`` hits ``{"id", "role", "content", "createdAt"}``, best first."""
-        return await self.session.search(query, limit=limit)
+    async def search(self, query: str, limit: int = 20, mode: str = "text") -> list[dict[str, str]]:
+        """Search by ``mode`` (``"text"``, ``"semantic"``, ``"hybrid"``): up to ``limit`` hits
+        ``{"id", "role", "content", "createdAt"}``, best first (:meth:`Session.search`)."""
+        return await self.session.search(query, limit=limit, mode=mode)
+
+    async def reembed(self) -> dict[str, Any]:
+        """Drop the session's vectors and embed every message again with the configured embedder
+        (after the reply, as for appends); returns the search status (:meth:`Session.reembed`)."""
+        return await self.session.reembed()
+
+    async def search_status(self) -> dict[str, Any]:
+        """``{"embedder", "dimension", "embedded", "pending"}``: how many messages semantic search
+        finds and how many still wait for their vector (:meth:`Session.search_status`)."""
+        return await self.session.search_status()
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -507,8 +568,12 @@ class SessionAgent(Agent):
         return dict(await self.session.append_context_block(label, content))
 
     async def freeze_system_prompt(self) -> str:
-        """The frozen system prompt (rendered and stored on first use)."""
-        return await self.session.freeze_system_prompt()
+        """The frozen system prompt (rendered and stored on first use).
+
+        Storing it on first use is upkeep of a read: it does not move the session's ``updatedAt``.
+        """
+        with self.ctx.quiet_writes():
+            return await self.session.freeze_system_prompt()
 
     async def refresh_system_prompt(self) -> str:
         """Re-render the system prompt from the blocks now, store and return it."""

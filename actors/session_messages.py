@@ -35,6 +35,10 @@ from .tokens import js_stringify
 
 Message = dict[str, Any]
 
+#: Most parts one message may have (more: :class:`InvalidMessageError`, ``field="message.parts"``): every
+#: part costs work on each read, token estimate and compaction of the session.
+MAX_MESSAGE_PARTS = 10_000
+
 _REQUIRED = (("id", str, "a string"), ("role", str, "a string"), ("parts", list, "a list"))
 
 
@@ -54,6 +58,9 @@ def check_message(message: Any) -> Message:
         if not isinstance(message[name], kind):
             got = type(message[name]).__name__
             raise InvalidMessageError(f"message.{name} must be {wanted}, not {got}", field=f"message.{name}")
+    if len(message["parts"]) > MAX_MESSAGE_PARTS:
+        raise InvalidMessageError(f"message.parts has {len(message['parts'])} parts; the limit is {MAX_MESSAGE_PARTS}",
+                                  field="message.parts")
     message = dict(message)
     if isinstance(message.get("createdAt"), _dt.datetime):
         try:

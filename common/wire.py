@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote
 import msgpack
 
 from common import errors
-from common.errors import InvalidInputError, UnsupportedMediaTypeError
+from common.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
 from common.shapes import LATEST_LEAF, MAIN_SUBPATH, encode_entry, parse_session_key
 
 JSON = "application/json"
@@ -39,13 +39,17 @@ MSGPACK = "application/msgpack"
 MAX_SESSION_ID_BYTES = 512
 #: Default request body (and WebSocket frame) limit: 8 MiB.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Default most values a request body may hold inside arrays and objects (:func:`decode_body`'s
+#: ``max_items``): each array and object counts, and so does each of their elements and members.
+DEFAULT_MAX_BODY_ITEMS = 100_000
 #: Prefix of every session route (``/v1/sessions/{session_id}/...``).
 SESSIONS_PREFIX = "/v1/sessions/"
 #: Prefix of the Claude Agent SDK transcript routes.
 TRANSCRIPTS_PREFIX = "/v1/transcripts"
 
 __all__ = [
-    "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "HOP_HEADER", "JSON", "LATEST_LEAF", "MAIN_SUBPATH",
+    "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_BODY_ITEMS", "HOP_HEADER", "JSON", "LATEST_LEAF",
+    "MAIN_SUBPATH",
     "MAX_SESSION_ID_BYTES", "MSGPACK", "OWNER_HEADER", "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id",
     "decode_body", "encode_body", "encode_entry", "error_from_payload", "error_payload", "media_type",
     "parse_session_key", "payload_for", "quote_segment", "status_of", "unquote_segment",
@@ -122,11 +126,20 @@ def media_type(content_type: str | None) -> str:
     return content_type.split(";", 1)[0].strip().lower() or JSON
 
 
-def decode_body(data: bytes, content_type: str | None) -> Any:
+def decode_body(data: bytes, content_type: str | None, *, max_items: int | None = None) -> Any:
     """Parse a request body (``None`` when empty).
+
+    ``max_items`` bounds the work: the body may hold at most that many values
+    inside arrays and objects (each array and object counts, and so does each
+    element and each member); ``None``: no bound. A JSON body is measured
+    before it is parsed (:func:`json_items`), a msgpack body while it is
+    (no single array or map longer than the bound is even allocated), so a
+    body of a million empty arrays costs about as little as its bytes.
 
     Raises:
         UnsupportedMediaTypeError: neither JSON nor msgpack.
+        PayloadTooLargeError: (``field="body"``) more than ``max_items`` values
+            in arrays and objects.
         InvalidInputError: (``field="body"``) the bytes do not parse, nest deeper
             than the parser can follow, or (JSON) hold a lone surrogate escape
             such as ``"\\ud800"``, which no stored text can hold. (``NaN`` and
@@ -138,9 +151,11 @@ def decode_body(data: bytes, content_type: str | None) -> Any:
     if not data:
         return None
     name = "msgpack" if kind == MSGPACK else "JSON"
+    if max_items is not None and kind == JSON and json_items(data, max_items) > max_items:
+        raise _too_many_items(max_items)
     try:
         if kind == MSGPACK:
-            return msgpack.unpackb(data, raw=False, strict_map_key=True)
+            return _unpack(data, max_items)
         value = json.loads(data)
     except (RecursionError, msgpack.StackError):
         raise InvalidInputError(f"the body is not valid {name}: it is nested too deeply",
@@ -152,6 +167,90 @@ def decode_body(data: bytes, content_type: str | None) -> Any:
         raise InvalidInputError(
             "the body is not valid JSON: it holds a lone UTF-16 surrogate (\\ud800-\\udfff)", field="body")
     return value
+
+
+def _too_many_items(max_items: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"the body holds more than {max_items} values in arrays and objects, "
+                                "the server's limit (server.max_body_items)", field="body")
+
+
+class _TooManyItems(Exception):
+    """Raised inside msgpack's hooks once the body's bound is passed (never escapes :func:`decode_body`)."""
+
+
+def _unpack(data: bytes, max_items: int | None) -> Any:
+    """``msgpack.unpackb`` counting values as arrays and maps complete (see :func:`decode_body`)."""
+    if max_items is None:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True)
+    seen = 0
+
+    def count(container: Any) -> Any:
+        nonlocal seen
+        seen += len(container) + 1
+        if seen > max_items:
+            raise _TooManyItems
+        return container
+
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, list_hook=count, object_hook=count,
+                               max_array_len=max_items, max_map_len=max_items)
+    except _TooManyItems:
+        raise _too_many_items(max_items) from None
+    except ValueError as exc:
+        if "exceeds max_" in str(exc):  # one array or map longer than the bound on its own
+            raise _too_many_items(max_items) from None
+        raise
+
+
+# A JSON string: its quotes and everything between them (escapes included), matched without backtracking.
+_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+
+
+def json_items(data: bytes, limit: int) -> int:
+    """How many values ``data`` (JSON text) holds inside arrays and objects, as :func:`decode_body`
+    counts them, or an estimate above ``limit`` once it is clear the count passes it.
+
+    Costs a few byte counts (C speed) for most bodies; only a body whose brackets and commas,
+    strings included, pass ``limit`` is scanned once more with its strings left out. Does not
+    validate: text that is not JSON gets some count, and the parser refuses it afterwards.
+    """
+    commas = data.count(b",")
+    if commas <= limit:
+        bound = 2 * (data.count(b"[") + data.count(b"{")) + commas  # members <= commas + containers
+        if bound <= limit:
+            return bound
+    # Every string is a key or an element (a member has at most two): too many quotes, too many items.
+    quotes = data.count(b'"')
+    if quotes // 2 > 2 * limit + 1 and (quotes - data.count(b'\\"')) // 2 > 2 * limit + 1:
+        return 2 * limit + 2
+    bare = _without_strings(data, quotes)
+    containers = bare.count(b"[") + bare.count(b"{")
+    empty = len(_EMPTY_CONTAINER.findall(bare)) if containers <= limit else 0
+    return 2 * containers - empty + bare.count(b",")
+
+
+_EMPTY_CONTAINER = re.compile(rb"\[\s*\]|\{\s*\}")
+#: Quotes past which :func:`_without_strings` lets the regex find the strings (short ones, many).
+_FEW_QUOTES = 8192
+
+
+def _without_strings(data: bytes, quotes: int) -> bytes:
+    """``data`` (holding ``quotes`` double quotes) with every JSON string replaced by ``""``. Few
+    strings (long texts): found with ``bytes.find`` (memchr speed); many: with one regex substitution."""
+    if quotes > _FEW_QUOTES:
+        return _JSON_STRING.sub(b'""', data)
+    gaps, position = [], 0
+    while (start := data.find(b'"', position)) >= 0:
+        gaps.append(data[position:start])
+        end = data.find(b'"', start + 1)
+        if end > 0 and data[end - 1] == 0x5C:  # an escaped quote, perhaps: let the regex walk the escapes
+            found = _JSON_STRING.match(data, start)
+            end = found.end() - 1 if found else -1
+        if end < 0:  # an unterminated string: nothing more is structure
+            return b'""'.join(gaps)
+        position = end + 1
+    gaps.append(data[position:])
+    return b'""'.join(gaps)
 
 
 # JSON may spell a UTF-16 surrogate as an escape; a pair decodes to one character, a lone one

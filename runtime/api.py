@@ -49,6 +49,7 @@ from common.errors import (
     InvalidMessageError,
     MessageNotFoundError,
     NotFoundError,
+    NotSupportedError,
     SearchQueryError,
 )
 from common.shapes import LATEST_LEAF
@@ -111,6 +112,13 @@ def _object(title: str, properties: Mapping[str, Any], *, closed: bool = True) -
 MESSAGE = _object("Message", {"id": STRING, "role": STRING, "parts": _array(ANY)}, closed=False)
 #: A search hit: the text parts joined by one space (``""`` when found through tool calls only).
 SEARCH_HIT = _object("SearchHit", {"id": STRING, "role": STRING, "content": STRING, "createdAt": STRING})
+#: The modes of a message search (``actors.session_embeddings.SEARCH_MODES``).
+SEARCH_MODE = {"enum": ["text", "semantic", "hybrid"]}
+#: How far semantic search has got (``embedder`` null: none configured).
+SEARCH_STATUS = _object("SearchStatus", {
+    "embedder": {"type": ["string", "null"]}, "dimension": {"type": ["integer", "null"]},
+    "embedded": INTEGER, "pending": INTEGER,
+})
 #: A context block as read (``description`` and ``maxTokens`` null when unset).
 CONTEXT_BLOCK = _object("ContextBlock", {
     "label": STRING, "description": {"type": ["string", "null"]}, "content": STRING, "tokens": INTEGER,
@@ -420,12 +428,22 @@ SESSION_API: tuple[ApiMethod, ...] = (
             (_MESSAGE_ID,), _MESSAGES, (InvalidInputError,),
             HttpRoute("GET", "messages/{message_id}/branches", (path("message_id", fallback=True),),
                       result_key="messages"), empty=[]),
-    _method("search", "Full-text search of the stored messages, best first.",
+    _method("search", "Search the stored messages by words (mode text, the default), meaning (semantic) "
+            "or both (hybrid: reciprocal rank fusion), best first.",
             (Param("query", STRING), Param("limit", {"type": "integer", "minimum": 0}, default=20,
-                                           keyword_only=True)),
-            _array(SEARCH_HIT), (InvalidInputError, SearchQueryError),
-            HttpRoute("GET", "search", (query("q", "query"), query("limit", schema=QUERY_LIMIT)),
+                                           keyword_only=True),
+             Param("mode", SEARCH_MODE, default="text", keyword_only=True)),
+            _array(SEARCH_HIT), (InvalidInputError, SearchQueryError, NotSupportedError),
+            HttpRoute("GET", "search", (query("q", "query"), query("limit", schema=QUERY_LIMIT), query("mode")),
                       result_key="results"), empty=[]),
+    _method("search_status", "Semantic search's progress: the embedder's model, the vectors' dimension, "
+            "messages embedded and messages still pending (not yet found by semantic search).",
+            (), SEARCH_STATUS, (),
+            HttpRoute("GET", "search:status", result_key="status")),
+    _method("reembed", "Drop the session's vectors and embed every message again with the configured embedder "
+            "(after the reply); the search status, everything pending.",
+            (), SEARCH_STATUS, (NotSupportedError,),
+            HttpRoute("POST", "search:reembed", result_key="status")),
     # -- metadata
     _method("get_metadata", "The session's metadata object ({} until set).",
             (), METADATA, (), actor_only=True),
@@ -495,7 +513,7 @@ EMPTY_READS: Mapping[str, Any] = MappingProxyType(
 SESSION_EXCLUDED: Mapping[str, str] = MappingProxyType({
     **dict.fromkeys(
         ("create", "for_session", "with_context", "with_cached_prompt", "on_compaction", "compact_after",
-         "on_compaction_error", "with_row_limit", "with_broadcast_id"),
+         "on_compaction_error", "with_row_limit", "with_broadcast_id", "with_embedder"),
         "a builder: the actor's configuration sets it up",
     ),
     "seed_messages": "synchronous, for a SessionManager fork inside its own transaction",
@@ -505,6 +523,7 @@ SESSION_EXCLUDED: Mapping[str, str] = MappingProxyType({
     "raw_path_chunks": "the stored path without overlays in bounded chunks, for the skill restore",
     "get_history_row_stats": "per-row sizes for in-process callers; not served",
     "add_context": "takes a provider object, which is no wire data",
+    "embed_pending": "upkeep the session actor runs from its alarm after a write, not a call",
     "remove_context": "blocks are the actor's configuration, not a call",
 })
 

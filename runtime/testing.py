@@ -12,7 +12,11 @@ under trio (``trio_mode = true``)::
         assert await stub.increment() == 2
 
 Idle timeouts and alarms follow trio's clock: take pytest-trio's
-``autojump_clock`` fixture and an hour of idleness passes at once.
+``autojump_clock`` fixture and an hour of idleness passes at once. Virtual
+time stays honest: under a ``MockClock`` the host does its blocking steps
+(a hibernation's WAL checkpoint) on the trio thread instead of a worker
+thread, so the clock never jumps past a due alarm while it waits
+(:mod:`runtime.host.offload`).
 
 The host itself offers the controls: ``await host.hibernate(ns, id)``,
 ``await host.hibernate_all()``, ``host.is_active(ns, id)`` and

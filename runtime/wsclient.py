@@ -12,6 +12,7 @@ handshake, and the HTTP error a server sends instead of accepting.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,10 +75,11 @@ class WebSocketConnection:
     @classmethod
     async def connect(
         cls, url: str, *, headers: Sequence[tuple[str, str]] = (), max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        subprotocols: Sequence[str] = (),
+        subprotocols: Sequence[str] = (), ssl_context: ssl.SSLContext | None = None,
     ) -> WebSocketConnection:
         """Open ``url`` (``ws://``, ``wss://``, or ``http(s)://`` meaning the same), offering
-        ``subprotocols`` (the one the server selected: :attr:`subprotocol`).
+        ``subprotocols`` (the one the server selected: :attr:`subprotocol`); ``ssl_context``:
+        for ``wss://`` (``None``: the system's CAs).
 
         Raises:
             ValueError: an unsupported scheme.
@@ -94,7 +96,7 @@ class WebSocketConnection:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         stream: ByteStream
         if secure:
-            stream = await anyio.connect_tcp(host, port, tls=True, tls_hostname=host)
+            stream = await anyio.connect_tcp(host, port, tls=True, ssl_context=ssl_context, tls_hostname=host)
         else:
             stream = await anyio.connect_tcp(host, port)
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
+from .backup import copy_database
 from .kv import ActorStorage
 from .sqlite import Durability, SqlStorage
 
@@ -99,6 +100,10 @@ class AlarmIndex:
     def entries(self) -> list[tuple[str, str, int]]:
         """Every row ``(namespace, actor_id, scheduled_ms)``, by namespace then actor id."""
         return list(self._storage.exec(_ALL))
+
+    def backup_to(self, target: str | os.PathLike[str]) -> None:
+        """Copy the index, consistent as of now, into the new file ``target`` (SQLite's online backup)."""
+        copy_database(self._storage, target)
 
     def sync(self, namespace: str, actor_id: str, storage: ActorStorage) -> None:
         """Copy the actor's committed alarm row to the index.

@@ -36,6 +36,7 @@ from pathlib import Path
 import apsw
 
 from .integrity import ActorFacts, actor_facts, open_for_inspection
+from .backup import copy_database
 from .sqlite import Durability, SqlStorage
 
 __all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog", "last_write_ms", "read_facts"]
@@ -62,11 +63,25 @@ CREATE TABLE actors (
 CREATE INDEX actors_by_update ON actors (namespace, updated_ms);
 """
 
+# v2: which agent class served each namespace last (``module.QualName``), so a host bound to another
+# class over the same folder can say so at start.
+# ... and ``unclosed``: set by :meth:`HostCatalog.mark_written` at an actor's first write after it woke
+# (and after each checkpoint of its WAL), cleared when its close is recorded. A row with ``unclosed = 1``
+# after a restart means the host stopped without closing the actor (a crash): its counts are stale.
+_CATALOG_V2 = """
+CREATE TABLE namespaces (
+    namespace   TEXT PRIMARY KEY,
+    agent_class TEXT NOT NULL,
+    bound_ms    INTEGER NOT NULL
+) WITHOUT ROWID;
+ALTER TABLE actors ADD COLUMN unclosed INTEGER NOT NULL DEFAULT 0;
+"""
+
 #: The catalog's schema ladder: ``CATALOG_MIGRATIONS[i]`` takes version ``i`` to ``i + 1``.
-CATALOG_MIGRATIONS = (_CATALOG_V1,)
+CATALOG_MIGRATIONS = (_CATALOG_V1, _CATALOG_V2)
 
 _COLUMNS = ("namespace, actor_id, name, generation, messages, compactions, compacted_through, created_ms, "
-            "updated_ms, state, problem, quarantined_to")
+            "updated_ms, state, problem, quarantined_to, unclosed")
 _GET = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? AND actor_id = ?"
 _LIST = f"SELECT {_COLUMNS} FROM actors WHERE namespace = ? ORDER BY updated_ms DESC, actor_id"
 _ALL = f"SELECT {_COLUMNS} FROM actors ORDER BY namespace, actor_id"
@@ -89,7 +104,17 @@ ON CONFLICT (namespace, actor_id) DO UPDATE SET
     messages = excluded.messages,
     compactions = excluded.compactions,
     compacted_through = excluded.compacted_through,
-    updated_ms = max(excluded.updated_ms, actors.updated_ms)
+    updated_ms = max(excluded.updated_ms, actors.updated_ms),
+    unclosed = 0
+WHERE actors.state = 'ok'
+"""
+_MARK = """
+INSERT INTO actors (namespace, actor_id, name, generation, created_ms, updated_ms, unclosed)
+VALUES (?, ?, ?, ?, ?, ?, 1)
+ON CONFLICT (namespace, actor_id) DO UPDATE SET
+    name = coalesce(excluded.name, actors.name),
+    generation = max(excluded.generation, actors.generation),
+    unclosed = 1
 WHERE actors.state = 'ok'
 """
 _QUARANTINE = """
@@ -108,6 +133,8 @@ class CatalogEntry:
     ``state`` is ``"ok"`` or ``"quarantined"``; a quarantined entry says
     the ``problem`` found and ``quarantined_to`` (the folder its files were
     moved to, relative to the data folder; ``None`` when nothing was left to move).
+    ``unclosed``: the host marked the actor written and has not recorded its close since
+    (after a restart: it crashed); the counts may be older than the file.
     """
 
     namespace: str
@@ -122,6 +149,7 @@ class CatalogEntry:
     state: str
     problem: str | None
     quarantined_to: str | None
+    unclosed: bool = False
 
     @property
     def quarantined(self) -> bool:
@@ -144,7 +172,13 @@ class HostCatalog:
             apsw.Error: the file cannot be opened (held by another process, damaged).
         """
         path = Path(data_dir) / CATALOG_FILE
-        return cls(SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS), Path(data_dir))
+        storage = SqlStorage.open(path, durability=durability, migrations=CATALOG_MIGRATIONS)
+        try:
+            _scrub_once(storage)
+        except BaseException:
+            storage.close()
+            raise
+        return cls(storage, Path(data_dir))
 
     def close(self) -> None:
         """Close the file. Idempotent."""
@@ -201,6 +235,17 @@ class HostCatalog:
             facts.compacted_through, created, updated,
         )
 
+    def mark_written(self, namespace: str, actor_id: str, *, name: str | None, generation: int,
+                     first_written_ms: int) -> None:
+        """Note, before the actor's first write since it woke is acknowledged, that its file holds
+        ``generation`` or more from now on (the file already does) and must exist.
+
+        A crash then leaves a row whose generation a file that lost its WAL, or vanished, cannot
+        match (:mod:`runtime.host.file_guard`). A new row gets no counts (``unclosed``: a rescan or
+        the next close fills them in); an existing row keeps its counts and times.
+        """
+        self._storage.exec(_MARK, namespace, actor_id, name, generation, first_written_ms, first_written_ms)
+
     def quarantine(self, namespace: str, actor_id: str, *, name: str | None, problem: str,
                    moved_to: str | None, now_ms: int | None = None) -> None:
         """Mark the actor quarantined (creating its entry if needed)."""
@@ -212,13 +257,54 @@ class HostCatalog:
         self._storage.exec("DELETE FROM actors WHERE namespace = ? AND actor_id = ?", namespace, actor_id)
         return self._storage.connection.changes() > 0
 
+    def erase(self, namespace: str, actor_id: str) -> bool:
+        """Drop the actor's entry so that none of its bytes remain in the catalog's files: the freed cell
+        is zeroed (``secure_delete``, on since :meth:`open`) and the WAL, which held the old page, is checkpointed and cut to
+        0 bytes. ``True`` if it existed."""
+        found = self.forget(namespace, actor_id)
+        self._storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        return found
+
+    def backup_to(self, target: str | os.PathLike[str]) -> None:
+        """Copy the catalog, consistent as of now, into the new file ``target`` (SQLite's online backup)."""
+        copy_database(self._storage, target)
+
+    def bound_class(self, namespace: str) -> str | None:
+        """The agent class (``module.QualName``) that last served ``namespace`` from this folder, or ``None``."""
+        value = self._storage.scalar("SELECT agent_class FROM namespaces WHERE namespace = ?", namespace)
+        return None if value is None else str(value)
+
+    def record_class(self, namespace: str, agent_class: str) -> None:
+        """Note that ``agent_class`` (``module.QualName``) serves ``namespace`` from now on."""
+        self._storage.exec(
+            "INSERT INTO namespaces (namespace, agent_class, bound_ms) VALUES (?, ?, ?) "
+            "ON CONFLICT (namespace) DO UPDATE SET agent_class = excluded.agent_class, bound_ms = excluded.bound_ms",
+            namespace, agent_class, _now_ms())
+
     def unlisted(self, namespace: str) -> Iterator[str]:
-        """Hex ids of the actor files of ``namespace`` on disk that have no entry (one folder scan)."""
+        """Hex ids of the actor files of ``namespace`` on disk that have no entry, or an entry left
+        ``unclosed`` by a crash (stale counts), in one folder scan."""
         known = {row[0] for row in self._storage.exec(
-            "SELECT actor_id FROM actors WHERE namespace = ?", namespace)}
+            "SELECT actor_id FROM actors WHERE namespace = ? AND unclosed = 0", namespace)}
         for hex_id in actor_files(self.data_dir, namespace):
             if hex_id not in known:
                 yield hex_id
+
+
+#: ``PRAGMA application_id`` of a catalog rebuilt once with ``secure_delete`` on (:func:`_scrub_once`).
+SCRUBBED_ID = 0x44534331
+
+
+def _scrub_once(storage: SqlStorage) -> None:
+    """Turn ``secure_delete`` on (a deleted or rewritten row leaves no old bytes behind, for
+    :meth:`HostCatalog.erase`), and rebuild a file written before that (``VACUUM``, once; marked
+    by :data:`SCRUBBED_ID`) so old row versions left in free space go too."""
+    storage.exec("PRAGMA secure_delete = ON")
+    if storage.scalar("PRAGMA application_id") == SCRUBBED_ID:
+        return
+    storage.exec("VACUUM")
+    storage.exec(f"PRAGMA application_id = {SCRUBBED_ID}")
+    storage.connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
 
 
 def last_write_ms(storage: SqlStorage) -> int | None:

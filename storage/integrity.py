@@ -36,6 +36,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ from .sqlite import SqlStorage
 
 __all__ = [
     "ACTOR_NAME_KEY", "GENERATION_TABLE", "QUICK_CHECK_MAX_BYTES", "ActorFacts", "actor_facts", "bump_generation",
-    "check_files", "companion_files", "examine", "integrity_check", "open_for_inspection", "quick_check",
+    "InspectionTimeout", "check_files", "companion_files", "examine", "integrity_check", "open_for_inspection", "quick_check",
     "quick_check_file",
     "read_generation", "wal_checksum_problem",
 ]
@@ -373,6 +374,11 @@ def _epoch_ms(storage: SqlStorage, stamp: str | None) -> int | None:
 def open_for_inspection(path: str | os.PathLike[str]) -> SqlStorage:
     """Open an existing actor file to inspect it: no migration, no checkpoint on close, nothing created.
 
+    The file may be hostile (any file can sit in a data folder): its schema is
+    not trusted (``trusted_schema`` off: no functions or virtual tables it
+    names run), and its views and triggers are turned off, so reading a name
+    that is a view over an endless query fails at once instead of running it.
+
     Raises:
         apsw.Error: SQLite cannot open or read it (``apsw.NotADBError``, ``apsw.CorruptError``...).
     """
@@ -380,6 +386,8 @@ def open_for_inspection(path: str | os.PathLike[str]) -> SqlStorage:
     try:
         con.pragma("locking_mode", "EXCLUSIVE")
         con.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        for setting in _UNTRUSTED:
+            con.config(setting, 0)
         con.execute("SELECT count(*) FROM sqlite_schema").fetchall()
     except BaseException:
         con.close()
@@ -387,15 +395,38 @@ def open_for_inspection(path: str | os.PathLike[str]) -> SqlStorage:
     return SqlStorage(con, os.fspath(path), "normal")
 
 
+#: What :func:`open_for_inspection` turns off: the schema's functions, its views, its triggers.
+_UNTRUSTED = (apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, apsw.SQLITE_DBCONFIG_ENABLE_VIEW,
+              apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER)
+#: The tables :func:`actor_facts` reads: each must be a table (not a view) where it exists.
+_READ_TABLES = ("assistant_messages", "assistant_compactions", "assistant_config", GENERATION_TABLE)
+#: SQLite virtual machine steps between two looks at the clock (:func:`examine`'s budget).
+_BUDGET_STEPS = 10_000
+
+
+class InspectionTimeout(TimeoutError):
+    """:func:`examine` ran out of its time budget on one file (nothing is known about it)."""
+
+
 def examine(
-    path: str | os.PathLike[str], known_generation: int | None = None
+    path: str | os.PathLike[str], known_generation: int | None = None, *, budget_s: float | None = None,
 ) -> tuple[str, None] | tuple[None, ActorFacts]:
     """The thorough check of one closed actor file (``doctor``): ``(problem, None)`` or ``(None, facts)``.
 
     Headers, every WAL frame checksum, the full integrity check, and the
     generation against ``known_generation`` (the catalog's, when it has a
-    row). Slow on big files (about 30 ms per MB); writes nothing.
+    row). Slow on big files (about 30 ms per MB); writes nothing. Opened as
+    :func:`open_for_inspection` does (no view, trigger or schema function
+    runs), and only tables are read: a known name that is a view is a problem.
+
+    Args:
+        budget_s: the most seconds SQLite may work on the file (``None``: no limit),
+            enforced with a progress handler that interrupts the statement.
+
+    Raises:
+        InspectionTimeout: ``budget_s`` passed before the checks ended.
     """
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     problem = check_files(path) or wal_checksum_problem(path)
     if problem is not None:
         return problem, None
@@ -403,11 +434,18 @@ def examine(
         storage = open_for_inspection(path)
     except apsw.Error as exc:
         return f"SQLite cannot open it: {exc}", None
+    if deadline is not None:
+        storage.connection.set_progress_handler(lambda: time.monotonic() > deadline, _BUDGET_STEPS)
     try:
         errors = integrity_check(storage)
         if errors:
             return f"the integrity check failed: {'; '.join(errors[:3])}", None
+        problem = _not_tables(storage)
+        if problem is not None:
+            return problem, None
         facts = actor_facts(storage)
+    except apsw.InterruptError:
+        raise InspectionTimeout(f"the checks took longer than their budget of {budget_s:g} s") from None
     except apsw.Error as exc:
         return f"SQLite could not read it: {exc}", None
     finally:
@@ -416,3 +454,12 @@ def examine(
         return (f"its file went back in time (generation {facts.generation}, the catalog saw "
                 f"{known_generation})"), None
     return None, facts
+
+
+def _not_tables(storage: SqlStorage) -> str | None:
+    """A problem when a name the checks read is something other than a table (a view, say)."""
+    marks = ", ".join("?" * len(_READ_TABLES))
+    for name, kind in storage.connection.execute(
+            f"SELECT name, type FROM sqlite_schema WHERE name IN ({marks}) AND type != 'table'", _READ_TABLES):
+        return f"{name} is a {kind}, not a table: not an actor file this program wrote"
+    return None

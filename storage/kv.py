@@ -68,6 +68,7 @@ class ActorStorage(SqlStorage):
         self.alarm_listener: Callable[[int | None], None] | None = None
         self.delivering_alarm: int | None = None
         self._alarm_generation = 0
+        self._autocheckpoint_pages: int | None = None
 
     def skip_checkpoint_on_close(self) -> None:
         """Leave the WAL in place when this connection closes.
@@ -88,6 +89,35 @@ class ActorStorage(SqlStorage):
             return os.stat(self.path + "-wal").st_size
         except FileNotFoundError:
             return 0
+
+    def on_checkpoint(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback()`` after each automatic checkpoint of this connection's WAL.
+
+        SQLite checkpoints a WAL by itself once it holds ``wal_autocheckpoint``
+        pages (1,000 by default), inside the commit that crossed the line.
+        With a callback, this storage runs that same passive checkpoint from
+        SQLite's WAL hook and then calls ``callback()`` when any page was
+        copied into the database file: after it, the commits that follow are
+        at first only in a fresh WAL. ``callback`` runs inside the hook, must
+        not use this storage, and what it raises is logged by apsw and
+        ignored. ``None`` restores SQLite's own automatic checkpoint.
+        """
+        connection = self.connection
+        if self._autocheckpoint_pages is None:  # SQLite's setting, read before our hook replaces its own
+            self._autocheckpoint_pages = int(self.scalar("PRAGMA wal_autocheckpoint") or 0)
+        pages = self._autocheckpoint_pages
+        if callback is None or pages <= 0:
+            connection.wal_autocheckpoint(pages)  # SQLite's own hook again (or none: autocheckpoint off)
+            return
+
+        def hook(conn: apsw.Connection, database: str, wal_pages: int) -> int:
+            if wal_pages >= pages:
+                _log_pages, copied = conn.wal_checkpoint(database, apsw.SQLITE_CHECKPOINT_PASSIVE)
+                if copied > 0:
+                    callback()
+            return apsw.SQLITE_OK
+
+        connection.set_wal_hook(hook)
 
     def checkpoint_wal(self) -> None:
         """Copy every frame of the WAL into the database file and cut the ``-wal`` file to 0 bytes.

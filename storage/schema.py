@@ -51,6 +51,9 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   holding only text that contains CJK characters (docs/deviations.md #10);
 * ``transcript_entries`` holds Claude Agent SDK transcript entries (opaque
   JSON, append order, de-duplicated by ``uuid`` per ``subpath``);
+* ``assistant_embeddings`` holds one vector per message with text (semantic
+  search, version 4) and ``assistant_embeddings_pending`` the messages still to
+  embed (:mod:`storage.embeddings`);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
   ``_cf_alarm`` the actor's single alarm.
 """
@@ -253,8 +256,39 @@ DELETE FROM assistant_config WHERE key = 'active_leaf';
 """
 
 
+# Version 4: semantic search (docs/semantic-search.md). One vector per message with text, a plain
+# row (``dimension * 4`` bytes, little-endian float32) with the model's name and dimension beside
+# it, so a cluster changeset carries it as it is; and one pending marker per message still to
+# embed, written in the append's transaction (``mark`` counts re-marks: an update while the
+# message is being embedded keeps its marker). Both keyed by the message's ``seq``. And one vector per
+# searchable-block entry (``cf_agents_search_embeddings``, keyed by the entry's ``seq``, with the
+# text it was made from, so a replaced entry is embedded again).
+_V4 = """
+CREATE TABLE assistant_embeddings (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    model      TEXT NOT NULL,
+    dimension  INTEGER NOT NULL,
+    vector     BLOB NOT NULL
+);
+CREATE INDEX idx_assistant_embeddings_session ON assistant_embeddings (session_id, model);
+CREATE TABLE assistant_embeddings_pending (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    mark       INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE cf_agents_search_embeddings (
+    seq        INTEGER PRIMARY KEY,
+    model      TEXT NOT NULL,
+    dimension  INTEGER NOT NULL,
+    content    TEXT NOT NULL,
+    vector     BLOB NOT NULL
+);
+"""
+
+
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -215,6 +215,10 @@ class TranscriptCatalog:
         """Close the file (idempotent)."""
         self.storage.close()
 
+    def for_actor(self, actor_id: object) -> TranscriptCatalog:
+        """Itself: every transcript actor of the host records its row here."""
+        return self
+
     def record_append(
         self, project_key: str, session_id: str, entries: Sequence[Mapping[str, Any]]
     ) -> int:

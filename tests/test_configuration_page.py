@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig
-from runtime.server.config import ClusterSettings, ConfigError, ServerSettings, StorageSettings, load_config
+from actors.session_embeddings import EmbedderConfig
+from runtime.server.config import (
+    ClusterSettings,
+    ConfigError,
+    RetentionSettings,
+    ServerSettings,
+    StorageSettings,
+    load_config,
+)
 from tests.support.data import REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "configuration.md"
@@ -28,6 +36,8 @@ SECTIONS = {
     "[[session.blocks]]": ("[[session.blocks]]", BlockConfig),
     "[session.compaction]": ("[session.compaction]", CompactionConfig),
     "[cluster]": ("[cluster]", ClusterSettings),
+    "[retention]": ("[retention]", RetentionSettings),
+    "[search]": ("[search]", EmbedderConfig),
 }
 _HEADING = re.compile(r"^#+ `(\[\[?[a-z.]+\]\]?)`\s*$")
 _ROW = re.compile(r"^\| `([a-z_]+)` \| ([^|]+) \| ([^|]+) \| (.+) \|$")
@@ -60,7 +70,7 @@ def accepted_keys(tmp_path: Path, opening: str) -> set[str]:
 
 
 def test_the_page_has_a_table_for_every_section_and_no_other(tmp_path):
-    assert accepted_keys(tmp_path, "") == {"server", "storage", "session", "cluster"}
+    assert accepted_keys(tmp_path, "") == {"server", "storage", "session", "cluster", "retention", "search"}
     assert set(page_tables()) == set(SECTIONS)
 
 

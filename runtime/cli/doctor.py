@@ -13,6 +13,12 @@ would; ``--release ID`` drops the catalog row of a quarantined or vanished
 actor (a hex id, or a session id of the ``sessions`` namespace) so that id
 can be used again, starting empty (restore its files first to keep them).
 
+Each file gets a time budget (``--time-budget``, default
+:data:`DEFAULT_BUDGET_S`): a file whose checks take longer is reported
+``unchecked`` (exit status 1; never quarantined for it). Files are opened
+without trusting their schema: no view, trigger or schema function of a
+hostile file runs (:func:`storage.integrity.open_for_inspection`).
+
 The doctor takes the data folder's lock: it refuses a folder a running host
 holds. Exit status: 0 nothing wrong, 1 damage found (or listed), 2 bad usage.
 """
@@ -30,17 +36,20 @@ from runtime.host.file_guard import FileGuard
 from runtime.host.folder_lock import DataFolderLock
 from runtime.host.ids import ActorId, check_namespace_name, id_from_name, id_from_string
 from storage.catalog import CatalogEntry, HostCatalog, actor_files
-from storage.integrity import examine
+from storage.integrity import InspectionTimeout, examine
 
 __all__ = ["Finding", "run_doctor"]
 
+#: Seconds of checks one actor file may take by default (``doctor --time-budget``).
+DEFAULT_BUDGET_S = 60.0
 #: Namespace ``--release`` maps a session id into.
 SESSIONS_NAMESPACE = "sessions"
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: ``kind`` is ``damaged``, ``vanished`` or ``quarantined`` (earlier, by a host)."""
+    """One problem: ``kind`` is ``damaged``, ``vanished``, ``quarantined`` (earlier, by a host) or
+    ``unchecked`` (its checks ran past the time budget)."""
 
     namespace: str
     actor_id: str
@@ -58,8 +67,10 @@ class Report:
 
 
 def run_doctor(data_dir: Path, *, quarantine: bool = False, release: tuple[str, ...] = (),
-               as_json: bool = False, out: Any = None) -> int:
+               as_json: bool = False, out: Any = None, budget_s: float = DEFAULT_BUDGET_S) -> int:
     """Check ``data_dir``, print the findings to ``out`` (default stdout); the exit status.
+
+    ``budget_s``: the most seconds the checks of one actor file may take.
 
     Raises:
         DataFolderLockedError: a running host (or another doctor) holds the folder.
@@ -71,7 +82,8 @@ def run_doctor(data_dir: Path, *, quarantine: bool = False, release: tuple[str, 
     try:
         catalog = HostCatalog.open(data_dir)
         try:
-            return _doctor(data_dir, catalog, quarantine=quarantine, release=release, as_json=as_json, out=out)
+            return _doctor(data_dir, catalog, quarantine=quarantine, release=release, as_json=as_json, out=out,
+                           budget_s=budget_s)
         finally:
             catalog.close()
     finally:
@@ -79,14 +91,14 @@ def run_doctor(data_dir: Path, *, quarantine: bool = False, release: tuple[str, 
 
 
 def _doctor(data_dir: Path, catalog: HostCatalog, *, quarantine: bool, release: tuple[str, ...], as_json: bool,
-            out: Any) -> int:
+            out: Any, budget_s: float) -> int:
     report = Report()
     for text in release:
         report.released += _release(catalog, text)
     guard = FileGuard(data_dir, catalog, lambda actor_id: _path(data_dir, actor_id))
     findings: list[Finding] = []
     for namespace in _namespaces(data_dir, catalog):
-        findings += _check_namespace(data_dir, catalog, namespace, report)
+        findings += _check_namespace(data_dir, catalog, namespace, report, budget_s)
     if quarantine:
         findings = [_quarantine(guard, catalog, finding) for finding in findings]
     _print(data_dir, findings, report, as_json, out)
@@ -101,14 +113,19 @@ def _namespaces(data_dir: Path, catalog: HostCatalog) -> list[str]:
     return sorted(found)
 
 
-def _check_namespace(data_dir: Path, catalog: HostCatalog, namespace: str, report: Report) -> Iterator[Finding]:
+def _check_namespace(data_dir: Path, catalog: HostCatalog, namespace: str, report: Report,
+                     budget_s: float) -> Iterator[Finding]:
     on_disk = set()
     for hex_id in actor_files(data_dir, namespace):
         on_disk.add(hex_id)
         report.checked += 1
         entry = catalog.get(namespace, hex_id)
-        problem = _check_file(data_dir / namespace / hex_id[:2] / f"{hex_id}.sqlite3", entry, catalog, namespace,
-                              hex_id, report)
+        try:
+            problem = _check_file(data_dir / namespace / hex_id[:2] / f"{hex_id}.sqlite3", entry, catalog,
+                                  namespace, hex_id, report, budget_s)
+        except InspectionTimeout as exc:
+            yield Finding(namespace, hex_id, entry.name if entry else None, "unchecked", str(exc))
+            continue
         if problem is not None:
             yield Finding(namespace, hex_id, entry.name if entry else None, "damaged", problem)
     for entry in catalog.entries(namespace):
@@ -122,9 +139,13 @@ def _check_namespace(data_dir: Path, catalog: HostCatalog, namespace: str, repor
 
 
 def _check_file(path: Path, entry: CatalogEntry | None, catalog: HostCatalog, namespace: str, hex_id: str,
-                report: Report) -> str | None:
-    """The first problem of one actor file, or ``None`` (a file without a catalog row then gets one)."""
-    problem, facts = examine(path, entry.generation if entry is not None else None)
+                report: Report, budget_s: float) -> str | None:
+    """The first problem of one actor file, or ``None`` (a file without a catalog row then gets one).
+
+    Raises:
+        InspectionTimeout: the checks ran past ``budget_s`` seconds.
+    """
+    problem, facts = examine(path, entry.generation if entry is not None else None, budget_s=budget_s)
     if problem is not None:
         if entry is not None and problem.startswith("its file went back in time"):
             problem = problem[:-1] + f" with {entry.messages} messages)"
@@ -137,7 +158,7 @@ def _check_file(path: Path, entry: CatalogEntry | None, catalog: HostCatalog, na
 
 
 def _quarantine(guard: FileGuard, catalog: HostCatalog, finding: Finding) -> Finding:
-    if finding.kind == "quarantined":
+    if finding.kind in ("quarantined", "unchecked"):
         return finding
     actor_id = ActorId(finding.namespace, finding.actor_id)
     guard.quarantine(actor_id, finding.problem, name=finding.name)
@@ -176,7 +197,8 @@ def _path(data_dir: Path, actor_id: ActorId) -> Path:
 
 
 def _print(data_dir: Path, findings: list[Finding], report: Report, as_json: bool, out: Any) -> None:
-    counts = {kind: sum(f.kind == kind for f in findings) for kind in ("damaged", "vanished", "quarantined")}
+    counts = {kind: sum(f.kind == kind for f in findings)
+              for kind in ("damaged", "vanished", "quarantined", "unchecked")}
     if as_json:
         body = {"data": str(data_dir), "checked": report.checked, "cataloged": report.cataloged,
                 "released": report.released, **counts, "findings": [asdict(f) for f in findings]}
@@ -187,5 +209,7 @@ def _print(data_dir: Path, findings: list[Finding], report: Report, as_json: boo
         where = f"; files in {f.quarantined_to}" if f.quarantined_to else ""
         print(f"{f.namespace}/{f.actor_id}{name}: {f.kind}: {f.problem}{where}", file=out)
     print(f"checked {report.checked} actor files: {counts['damaged']} damaged, {counts['vanished']} vanished, "
-          f"{counts['quarantined']} quarantined earlier; {report.cataloged} added to the catalog"
+          f"{counts['quarantined']} quarantined earlier"
+          + (f", {counts['unchecked']} unchecked (over the time budget)" if counts["unchecked"] else "")
+          + f"; {report.cataloged} added to the catalog"
           + (f"; {report.released} released" if report.released else ""), file=out)

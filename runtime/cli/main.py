@@ -6,16 +6,27 @@
     durable-sessions serve   [--bind HOST:PORT] [--data DIR] [--config FILE] [--token T]
                              [--idle-timeout S] [--durability normal|full] [--app module:Class]
                              [--ready-file FILE] [--postgres URL] [--access-log]
-                             [--cluster POSTGRES_URL [--host-id ID] [--advertise URL] [--lease S]]
+                             [--certfile FILE --keyfile FILE] [--insecure-no-token]
+                             [--cluster POSTGRES_URL ... [--host-id ID] [--advertise URL] [--lease S]]
     durable-sessions import  FILE [--format auto|openai-chat|claude-code] [--prefix P]
                              [--url URL | --data DIR] [--concurrency N] [--no-progress]
                              [--as sessions|transcripts]
     durable-sessions history SESSION_ID [--leaf ID] [--limit N] [--before ID] [--raw] [--json]
     durable-sessions list    [--prefix P] [--limit N] [--json]
-    durable-sessions search  SESSION_ID QUERY [--limit N] [--json]
+    durable-sessions search  SESSION_ID QUERY [--limit N] [--mode text|semantic|hybrid] [--json]
+    durable-sessions reembed SESSION_ID ... [--wait]
     durable-sessions stats
     durable-sessions hibernate [SESSION_ID ...]
-    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json]
+    durable-sessions doctor  [--data DIR] [--quarantine] [--release ID ...] [--json] [--time-budget S]
+    durable-sessions mcp     --session ID [--url URL] [--token T | --data DIR [--config FILE]]
+    durable-sessions delete  SESSION_ID
+    durable-sessions export  SESSION_ID [-o FILE]
+    durable-sessions gc      [--dry-run]
+    durable-sessions backup  --to DIR
+    durable-sessions restore --from DIR --data DIR
+
+``delete``, ``export``, ``import`` of an archive, ``gc``, ``backup`` and
+``restore`` are the data lifecycle (:mod:`runtime.cli.lifecycle`).
 
 ``--log-level`` and ``--log-format`` may also follow the subcommand
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
@@ -35,10 +46,19 @@ WebSockets and every actor file, and exits 0.
 
 ``serve --cluster postgresql://...`` joins a cluster of hosts sharing that
 database (docs/cluster.md): any host answers any session, forwarding to the
-session's owner. At start the host keeps trying to reach Postgres for
+session's owner. ``--cluster`` repeated names a cluster on several
+databases (the same list, in the same order, on every host). At start the host keeps trying to reach Postgres for
 ``connect_timeout_s`` (default 30 s, ``[cluster]`` in the configuration
 file), logging each failure, and only then listens; if Postgres stays
-unreachable it exits with status 1 and one line saying so.
+unreachable it exits with status 1 and one line saying so; a database that
+refuses for good (password, role, missing database, newer schema, another
+partition map) exits 2 at once with one line naming it.
+
+``mcp`` serves one session's memory as a Model Context Protocol server
+over stdin/stdout, for desktop MCP clients (:mod:`runtime.mcp`; extra
+``mcp``): a client of the host at ``--url``, or with ``--data`` a host of
+its own on that folder (no server may be using it; ``--config`` gives its
+``[session]`` blocks).
 
 ``doctor`` checks a data folder no host is running on (see
 :mod:`runtime.cli.doctor`).
@@ -78,6 +98,7 @@ from common.errors import (
     ServerUnreachableError,
     UnauthorizedError,
 )
+from runtime.cli import lifecycle
 from runtime.cli.claude_import import TARGETS, ImportUsageError, run_import_command
 from runtime.cli.formats import FormatError
 from runtime.cli.importer import FORMATS, detect_format, import_sessions, read_conversations
@@ -114,8 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write {url, urls, pid} as JSON here once listening")
     run.add_argument("--postgres", metavar="URL",
                      help="keep every session in this Postgres database (postgresql://...) instead of the actor files")
-    run.add_argument("--cluster", metavar="POSTGRES_URL",
-                     help="join the cluster of hosts sharing this Postgres database (see docs/cluster.md)")
+    run.add_argument("--cluster", metavar="POSTGRES_URL", action="append",
+                     help="join the cluster of hosts sharing this Postgres database; repeat it for a cluster on "
+                          "several databases, in the same order on every host (see docs/cluster.md)")
     run.add_argument("--host-id", dest="host_id", help="this host's id in the cluster (default: random per start)")
     run.add_argument("--advertise", metavar="URL",
                      help="the URL other hosts reach this one at (default: http://<bound address>)")
@@ -123,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lease seconds: how long a dead host's sessions wait before moving (default 10)")
     run.add_argument("--access-log", action="store_true", default=None, dest="access_log",
                      help="log one line per request (logger durable_sessions.access)")
+    run.add_argument("--certfile", type=Path, help="TLS: serve https:// with this certificate chain (PEM)")
+    run.add_argument("--keyfile", type=Path, help="TLS: the certificate's private key (PEM)")
+    run.add_argument("--insecure-no-token", action="store_true", dest="insecure_no_token",
+                     help="serve a non-loopback address without a token (anyone who reaches it may use it)")
 
     load = commands.add_parser("import", help="load conversations from a file into sessions")
     load.add_argument("file", type=Path, help="OpenAI chat / tau-bench JSON(L), or Claude Code transcripts")
@@ -152,12 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print the sessions as JSON")
     _client_options(listing)
 
-    find = commands.add_parser("search", help="full-text search in a session")
+    find = commands.add_parser("search", help="search a session's messages (full text, by meaning, or both)")
     find.add_argument("session_id")
     find.add_argument("query")
     find.add_argument("--limit", type=int, default=20)
+    find.add_argument("--mode", choices=("text", "semantic", "hybrid"), default="text",
+                      help="text (default): every word; semantic: by meaning; hybrid: both, fused "
+                           "(semantic and hybrid need [search] embedder in the server's config)")
     find.add_argument("--json", action="store_true", help="print the hits as JSON")
     _client_options(find)
+
+    again = commands.add_parser("reembed", help="drop sessions' vectors and embed every message again "
+                                                "with the server's [search] embedder")
+    again.add_argument("session_ids", nargs="+")
+    again.add_argument("--wait", action="store_true", help="wait until nothing is pending")
+    _client_options(again)
 
     stats = commands.add_parser("stats", help="print the host's statistics")
     _client_options(stats)
@@ -166,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     sleep.add_argument("session_ids", nargs="*")
     _client_options(sleep)
 
+    server = commands.add_parser("mcp", help="serve a session's memory over MCP on stdin/stdout (extra: mcp)")
+    server.add_argument("--session", required=True, help="the session whose tools and blocks are served")
+    server.add_argument("--data", type=Path, help="embedded: open this data folder here (no server may be using it)")
+    server.add_argument("--config", type=Path, help="with --data: TOML configuration file (its [session] blocks)")
+    _client_options(server)
+
     check = commands.add_parser("doctor", help="check every actor file of a data folder (no host may be using it)")
     check.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default ./data)")
     check.add_argument("--quarantine", action="store_true", help="move damaged actors' files to _quarantine")
@@ -173,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="forget a quarantined or vanished actor (session id, hex id or namespace/hex); "
                             "the id starts empty")
     check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    check.add_argument("--time-budget", type=float, default=60.0, dest="time_budget", metavar="S",
+                       help="most seconds spent checking one actor file (default 60); a file that takes "
+                            "longer is reported unchecked")
+    lifecycle.add_parsers(commands, _client_options)
     return parser
 
 
@@ -224,14 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     command = {"serve": _serve, "import": _import, "history": _history, "list": _list, "search": _search,
-               "stats": _stats, "hibernate": _hibernate, "doctor": _doctor}[args.command]
+               "reembed": _reembed, "stats": _stats, "hibernate": _hibernate, "doctor": _doctor, "mcp": _mcp,
+               "restore": _restore, **{name: _lifecycle for name in lifecycle.CLIENT_COMMANDS}}[args.command]
     try:
         status = _run(command, args)
         sys.stdout.flush()  # a reader that went away (``| head``) shows here, not at exit
         return status
     except BrokenPipeError:
         return _stdout_gone()
-    except (UsageError,) + _loaded("runtime.server.config", "ConfigError") as exc:
+    except (UsageError, lifecycle.LifecycleUsageError) + _loaded("runtime.server.config", "ConfigError") as exc:
         print(f"durable-sessions {args.command}: {exc}", file=sys.stderr)
         return 2
     except _loaded("runtime.cli.cluster", "ClusterUnreachableError") as exc:
@@ -252,12 +298,12 @@ def main(argv: list[str] | None = None) -> int:
 
 #: The commands that run an actor host in this process, on trio (``import`` only with ``--data``);
 #: the others are clients of a server and run on asyncio, loading no server module.
-HOST_COMMANDS = frozenset({"serve", "doctor"})
+HOST_COMMANDS = frozenset({"serve", "doctor", "restore"})
 
 
 def _run(command: Any, args: argparse.Namespace) -> int:
     """Run ``command(args)``: on trio when it runs a host here, else on asyncio (client commands)."""
-    if args.command in HOST_COMMANDS or (args.command == "import" and args.data is not None):
+    if args.command in HOST_COMMANDS or (args.command in ("import", "mcp") and args.data is not None):
         import trio
 
         return trio.run(command, args)
@@ -364,7 +410,7 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
 
     config = load_config(args.config).with_overrides(
         bind=args.bind, data=args.data, idle_timeout_s=args.idle_timeout, durability=args.durability,
-        access_log=args.access_log,
+        access_log=args.access_log, certfile=args.certfile, keyfile=args.keyfile,
     ).with_cluster(args.cluster, host_id=args.host_id, advertise=args.advertise, lease_s=args.lease_s)
     if args.postgres:
         config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres=args.postgres))
@@ -373,10 +419,30 @@ def _serve_config(args: argparse.Namespace) -> tuple[HostConfig, str | None]:
                          "files and Postgres holds their durable log (docs/cluster.md)")
     token = args.token or os.environ.get("DURABLE_SESSIONS_TOKEN") or None
     try:
-        require_token_for(config.server.bind, token)
+        require_token_for(config.server.bind, token, insecure_no_token=args.insecure_no_token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_tls(config.server.certfile, config.server.keyfile)
+    if config.cluster is not None and args.insecure_no_token and not token and \
+            not os.environ.get("DURABLE_SESSIONS_CLUSTER_SECRET"):
+        raise UsageError("a cluster without a token needs DURABLE_SESSIONS_CLUSTER_SECRET (the same on every "
+                         "host) to sign the requests its hosts forward to each other")
     return config, token
+
+
+def _check_tls(certfile: Path | None, keyfile: Path | None) -> None:
+    """One line for a certificate or key that cannot be loaded (before anything listens)."""
+    import ssl
+
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        raise UsageError("--certfile and --keyfile go together (TLS needs both)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load the TLS certificate {certfile} and key {keyfile}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -387,6 +453,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from runtime.cli.cluster import serve_cluster
     from runtime.host.actor_host import open_host
     from runtime.server.app import bind_sessions, serve
+    from runtime.server.checkpoint_routes import bind_checkpoints
     from runtime.server.managers import bind_managers
     from runtime.server.transcripts import open_transcripts
     from storage.postgres import describe_dsn
@@ -405,7 +472,8 @@ async def _serve(args: argparse.Namespace) -> int:
         except DataModeError as exc:
             raise UsageError(str(exc)) from None
     if config.cluster is not None:
-        return await serve_cluster(config, token, agent_class, args.ready_file, _announce)
+        return await serve_cluster(config, token, agent_class, args.ready_file, _announce,
+                                   insecure_no_token=args.insecure_no_token)
     settings = config.server
     listen = listen_on(settings.bind)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -422,10 +490,12 @@ async def _serve(args: argparse.Namespace) -> int:
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
             bind_managers(host, env)  # a PostgresSessionEnv with --postgres: managers in Postgres too
+            bind_checkpoints(host)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(
                     partial(serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                            listen_socket=listen))
+                            listen_socket=listen, insecure_no_token=args.insecure_no_token,
+                            retention_days=config.retention.delete_idle_after_days))
                 _announce(urls, settings.data, args.ready_file)
                 if postgres:
                     print(f"durable-sessions: sessions in Postgres {describe_dsn(postgres)}", flush=True)
@@ -498,6 +568,10 @@ def _announce(urls: list[str], data: Path, ready_file: Path | None, extra: str =
 async def _import(args: argparse.Namespace) -> int:
     if args.file.is_symlink():  # a link could make the import read any file this user may read
         raise UsageError(f"{args.file} is a symbolic link; import follows no links (give the file itself)")
+    if lifecycle.is_archive(args.file):  # an archive of ``export`` (docs/export-format.md)
+        if args.data is not None:
+            raise UsageError("an archive is imported through a server (--url), not straight into --data")
+        return await lifecycle.import_archive(args.file, args.prefix, _client(args))
     if _is_claude_code(args):
         try:
             return await run_import_command(args)
@@ -544,6 +618,14 @@ def _is_claude_code(args: argparse.Namespace) -> bool:
     return kind == "claude-code"
 
 
+async def _lifecycle(args: argparse.Namespace) -> int:
+    return await lifecycle.run(args.command, args, _client(args))
+
+
+async def _restore(args: argparse.Namespace) -> int:
+    return lifecycle.restore(args.source, args.data)
+
+
 # -- doctor --------------------------------------------------------------------------------------
 
 
@@ -551,7 +633,8 @@ async def _doctor(args: argparse.Namespace) -> int:
     from runtime.cli.doctor import run_doctor
 
     try:
-        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json)
+        return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json,
+                          budget_s=args.time_budget)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
 
@@ -560,7 +643,8 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 #: The commands that talk to a server (``--url``, ``--token``).
-CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "stats", "hibernate"})
+CLIENT_COMMANDS = frozenset({"import", "history", "list", "search", "reembed", "stats", "hibernate", "mcp",
+                             *lifecycle.CLIENT_COMMANDS})
 
 
 def _server_url(args: argparse.Namespace) -> str | Sequence[str] | None:
@@ -628,12 +712,62 @@ def format_session(entry: dict[str, Any]) -> str:
 
 async def _search(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        hits = await client.session(args.session_id).search(args.query, limit=args.limit)
+        session = client.session(args.session_id)
+        hits = await session.search(args.query, limit=args.limit, mode=args.mode)
+        pending = 0 if args.mode == "text" else (await session.search_status())["pending"]
+    if pending:
+        print(f"durable-sessions: {pending} message(s) not yet embedded (not found by {args.mode} search yet)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=2))
     else:
         for hit in hits:
             print(f"{hit['id']} [{hit['role']}] {_one_line(hit['content'])}")
+    return 0
+
+
+async def _reembed(args: argparse.Namespace) -> int:
+    """Re-embed each session; with ``--wait`` poll until nothing is pending. Exit 1 when the
+    server has no embedder configured."""
+    import asyncio
+
+    async with _client(args) as client:
+        for session_id in args.session_ids:
+            session = client.session(session_id)
+            status = await session.reembed()
+            if status["embedder"] is None:
+                print("durable-sessions reembed: the server has no embedder: set embedder in the [search] "
+                      "section of its config file", file=sys.stderr)
+                return 1
+            while args.wait and status["pending"]:
+                await asyncio.sleep(0.2)
+                status = await session.search_status()
+            print(f"{session_id}: {status['pending']} pending, {status['embedded']} embedded "
+                  f"({status['embedder']})")
+    return 0
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    from runtime.mcp import require_mcp, serve_stdio
+
+    try:
+        require_mcp()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.data is None:
+        if args.config is not None:
+            raise UsageError("--config goes with --data (a host's configuration; the host at --url has its own)")
+        async with _client(args) as client:
+            await serve_stdio(client.session(args.session))
+        return 0
+    from runtime.host.actor_host import open_host
+    from runtime.server.app import bind_sessions
+    from runtime.server.config import load_config
+
+    config = load_config(args.config)
+    check_data_folder(args.data)
+    async with open_host(args.data) as host:
+        await serve_stdio(bind_sessions(host, config.session).get_by_name(args.session))
     return 0
 
 

@@ -14,7 +14,10 @@ When a host stops answering, a request moves to the next URL:
   never sent, so any call moves;
 * the host answered 503 with ``Retry-After`` and an error whose class means
   the call did not run (:data:`NOT_RUN_ERRORS`: the host is shutting down,
-  or it was asked as owner and is not one): any call moves;
+  or it was asked as owner and is not one): any call moves -- at once, to
+  another URL, when the host said it is shutting down
+  (:data:`SHUTTING_DOWN_ERRORS`; a stopping cluster host hands its sessions
+  over first), else after ``Retry-After``;
 * the connection broke after the request was sent, or any other 503 with
   ``Retry-After`` (Postgres unreachable, a write whose outcome is unknown):
   only calls in :data:`RETRY_SAFE` move, because repeating them leaves the
@@ -35,7 +38,8 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 __all__ = [
-    "NOT_RETRY_SAFE", "NOT_RUN_ERRORS", "RETRY_SAFE", "Endpoints", "parse_retry_after", "parse_urls",
+    "NOT_RETRY_SAFE", "NOT_RUN_ERRORS", "RETRY_SAFE", "SHUTTING_DOWN_ERRORS", "Endpoints", "parse_retry_after",
+    "parse_urls",
 ]
 
 #: Session API methods (:data:`runtime.api.METHODS`) that may be sent again when it is unknown whether
@@ -46,7 +50,7 @@ RETRY_SAFE = frozenset({
     "get_history", "get_latest_leaf", "get_path_length", "get_message", "get_branches", "search",
     "get_metadata", "set_metadata", "get_context_blocks", "get_context_block", "replace_context_block",
     "freeze_system_prompt", "refresh_system_prompt", "tools", "get_compactions", "estimate_tokens",
-    "get_recent_history", "get_loaded_skill_keys",
+    "get_recent_history", "get_loaded_skill_keys", "search_status", "reembed",
     "update_message", "delete_messages", "clear_messages", "unload_skill",
 })
 #: Session API methods a repeat could apply twice (appending text to a block, running a tool,
@@ -55,6 +59,9 @@ NOT_RETRY_SAFE = frozenset({"append_context_block", "execute_tool", "compact", "
 #: Error types of a 503 answer that mean the call did not run, or that nothing it wrote was kept (the
 #: actor moved while it ran), so any call may be repeated.
 NOT_RUN_ERRORS = frozenset({"NotOwnerError", "ServiceUnavailableError", "HostClosedError", "OwnershipLostError"})
+#: Error types of a 503 answer that mean the host itself is stopping: with several URLs the next one is
+#: tried at once (no ``Retry-After`` wait) and the stopping one is passed over for ``cooldown_s``.
+SHUTTING_DOWN_ERRORS = frozenset({"ServiceUnavailableError", "HostClosedError"})
 #: HTTP methods whose repeat leaves the same state (RFC 9110 idempotent methods).
 IDEMPOTENT_HTTP = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: Most owner hints kept (one per session; the least recently used goes first).

@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -70,6 +71,7 @@ from runtime.client.failover import (
     IDEMPOTENT_HTTP,
     NOT_RUN_ERRORS,
     RETRY_SAFE,
+    SHUTTING_DOWN_ERRORS,
     Endpoints,
     parse_retry_after,
     parse_urls,
@@ -127,6 +129,10 @@ class SessionsClient:
             failure is raised at once, as before) and ``3 * len(urls)`` with several.
         failover_s: the most seconds one call spends moving between hosts,
             waits included (default: ``timeout``, or 30 without one).
+        verify: for ``https://`` URLs (and their ``wss://`` sockets): ``True`` (the
+            default CAs; ``SSL_CERT_FILE`` is honoured), the path of a CA bundle
+            (PEM) such as a self-signed certificate, an :class:`ssl.SSLContext`,
+            or ``False`` (no check: testing only).
 
     Attributes:
         url: the first URL; ``urls``: all of them.
@@ -140,7 +146,7 @@ class SessionsClient:
     def __init__(
         self, url: str | Sequence[str] | None = None, *, token: str | None = None, timeout: float | None = 30.0,
         encoding: str = "json", transport: httpx.AsyncBaseTransport | None = None, retries: int | None = None,
-        failover_s: float | None = None,
+        failover_s: float | None = None, verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         if encoding not in ("json", "msgpack"):
             raise ValueError(f"encoding must be 'json' or 'msgpack', not {encoding!r}")
@@ -157,6 +163,9 @@ class SessionsClient:
         self._media = MSGPACK if encoding == "msgpack" else JSON
         self._timeout = timeout
         self._transport = transport
+        secure = verify is not True or any(url.startswith("https:") for url in self.urls)
+        #: the TLS context of HTTPS requests and WebSockets (``None``: plain HTTP only, the defaults).
+        self.ssl_context = tls_context(verify) if secure else None
         self._http: httpx.AsyncClient | None = None
         self._closed = False
 
@@ -165,7 +174,8 @@ class SessionsClient:
             raise RuntimeError("a SessionsClient can be entered once")
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self._headers(), timeout=self._timeout, transport=self._transport, limits=limits
+            base_url=self.url, headers=self._headers(), timeout=self._timeout, transport=self._transport, limits=limits,
+            verify=self.ssl_context if self.ssl_context is not None else True,
         )
         return self
 
@@ -260,6 +270,10 @@ class SessionsClient:
                     self.endpoints.forget_owner(key)
                 wait = min(retry_after, MAX_RETRY_WAIT_S)
                 not_run = type(error).__name__ in NOT_RUN_ERRORS
+                if type(error).__name__ in SHUTTING_DOWN_ERRORS and len(self.endpoints.urls) > 1:
+                    self.endpoints.failed(url)  # that host is stopping: another one takes its sessions now
+                    if not self._all_failed():
+                        wait = 0.0
                 if not ((retry_safe or not_run) and self._may_retry(attempt, started, wait)):
                     raise error
             attempt += 1
@@ -331,6 +345,56 @@ class SessionsClient:
         """
         return (await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id)))["session"]
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session and erase its data (``DELETE /v1/sessions/{id}``, docs/operations.md).
+
+        Raises:
+            SessionNotFoundError: the host has no session with this id.
+            NotSupportedError: cluster mode, or the sessions are in Postgres.
+        """
+        await self.request("DELETE", SESSIONS_PREFIX + quote_segment(session_id))
+
+    async def export_session(self, session_id: str) -> str:
+        """The session's archive (``GET /v1/sessions/{id}/export``): JSON Lines text, docs/export-format.md.
+
+        Raises:
+            SessionNotFoundError: the host has no session with this id.
+        """
+        text = await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id) + "/export")
+        return text if isinstance(text, str) else json.dumps(text)
+
+    async def import_session(self, session_id: str, archive: str | bytes) -> int:
+        """Store an archive (of :meth:`export_session`) as the session ``session_id``; the messages stored.
+
+        Raises:
+            ArchiveError (an InvalidInputError): the archive's first bad line; nothing was stored.
+            ConflictError: the session already holds data.
+        """
+        if self._http is None or self._closed:
+            raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
+        content = archive.encode("utf-8") if isinstance(archive, str) else archive
+        url = self.endpoints.pick(None)
+        try:
+            response = await self._http.post(url + SESSIONS_PREFIX + quote_segment(session_id) + "/import",
+                                             content=content, headers={"Content-Type": "application/x-ndjson"})
+        except _NO_ANSWER as exc:
+            raise self.unreachable(exc) from None
+        payload = _decode(response)
+        if response.status_code >= 400:
+            raise error_from_payload(response.status_code, payload)
+        return int(payload["imported"])
+
+    async def collect_garbage(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete the sessions idle longer than the server's ``[retention] delete_idle_after_days``
+        (``POST /v1/host:gc``); ``dry_run`` only lists them. ``{"idleDays", "sessions": [{id, updatedAt}],
+        "deleted"}`` (``idleDays`` ``None``: retention is off, nothing listed or deleted)."""
+        return await self.request("POST", "/v1/host:gc", body={"dryRun": dry_run}, retry_safe=dry_run)
+
+    async def backup_host(self, to: str) -> dict[str, Any]:
+        """Copy every session, consistent per file, into the server's folder ``to`` (absolute; new or empty)
+        while it serves (``POST /v1/host:backup``): ``{"to", "sessions", "bytes"}``."""
+        return await self.request("POST", "/v1/host:backup", body={"to": to}, retry_safe=False)
+
     async def hibernate(self, *session_ids: str) -> int:
         """Hibernate these sessions' actors (none given: every active actor); how many were active."""
         body = {"sessionIds": list(session_ids)} if session_ids else {}
@@ -340,6 +404,25 @@ class SessionsClient:
         """``path`` under ``base`` (default: the first URL) with a ``ws(s)://`` scheme."""
         base = base or self.url
         return ("ws" + base[4:] if base.startswith("http") else base) + path
+
+
+def tls_context(verify: bool | str | ssl.SSLContext) -> ssl.SSLContext:
+    """The TLS context for ``verify`` (see :class:`SessionsClient`).
+
+    Raises:
+        OSError: a CA bundle path that cannot be read.
+        ssl.SSLError: a CA bundle that is not PEM certificates.
+    """
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return httpx.create_ssl_context()
 
 
 def _session_key(path: str) -> str | None:
@@ -517,9 +600,18 @@ class SessionHandle(TableHandle):
         """Stored messages on the path to the leaf."""
         return await self._invoke("get_path_length", leaf_id)
 
-    async def search(self, query: str, *, limit: int = 20) -> list[dict[str, str]]:
-        """Full-text search: ``[{"id", "role", "content", "createdAt"}]``, best first."""
-        return await self._invoke("search", query, limit=limit)
+    async def search(self, query: str, *, limit: int = 20, mode: str = "text") -> list[dict[str, str]]:
+        """Search by ``mode`` (``"text"``, ``"semantic"``, ``"hybrid"``):
+        ``[{"id", "role", "content", "createdAt"}]``, best first."""
+        return await self._invoke("search", query, limit=limit, mode=mode)
+
+    async def reembed(self) -> dict[str, Any]:
+        """Drop the session's vectors and embed every message again (``durable-sessions reembed``); the search status."""
+        return await self._invoke("reembed")
+
+    async def search_status(self) -> dict[str, Any]:
+        """``{"embedder", "dimension", "embedded", "pending"}``: messages not yet embedded are ``pending``."""
+        return await self._invoke("search_status")
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -659,7 +751,7 @@ class SessionSocket:
             url = client.endpoints.pick(key, avoid=url)
             try:
                 ws = await WebSocketConnection.connect(client.websocket_url(f"{self.handle.path}/ws", url),
-                                                       headers=headers)
+                                                       headers=headers, ssl_context=client.ssl_context)
             except OSError as exc:
                 client.endpoints.failed(url)
                 if not client._may_retry(attempt, started, 0.0):

@@ -25,7 +25,9 @@ which keeps no idle connection (so a loop that ends leaves nothing open).
 Errors: a bad item raises ``TypeError``/``ValueError`` before anything is
 sent; the server's errors come back as their own classes
 (:mod:`common.errors`); an unreachable host raises
-``httpx.TransportError``.
+:class:`~common.errors.ServerUnreachableError` (a ``ConnectionError``, naming
+the URL); a connection that broke after the request was sent raises
+``httpx.TransportError`` (the call may have run).
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ Errors: a bad key or entry raises :class:`ValueError` before anything is
 sent; the server's errors are raised again as their own classes
 (:class:`~common.errors.InvalidInputError` is a ``ValueError``,
 :class:`~common.errors.UnauthorizedError`, ...); an unreachable server
-raises ``httpx.TransportError``. The SDK retries a failed ``append`` and
+raises :class:`~common.errors.ServerUnreachableError` (a ``ConnectionError``
+naming the URL; a connection that broke after the request was sent raises
+``httpx.TransportError``). The SDK retries a failed ``append`` and
 the server skips entries whose ``uuid`` it already stored, so a retried
 batch is never stored twice.
 """

@@ -42,9 +42,10 @@ from ``<data_dir>/_template/v<schema version>.sqlite3``; ``_alarms.sqlite3``,
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -64,17 +65,20 @@ from runtime.host.placement import LocalPlacement, Placement, placement_for
 from runtime.host.slots import ActorSlot, SlotState
 from runtime.host.table import ActorKey, SlotTable
 from runtime.host.turns import Turns
-from storage.catalog import HostCatalog
+from storage.catalog import HostCatalog, actor_files
 from storage.kv import ActorStorage
 from storage.private_files import make_private_dirs
 from storage.sqlite import Durability
 
 if TYPE_CHECKING:
     from runtime.host.cluster import ClusterOptions, HostCluster
+    from runtime.host.partitions import PartitionedCluster
 
 __all__ = ["DEFAULT_MAX_PENDING_CALLS", "WAL_KEEP_BYTES", "ActorHost", "HostStatistics", "open_host"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: Default bound on unanswered calls per actor.
 DEFAULT_MAX_PENDING_CALLS = 1000
@@ -166,6 +170,7 @@ class ActorHost:
         self.placement: Placement = placement if placement is not None else LocalPlacement()
         self._nursery = nursery
         self._closed = False
+        self._draining = False
         self._namespaces: dict[str, Namespace] = {}
         self._connections: dict[ActorKey, dict[str, ConnectionLike]] = {}
         self._table = SlotTable()
@@ -175,15 +180,35 @@ class ActorHost:
         self._turns = Turns(self, self._table, self._guard, self._lifecycle, self._alarms, nursery)
 
     @property
-    def cluster(self) -> HostCluster | None:
+    def cluster(self) -> HostCluster | PartitionedCluster | None:
         """The host's :class:`~runtime.host.cluster.HostCluster` in cluster mode
-        (``open_host(..., cluster=...)``), else ``None``."""
+        (``open_host(..., cluster=...)``; on several databases a
+        :class:`~runtime.host.partitions.PartitionedCluster`), else ``None``."""
         return self.placement.cluster
 
     @property
     def closed(self) -> bool:
         """``True`` once the host began closing: calls get ``HostClosedError``."""
         return self._closed
+
+    @property
+    def draining(self) -> bool:
+        """``True`` once :meth:`drain` began: new calls get ``HostClosedError`` (they did not run)."""
+        return self._draining
+
+    async def drain(self) -> int:
+        """Hand every actor back before the host closes: admit no new call (``HostClosedError``, which
+        says the call did not run, so a client or another host sends it elsewhere), let the calls
+        already admitted finish, hibernate every actor (in a cluster: its writes durable, its lease
+        released) and wait until the placement has given them up (:meth:`Placement.settle`).
+
+        Returns how many actors were hibernated. Idempotent; the host stays open (alarms of other
+        hosts' actors are still delivered there, and refused here) until ``open_host`` exits.
+        """
+        self._draining = True
+        count = await self.hibernate_all()
+        await self.placement.settle()
+        return count
 
     # -- namespaces ----------------------------------------------------------
 
@@ -206,7 +231,26 @@ class ActorHost:
             raise InvalidNamespaceError(f"namespace {name!r} is already bound")
         namespace = self._namespaces[name] = Namespace(self, name, agent_class, env)
         self._alarms.add_namespace(name)
+        self._note_class(name, agent_class)
         return namespace
+
+    def _note_class(self, name: str, agent_class: type[Agent]) -> None:
+        """Record which class serves namespace ``name``; warn (one line) when the folder holds actors
+        that another class wrote. Their files stay as they are: the new class opens them as its own
+        storage, as a Durable Object class deployed over an old one inherits its storage."""
+        current = f"{agent_class.__module__}.{agent_class.__qualname__}"
+        catalog = self.catalog
+        recorded = catalog.bound_class(name)
+        if recorded == current:
+            return
+        if recorded is not None:
+            count = sum(1 for _ in actor_files(self.data_dir, name))
+            if count:
+                logger.warning(
+                    "namespace %r of %s holds %d actor%s written by %s; %s serves them now (their files stay "
+                    "readable by either class)", name, self.data_dir, count, "" if count == 1 else "s",
+                    recorded, current)
+        catalog.record_class(name, current)
 
     def namespace(self, name: str) -> Namespace:
         """The namespace bound as ``name``.
@@ -282,6 +326,11 @@ class ActorHost:
         nothing since it woke). Kept in memory; the catalog gets it when the actor hibernates or closes."""
         return self._guard.last_write_ms(actor_id)
 
+    def quiet_writes(self, actor_id: ActorId) -> AbstractContextManager[None]:
+        """Commits the current task makes to the actor's file inside the block do not move its write
+        times (:meth:`runtime.host.file_guard.FileGuard.quiet_writes`)."""
+        return self._guard.quiet_writes(actor_id)
+
     def knows(self, actor_id: ActorId) -> bool:
         """``True`` when the actor is awake, has a file, or the host catalog lists it (even quarantined)."""
         return self.is_active(actor_id.namespace, actor_id) or self.path_for(actor_id).exists() \
@@ -304,6 +353,33 @@ class ActorHost:
             count += await self._lifecycle.hibernate(key)
         await self._lifecycle.wait_checkpoints()
         return count
+
+    async def erase(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
+        """Erase the actor: close it, remove its files (database, WAL, ``-shm``, quarantined copies) and
+        forget its catalog and alarm-index rows, leaving none of its bytes in the data folder.
+
+        Its pending calls are answered first; then, with no ``await`` in between, the files go, so no
+        activation can race the removal. A call after this returns starts a new, empty actor.
+        The placement must offer ``erase(actor_id)`` (:class:`~runtime.host.placement.LocalPlacement`
+        does, doing nothing); see :mod:`runtime.host.eraser`.
+
+        Returns ``True`` if the actor existed (a file, a catalog row or a live instance).
+
+        Raises:
+            NotSupportedError: the placement cannot erase (cluster mode keeps the actor in Postgres).
+        """
+        from runtime.host.eraser import erase_actor
+
+        key = self._key(namespace, actor_id)
+        parsed = actor_id if isinstance(actor_id, ActorId) else self.namespace(key[0]).id_from_string(actor_id)
+        return await erase_actor(self, self._lifecycle, self._guard, self._alarms.index, parsed)
+
+    async def backup_actor(self, actor_id: ActorId, target: Path) -> int | None:
+        """Copy the actor's file, consistent as of now, into the new file ``target`` (see
+        :mod:`runtime.host.eraser`); ``None`` when it has no file. Returns the bytes copied."""
+        from runtime.host.eraser import backup_actor
+
+        return await backup_actor(self, self._lifecycle, actor_id, target)
 
     # -- calls -----------------------------------------------------------------
 

@@ -37,6 +37,11 @@ What changes against the single host, all of it here:
   renewed with the others) instead: the peers stay open, the next frame or
   call wakes the actor here without asking Postgres, and broadcasts still
   reach them. The lease goes when the last peer leaves (or the host closes).
+* **The catalog** (``ds_catalog``) travels with the append too: each live
+  actor has a :class:`~storage.cluster.catalog.CatalogTracker` (counted once
+  at attach, then kept exact per cut), and any host reads the rows
+  (:meth:`HostCluster.catalog_page`, :meth:`~HostCluster.catalog_get`,
+  :meth:`~HostCluster.transcript_rows`) for the listings.
 * **Alarms** travel with the append (``ds_alarms``); only the owner runs an
   actor's alarm. Due alarms of actors nobody owns are found by a poll on
   every host; whichever host acquires the actor first delivers it.
@@ -55,6 +60,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -69,6 +75,7 @@ from runtime.host.frames import FrameGate, GatedConnection
 from runtime.host.ids import ActorId
 from runtime.host.placement import RELEASE_REASONS, PlacementHost, WorkingCopy
 from runtime.host.slots import ActorSlot, CallNotStarted, SlotState, describe
+from storage.cluster import statements as sql
 from storage.cluster import (
     ActorLog,
     GroupCommitAppender,
@@ -83,10 +90,11 @@ from storage.cluster import (
     start_capture,
     write_marker,
 )
+from storage.cluster.catalog import CatalogTracker
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
 
-__all__ = ["RELEASE_REASONS", "CallNotStarted", "ClusterOptions", "ClusterStatistics", "HostCluster"]
+__all__ = ["RELEASE_REASONS", "CallNotStarted", "CatalogRow", "ClusterOptions", "ClusterStatistics", "HostCluster"]
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +196,31 @@ class ClusterStatistics:
     snapshots: int
 
 
+@dataclass(frozen=True, slots=True)
+class CatalogRow:
+    """One session's row of the cluster catalog (:meth:`HostCluster.catalog_page`).
+
+    ``actor_hex``: the actor's 64 hex; ``name``: its session id; ``created_ms``/``updated_ms``:
+    epoch milliseconds; ``active``: a live host holds its lease.
+    """
+
+    actor_hex: str
+    name: str | None
+    messages: int
+    compactions: int
+    compacted_through: str | None
+    created_ms: int
+    updated_ms: int
+    active: bool
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> CatalogRow:
+        """A row of :data:`~storage.cluster.statements.CATALOG_PAGE`."""
+        actor, name, messages, compactions, through, created, updated, active = row
+        return cls(str(actor).partition("/")[2], name, int(messages), int(compactions), through,
+                   int(created), int(updated), bool(active))
+
+
 class _Claim:
     """An actor whose lease this host took, its file not open yet (``slot.placed``; internal)."""
 
@@ -245,7 +278,10 @@ class HostCluster:
                                             snapshot_min_bytes=options.snapshot_min_bytes)
         self._listeners: list[ReleaseListener] = []
         self._closing: list[Lease] = []  # leases of actors closed with the host, released in aclose()
+        self._releasing: list[Lease] = []  # released soon: one statement for all of them (_release_pending)
+        self._releases_done: trio.Event | None = None  # set when the statement in flight and the queue are done
         self._held: dict[tuple[str, str], tuple[ActorId, Lease]] = {}  # asleep, with peers: still ours
+        self._trackers: dict[tuple[str, str], CatalogTracker] = {}  # catalog rows of the live actors
         self._counts = dict.fromkeys(
             ("acquisitions", "not_owner", "restores", "kept", "poisoned", "deposed"), 0)
         self._restore_s = 0.0
@@ -340,6 +376,60 @@ class HostCluster:
         """``(host_id, advertise_url)`` of every live host, this one included."""
         return await self.ownership.live_hosts()
 
+    # -- the catalog (ds_catalog: listings from any host) ----------------------------------------
+
+    async def catalog_page(self, namespace: str, limit: int, below: tuple[int, str] | None = None,
+                           prefix: str | None = None) -> list[CatalogRow]:
+        """At most ``limit`` named session rows of ``namespace``, newest ``updated_ms`` first (ties:
+        actor hex descending), below the key ``below`` = ``(updated_ms, actor hex)``, names starting
+        with ``prefix``. One indexed statement; never a partial answer.
+
+        Raises:
+            StorageUnavailableError: Postgres did not answer within the statement deadline.
+        """
+        rows = await self._catalog_query(sql.CATALOG_PAGE, {
+            "namespace": namespace, "limit": limit, "prefix": prefix,
+            "below_ms": None if below is None else below[0],
+            "below_actor": None if below is None else f"{namespace}/{below[1]}"})
+        return [CatalogRow.of(row) for row in rows]
+
+    async def catalog_get(self, actor_id: ActorId) -> CatalogRow | None:
+        """The session row of one actor, or ``None`` (never written, or not a session).
+
+        Raises:
+            StorageUnavailableError: Postgres did not answer within the statement deadline.
+        """
+        rows = await self._catalog_query(sql.CATALOG_GET, {"actor": describe(actor_id)})
+        return CatalogRow.of(rows[0]) if rows else None
+
+    async def transcript_rows(self, project_key: str) -> list[tuple[str, int, str]]:
+        """``(session_id, mtime_ms, summary JSON text)`` of a project's transcript sessions, by session id.
+
+        Raises:
+            StorageUnavailableError: Postgres did not answer within the statement deadline.
+        """
+        rows = await self._catalog_query(sql.TRANSCRIPT_ROWS, {"project_key": project_key})
+        return [(row[0], int(row[1]), row[2]) for row in rows]
+
+    def catalog_tracker(self, actor_id: ActorId) -> CatalogTracker:
+        """The catalog row of an actor live on this host (what its next log entry writes).
+
+        Raises:
+            LookupError: the actor is not live here.
+        """
+        tracker = self._trackers.get((actor_id.namespace, actor_id.hex))
+        if tracker is None:
+            raise LookupError(f"actor {describe(actor_id)} is not live on this host")
+        return tracker
+
+    async def _catalog_query(self, statement: str, params: dict[str, object]) -> list[tuple[Any, ...]]:
+        """One read of the catalog, answered or refused within twice the statement deadline
+        (a connection included), so a listing never hangs on Postgres."""
+        deadline = 2 * (self.options.statement_timeout_s or 1.0)
+        with trio.move_on_after(deadline):
+            return await self.pool.execute(statement, params)
+        raise StorageUnavailableError(f"the cluster catalog did not answer within {deadline:g} s; retry")
+
     def may_live_elsewhere(self, actor_id: ActorId) -> bool:
         """Always ``True``: another host may have written the actor (``await written(actor_id)`` asks)."""
         return True
@@ -414,9 +504,14 @@ class HostCluster:
         lease = claim.lease
         capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
         row = storage.read_alarm_row()
+        catalog = CatalogTracker(storage, slot.id.namespace)
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
-                       alarm_ms=None if row is None else row.scheduled_ms)
+                       alarm_ms=None if row is None else row.scheduled_ms, catalog=catalog)
         slot.placed = ActorCluster(describe(slot.id), lease, log, FrameGate(log, self.host.spawn))
+        self._trackers[slot.key] = catalog
+        if not lease.catalogued:  # written before the catalog existed: its first entry here writes the row
+            catalog.backfill()
+            self.appender.mark_dirty(log)
         if storage.user_version != claim.version:
             log.ship_snapshot()
         slot.alarm_dirty = True
@@ -506,6 +601,8 @@ class HostCluster:
         if state is None or state.closed:
             return
         state.closed = True
+        if self._trackers.get(slot.key) is state.log.catalog:
+            del self._trackers[slot.key]
         log, storage = state.log, slot.storage
         clean = False
         if (log.poisoned is None and storage is not None and not storage.closed and not storage.in_transaction
@@ -552,18 +649,41 @@ class HostCluster:
                 logger.exception("cluster: release listener failed")
 
     def release_soon(self, lease: Lease) -> None:
-        """Release ``lease`` in the background (the next caller anywhere takes the actor at once)."""
+        """Release ``lease`` in the background (the next caller anywhere takes the actor at once).
+
+        Releases asked for while one statement runs go together in the next: a host that
+        hibernates every actor (a drain) gives them all up in one or two statements.
+        """
         if self.host.closed:
             self._closing.append(lease)
-        else:
-            lease.lost = True
-            self.host.spawn(self._release, lease)
+            return
+        lease.lost = True
+        self._releasing.append(lease)
+        if self._releases_done is None:
+            self._releases_done = trio.Event()
+            self.host.spawn(self._release_pending)
 
-    async def _release(self, lease: Lease) -> None:
+    async def _release_pending(self) -> None:
+        done = self._releases_done
         try:
-            await self.ownership.release([lease])
-        except (StorageUnavailableError, DatabaseError) as exc:
-            logger.info("cluster: lease on %s not released (%s); it expires by itself", lease.actor, exc)
+            while self._releasing:
+                await trio.lowlevel.checkpoint()  # releases asked for in this same turn go together
+                leases, self._releasing = self._releasing, []
+                try:
+                    await self.ownership.release(leases)
+                except (StorageUnavailableError, DatabaseError) as exc:
+                    logger.info("cluster: %d lease(s) not released (%s); they expire by themselves", len(leases),
+                                exc)
+        finally:
+            self._releases_done = None
+            if done is not None:
+                done.set()
+
+    async def settle(self) -> None:
+        """Return once every lease given to :meth:`release_soon` so far is released (or failed to be:
+        each statement is bounded by the statement timeout)."""
+        while (done := self._releases_done) is not None:
+            await done.wait()
 
     # -- background ------------------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import trio
+
 from common.errors import ActorStorageCorruptError
 from runtime.host.ids import ActorId
 from storage.catalog import CatalogEntry, HostCatalog
@@ -102,6 +104,10 @@ class FileGuard:
         self._refused: dict[ActorKey, ActorStorageCorruptError] = {}
         self._settled: set[ActorKey] = set()
         self._written: dict[ActorKey, tuple[int, int]] = {}  # first and last commit (epoch ms) since opened
+        self._quiet: set[tuple[ActorKey, trio.lowlevel.Task]] = set()  # (actor, task) whose commits are not writes
+        # Crash-safe marks (see mark_after_turn): actors whose next write needs a mark, and those that wrote since.
+        self._unmarked: set[ActorKey] = set()
+        self._to_mark: set[ActorKey] = set()
         self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
 
     # -- refusals ----------------------------------------------------------------------------
@@ -148,8 +154,10 @@ class FileGuard:
         path = self._path_for(actor_id)
         if not path.exists():
             if entry is not None:
-                raise self.quarantine(actor_id, f"its file vanished (the catalog saw generation "
-                                                f"{entry.generation}, {entry.messages} messages)", entry=entry)
+                seen = (f"the host marked generation {entry.generation} at a write before it stopped without "
+                        "closing it" if entry.unclosed else
+                        f"the catalog saw generation {entry.generation}, {entry.messages} messages")
+                raise self.quarantine(actor_id, f"its file vanished ({seen})", entry=entry)
             return None
         if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
             return entry  # untouched since this host closed it: checked when it was opened
@@ -187,19 +195,54 @@ class FileGuard:
         if entry is not None and not self.rebuildable:
             generation = read_generation(storage)
             if generation < entry.generation:
-                problem = (f"its file went back in time (generation {generation}, the catalog saw "
-                           f"{entry.generation} with {entry.messages} messages): its WAL was lost or cut short")
+                seen = (f"the host marked generation {entry.generation} at a write before it stopped without "
+                        "closing it" if entry.unclosed else
+                        f"the catalog saw {entry.generation} with {entry.messages} messages")
+                problem = f"its file went back in time (generation {generation}, {seen}): its WAL was lost or cut short"
         if problem is not None:
             storage.close()
             raise self.quarantine(actor_id, problem, entry=entry)
         key = (actor_id.namespace, actor_id.hex)
         storage.on_commit(lambda: self._stamp(key), key=_HOOK_ID)
+        if not self.rebuildable:  # a cluster copy is rebuilt from Postgres: its log is the record
+            self._unmarked.add(key)
+            storage.on_checkpoint(lambda: self._unmarked.add(key))
 
     def _stamp(self, key: ActorKey) -> None:
         # Inside SQLite's commit hook: one clock read and one dict store per commit.
+        if self._quiet and (key, trio.lowlevel.current_task()) in self._quiet:
+            return
+        if key in self._unmarked:  # the first write since the actor woke, or since its WAL was checkpointed
+            self._unmarked.discard(key)
+            self._to_mark.add(key)
         now = time.time_ns() // 1_000_000
         span = self._written.get(key)
         self._written[key] = (now, now) if span is None else (span[0], now)
+
+    def mark_after_turn(self, actor_id: ActorId, storage: ActorStorage) -> None:
+        """After a turn, before its reply leaves: when the actor wrote for the first time since it
+        woke (or since its WAL was last checkpointed), raise its file's generation and mark the
+        catalog row with it (:meth:`~storage.catalog.HostCatalog.mark_written`).
+
+        Two small commits per wake that writes (and per checkpoint, every ~4 MB of WAL), none per
+        call. After a crash, a file whose WAL was lost falls below the marked generation, and a file
+        that vanished has a row: both are quarantined at the next wake, as after a clean stop. A
+        failure (a full disk) is logged and leaves the actor to be marked at its next turn.
+        """
+        key = (actor_id.namespace, actor_id.hex)
+        if key not in self._to_mark or storage.in_transaction or key in self._refused:
+            return
+        span = self._written.get(key)
+        try:
+            with self.host_writes(actor_id):
+                generation = bump_generation(storage)
+            self.catalog.mark_written(actor_id.namespace, actor_id.hex, name=actor_id.name, generation=generation,
+                                      first_written_ms=span[0] if span is not None else time.time_ns() // 1_000_000)
+        except Exception:  # noqa: BLE001 - the next turn tries again; the close records it anyway
+            logger.warning("could not mark %s/%s written in the host catalog", actor_id.namespace, actor_id.hex,
+                           exc_info=True)
+            return
+        self._to_mark.discard(key)
 
     def last_write_ms(self, actor_id: ActorId) -> int | None:
         """Epoch milliseconds of the actor's last commit since its file was opened (``None``: none)."""
@@ -219,6 +262,21 @@ class FileGuard:
                 self._written.pop(key, None)
             else:
                 self._written[key] = span
+
+    @contextmanager
+    def quiet_writes(self, actor_id: ActorId) -> Iterator[None]:
+        """Commits the CURRENT TASK makes to the actor's file inside the block are upkeep, not updates
+        (a prompt rendered and stored on first read): they do not move its write times. Commits of the
+        actor's other calls meanwhile still count. Must run in the host's trio thread."""
+        entry = ((actor_id.namespace, actor_id.hex), trio.lowlevel.current_task())
+        if entry in self._quiet:  # nested: the outer block ends it
+            yield
+            return
+        self._quiet.add(entry)
+        try:
+            yield
+        finally:
+            self._quiet.discard(entry)
 
     def set_aside_if_damaged(self, actor_id: ActorId) -> str | None:
         """Cluster mode, before the working copy is made current: check its headers (and a small
@@ -252,12 +310,20 @@ class FileGuard:
         """An actor that wrote since it opened: raise its file's generation and update its catalog row
         (with the times of its first and last commit since then).
 
+        The raise is the last frame of the WAL, so a WAL cut short or damaged anywhere before its end
+        (SQLite then drops every frame from the damage on) falls below the catalog's generation --
+        which the mark made at the first write (:meth:`mark_after_turn`), early in the WAL, cannot show.
+
         Failures (a full disk) are logged and skipped: the catalog may lag
         behind a file, never run ahead of it.
         """
         key = (actor_id.namespace, actor_id.hex)
         # Closing: later commits (the generation, a checkpoint's thread) are not the actor's writes.
         storage.on_commit(None, key=_HOOK_ID)
+        if not self.rebuildable:
+            storage.on_checkpoint(None)
+        self._unmarked.discard(key)
+        self._to_mark.discard(key)
         span = self._written.pop(key, None)
         if span is None or key in self._refused:
             return
@@ -307,6 +373,14 @@ class FileGuard:
         newest = max((stat[2] for stat in stats if stat is not None), default=None)
         if key not in self._refused and newest is not None and time.time_ns() - newest >= TRUSTED_AGE_NS:
             self._closed_as[key] = stats
+
+    def forget(self, actor_id: ActorId) -> None:
+        """The actor was erased (its files removed, catalog row dropped): forget what is kept of it in memory."""
+        key = (actor_id.namespace, actor_id.hex)
+        self._refused.pop(key, None)
+        self._settled.discard(key)
+        self._written.pop(key, None)
+        self._closed_as.pop(key, None)
 
     # -- quarantine ----------------------------------------------------------------------------
 

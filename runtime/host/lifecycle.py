@@ -25,9 +25,11 @@ Every drop tells the placement (``placement.release``) with its reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -35,6 +37,7 @@ from common.errors import HostClosedError, NotOwnerError, StorageFullError
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
+from runtime.host.offload import run_sync_off_loop
 from runtime.host.placement import WorkingCopy
 from runtime.host.slots import ActorContext, ActorSlot, CallNotStarted, SlotState, describe
 from runtime.host.table import ActorKey, SlotTable
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
 
 __all__ = ["WAL_KEEP_BYTES", "Lifecycle"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +127,7 @@ class Lifecycle:
             await slot.hold_gate(slot.agent.on_start)
             await slot.output_gate()
             self._alarms.after_turn(slot)
+            self._guard.mark_after_turn(slot.id, storage)
             await placement.barrier(slot)
         except Exception as exc:
             self._fail_activation(slot, self.fault(slot, exc))
@@ -241,6 +247,48 @@ class Lifecycle:
             await closed.wait()
         return False
 
+    async def close_now(self, key: ActorKey) -> None:
+        """Return once the actor of ``key`` has no instance and no open file: its pending calls answered,
+        its file closed at once (no checkpoint), a checkpoint under way finished.
+
+        The caller must not await between this return and what it does with the closed files (a call
+        arriving meanwhile would wake the actor again): trio runs nothing else until it awaits.
+        """
+        while True:
+            slot = self._table.slots.get(key)
+            closed = self._closing.get(key)
+            if slot is None and closed is None:
+                return
+            if slot is None and closed is not None:
+                await closed.wait()
+            elif slot is not None and slot.state is SlotState.ACTIVE and slot.pending == 0:
+                self.close_slot(slot, None)
+            else:
+                await self._table.wait_settled()
+
+    async def while_asleep(self, key: ActorKey, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``fn()`` in a worker thread while the actor of ``key`` sleeps with its file closed, holding
+        its activation back meanwhile (a call for it waits, as for a hibernation's checkpoint).
+
+        Returns ``(False, None)`` at once, ``fn`` not run, when the actor is awake, waking or closing;
+        else ``(True, fn())``. The file counts among the open ones while ``fn`` runs.
+        """
+        if key in self._table.slots or key in self._closing:
+            return False, None
+        closed = self._closing[key] = trio.Event()
+        self._open_files += 1
+        try:
+            return True, await run_sync_off_loop(fn, limiter=self._checkpoints)
+        finally:
+            del self._closing[key]
+            self._open_files -= 1
+            closed.set()
+            self._table.settled()
+
+    def forget_file(self, namespace: str) -> None:
+        """An actor file of ``namespace`` was removed: count its files again at the next look."""
+        self._files.pop(namespace, None)
+
     async def wait_checkpoints(self) -> None:
         """Return once every file still being checkpointed after hibernation is closed."""
         for closed in list(self._closing.values()):
@@ -290,7 +338,7 @@ class Lifecycle:
         """
         error: Exception | None = None
         try:
-            await trio.to_thread.run_sync(self._guard.checkpoint, storage, limiter=self._checkpoints)
+            await run_sync_off_loop(functools.partial(self._guard.checkpoint, storage), limiter=self._checkpoints)
         except Exception as exc:
             error = exc
         finally:

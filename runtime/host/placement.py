@@ -16,6 +16,7 @@ hook                when                                                 in a cl
 ``release``         the instance is dropped (hibernated, evicted, ...)   mark the file clean, release the lease
 ``peers_gone``      the host's last WebSocket peer of the actor left     release a lease kept for the peers
 ``gate_peers``      the actor asks for its WebSocket peers               wrap them: frames wait for durability
+``erase``           (optional) the actor's local files were erased       not offered yet: delete is refused (501)
 ==================  ===================================================  =========================================
 
 :class:`LocalPlacement` -- a single host whose files are the truth -- does
@@ -47,6 +48,7 @@ from storage.sqlite import Durability
 
 if TYPE_CHECKING:
     from runtime.host.cluster import ClusterOptions, HostCluster
+    from runtime.host.partitions import PartitionedCluster
     from runtime.host.namespace import Namespace
 
 __all__ = ["RELEASE_REASONS", "LocalPlacement", "Placement", "PlacementHost", "WorkingCopy", "placement_for"]
@@ -123,7 +125,7 @@ class Placement(Protocol):
     rebuildable: bool
 
     @property
-    def cluster(self) -> HostCluster | None:
+    def cluster(self) -> HostCluster | PartitionedCluster | None:
         """The host's cluster membership (``host.cluster``), ``None`` outside a cluster."""
         ...
 
@@ -141,6 +143,11 @@ class Placement(Protocol):
 
     async def aclose(self) -> None:
         """After every actor was released with reason ``"closed"``: give up what the host held."""
+        ...
+
+    async def settle(self) -> None:
+        """Return once what :meth:`release` started in the background has finished (a cluster: the
+        leases released), bounded by the placement's own deadlines. The host drains with it."""
         ...
 
     def may_live_elsewhere(self, actor_id: ActorId) -> bool:
@@ -218,6 +225,9 @@ class LocalPlacement:
     async def aclose(self) -> None:
         return None
 
+    async def settle(self) -> None:
+        return None
+
     def may_live_elsewhere(self, actor_id: ActorId) -> bool:
         return False
 
@@ -244,6 +254,11 @@ class LocalPlacement:
 
     def gate_peers(self, slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
         return conns
+
+    async def erase(self, actor_id: ActorId) -> None:
+        """The actor's local files are gone (``host.erase``, :mod:`runtime.host.eraser`); a single host
+        keeps nothing else of it. An optional hook: a placement without it cannot erase (501)."""
+        return None
 
 
 def placement_for(cluster: ClusterOptions | None, placement: Placement | None = None) -> Placement:

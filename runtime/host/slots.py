@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
@@ -235,6 +236,11 @@ class ActorContext:
     def now_ms(self) -> int:
         """The host clock in epoch milliseconds (follows trio's clock)."""
         return self._host.clock.now_ms()
+
+    def quiet_writes(self) -> AbstractContextManager[None]:
+        """A block whose commits by this call are upkeep, not updates: see
+        :meth:`actors.agent.AgentContext.quiet_writes`."""
+        return self._host.quiet_writes(self.id)
 
     def __repr__(self) -> str:
         return f"<ActorContext {self.id.namespace}/{self.id.hex}>"

@@ -128,6 +128,8 @@ class Turns:
     def _admit(self, actor_id: ActorId, bounded: bool = True) -> ActorSlot:
         if self._host.closed:
             raise HostClosedError("the actor host is closed")
+        if self._host.draining:
+            raise HostClosedError("the actor host is shutting down; the call did not run")
         refusal = self._guard.refusal(actor_id)
         if refusal is not None:
             raise refusal
@@ -180,6 +182,8 @@ class Turns:
             slot.alarm_dirty |= touches_alarm
             await slot.output_gate()
             self._alarms.after_turn(slot)
+            if slot.storage is not None:
+                self._guard.mark_after_turn(slot.id, slot.storage)  # a crash after the reply cannot hide damage
             await placement.barrier(slot)  # e.g. the writes before the reply are durable
 
     async def _enter(self, slot: ActorSlot, admitted: float | None) -> None:

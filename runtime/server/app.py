@@ -20,6 +20,10 @@ Routes: the session routes of :mod:`runtime.server.routes` under
 * ``/v1/managers/{manager_id}/...`` -- SessionManagers, one actor per id, and the
   Session API of each managed session (:mod:`runtime.server.managers`), when the
   ``"managers"`` namespace is bound (:func:`runtime.server.managers.bind_managers`);
+* ``/v1/checkpoints/{thread_id}/...`` -- LangGraph thread actors (:mod:`runtime.server.checkpoint_routes`),
+  when the ``"checkpoints"`` namespace is bound;
+* ``/mcp/{session_id}`` -- the session's memory over MCP, streamable HTTP (:mod:`runtime.mcp_http`;
+  extra ``mcp``);
 * ``GET /openapi.json`` and ``GET /docs`` -- the OpenAPI 3.1 document of these
   routes and Swagger UI (:mod:`runtime.server.openapi`).
 
@@ -35,10 +39,10 @@ a bug: 500 with a reference to the logged traceback, never the traceback
 itself. Admission control (:mod:`runtime.server.admission`) refuses work the
 server cannot start soon, at once.
 
-On a host outside a cluster, a session request whose head settles every
-check (route, id, token, body size) is answered below Quart's request
-machinery by :mod:`runtime.server.shortcut`, with the same answers; every
-other request goes through the app.
+A session request whose head settles every check (route, id, token, body
+size) -- in a cluster, of a session active on this host -- is answered below
+Quart's request machinery by :mod:`runtime.server.shortcut`, with the same
+answers; every other request goes through the app.
 
 In a cluster (``serve --cluster``, a :class:`~runtime.server.forwarding.Forwarder`
 given), a session request this host does not own is forwarded to the
@@ -75,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
 from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -84,6 +89,7 @@ from actors.session_agent import SessionAgent, SessionConfig
 from common.errors import (
     InvalidInputError,
     MethodNotAllowedError,
+    NotOwnerError,
     PayloadTooLargeError,
     RequestTimeoutError,
     RouteNotFoundError,
@@ -93,18 +99,21 @@ from common.errors import (
 from common.wire import (
     CLOSE_RECONNECT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_ITEMS,
     HOP_HEADER,
     OWNER_HEADER,
     check_session_id,
     error_payload,
     unquote_segment,
 )
-from runtime.server import host_routes, inspector, managers, transcript_routes
+from runtime.mcp_http import McpMount
+from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
 from runtime.server.config import ACCESS_FORMAT, ACCESS_LOGGER, ServerSettings
-from runtime.server.forwarding import Forwarder, ForwardingShortcut
+from runtime.server.forwarding import Forwarder, ForwardingShortcut, HopGate
+from runtime.server.hosts import HostGate, HostPolicy
 from runtime.server.listener import serve_admitting
 from runtime.server.listing import add_listing_routes, respond_one
 from runtime.server.metrics import ServerMetrics
@@ -148,15 +157,19 @@ def bind_sessions(
     return host.bind(namespace, agent_class, env=config if config is not None else SessionConfig())
 
 
-def require_token_for(bind: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a token, or with a token no client can send.
+def require_token_for(bind: str, token: str | None, *, insecure_no_token: bool = False) -> None:
+    """Refuse to serve a non-loopback address without a token (unless ``insecure_no_token``), or with a
+    token no client can send.
 
     Raises:
-        ValueError: ``bind`` is not ``localhost`` or a loopback IP and ``token``
-            is empty; or ``token`` fails :meth:`SessionsServer.check_token`.
+        ValueError: ``bind`` is not ``localhost`` or a loopback IP, ``token``
+            is empty and ``insecure_no_token`` false; or ``token`` fails
+            :meth:`SessionsServer.check_token`.
     """
     if token:
         SessionsServer.check_token(token)
+        return
+    if insecure_no_token:
         return
     host = bind.rsplit(":", 1)[0].strip("[]") if ":" in bind else bind
     if host == "localhost":
@@ -168,7 +181,7 @@ def require_token_for(bind: str, token: str | None) -> None:
         pass
     raise ValueError(
         f"refusing to serve {bind} without a token: set DURABLE_SESSIONS_TOKEN (or --token), "
-        "or bind a loopback address such as 127.0.0.1"
+        "bind a loopback address such as 127.0.0.1, or pass --insecure-no-token"
     )
 
 
@@ -182,14 +195,16 @@ class SessionsServer:
         draining: set when shutdown begins: ``/v1/ready`` answers 503 (``settings.drain_s`` before ``closing``).
         closing: set when the server stops serving (WebSockets close with 1001, new requests get 503).
         shortcut: whether plain session requests take the short way below Quart
-            (:mod:`runtime.server.shortcut`; not in a cluster). ``False`` sends them through the app.
+            (:mod:`runtime.server.shortcut`; in a cluster, of sessions active here). ``False`` sends them
+            through the app.
         forwarder: in a cluster, what sends calls on to the actors' owners (else ``None``).
     """
 
     def __init__(
         self, host: ActorHost, *, namespace: str, token: str | None, max_body_bytes: int,
         forwarder: Forwarder | None = None, body_timeout_s: float = 30.0, max_requests: int | None = None,
-        cors_origins: tuple[str, ...] = (),
+        cors_origins: tuple[str, ...] = (), max_body_items: int = DEFAULT_MAX_BODY_ITEMS,
+        hosts: HostPolicy | None = None,
     ) -> None:
         if token:
             self.check_token(token)
@@ -203,14 +218,18 @@ class SessionsServer:
         self.namespace = host.namespace(namespace)
         self._token = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
+        self.max_body_items = max_body_items
         self.body_timeout_s = body_timeout_s
         self.max_requests = max_requests
         self.metrics = ServerMetrics(host)
-        self.responder = Responder()
+        self.responder = Responder(max_body_items)
         self.origins = OriginPolicy(cors_origins)
+        self.hosts = hosts if hosts is not None else HostPolicy(token=bool(token))
         self.draining = trio.Event()
         self.closing = trio.Event()
         self.shortcut = True
+        #: ``[retention] delete_idle_after_days`` (``None``: off), used by ``POST /v1/host:gc``.
+        self.retention_days: int | None = None
         #: endpoint of a catch-all rule -> the methods of the path it matched (its ``view_args``), so a 405
         #: of the router for a verb the rule does not take lists that path's methods, not the rule's.
         self.path_methods: dict[str, Callable[..., list[str]]] = {"sessions": _session_path_methods}
@@ -226,12 +245,16 @@ class SessionsServer:
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         asgi: Callable[..., Awaitable[None]] = _ShieldedResponseEnd(app.asgi_app)
+        asgi = SessionShortcut(asgi, self)  # the session table's plain requests, below Quart (runtime.server.shortcut)
         if self.forwarder is not None:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
-        else:  # the session table's plain requests, below Quart (runtime.server.shortcut)
-            asgi = SessionShortcut(asgi, self)
+        asgi = checkpoint_routes.CheckpointShortcut(asgi, self)  # LangGraph threads' plain requests, below Quart
+        asgi = McpMount(asgi, self)  # /mcp/{session_id}: the session's memory over MCP (runtime.mcp_http)
         asgi = _EncodedPaths(asgi)
         asgi = BrowserGate(asgi, self.origins)  # Origin and CORS (runtime.server.browsers)
+        asgi = HostGate(asgi, self.hosts)  # Host names served (runtime.server.hosts)
+        secret = self.forwarder.secret if self.forwarder is not None else None
+        asgi = HopGate(asgi, secret, cluster=self.forwarder is not None)  # hop headers of the cluster only
         if self.max_requests is not None:
             asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
         # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
@@ -241,11 +264,13 @@ class SessionsServer:
         app.after_request(self._after_request)
         app.register_error_handler(HTTPException, self._http_exception)
         host_routes.install(app, self)  # health, ready, metrics, actors, hibernate
+        lifecycle_routes.install(app, self)  # gc, backup (runtime.server.lifecycle_routes)
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
         managers.install(app, self)  # with the "managers" namespace
+        checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace
         add_docs_routes(app, self)
         self.listing = add_listing_routes(app, self)
         return app
@@ -281,6 +306,12 @@ class SessionsServer:
         if not self.authorized(request.headers.get("Authorization")):
             return self.responder.error(UnauthorizedError("missing or wrong bearer token"))
         if self.closing.is_set():
+            if self.forwarder is not None and HOP_HEADER in request.headers:
+                # Another host forwarded this as to the owner: say it is not (any more), so that host
+                # asks Postgres again and takes the session once this host has handed it over.
+                return self.responder.error(NotOwnerError(
+                    request.path, None, lease_left_s=0.0,
+                    reason="this host is shutting down and hands its sessions over; ask for the owner again"))
             return self.responder.error(ServiceUnavailableError("the server is shutting down"))
         return None
 
@@ -382,6 +413,9 @@ class SessionsServer:
     async def _sessions(self, rest: str) -> Response:
         try:
             session_id, *segments = rest.split("/")
+            if lifecycle_routes.handles(request.method, segments):  # delete, export, import
+                return await lifecycle_routes.answer_session(
+                    self, unquote_segment(session_id, "session_id"), request.method, segments)
             if not segments and request.method == "GET":  # GET /v1/sessions/{id}: runtime.server.listing
                 return await respond_one(self, self.listing, unquote_segment(session_id, "session_id"))
             actor_id = self.actor_id(unquote_segment(session_id, "session_id"))
@@ -573,6 +607,24 @@ def create_app(
     return SessionsServer(host, namespace=namespace, token=token, max_body_bytes=max_body_bytes).app
 
 
+async def _hand_over(host: ActorHost, timeout_s: float) -> None:
+    """A cluster host stopping: hand its sessions to the other hosts before the HTTP server drains.
+
+    New requests already get 503 (``closing``); the host admits no new call, lets those running
+    finish, makes their writes durable and releases every lease (``ActorHost.drain``), so the next
+    call on another host takes each session at once instead of waiting for this process to exit
+    (up to ``graceful_timeout_s``) or for its leases to expire.
+    """
+    started = trio.current_time()
+    with trio.move_on_after(timeout_s) as scope:
+        count = await host.drain()
+    if scope.cancelled_caught:
+        logger.warning("shutting down: handing the sessions over took longer than %g s; the rest move when "
+                       "this host closes", timeout_s)
+        return
+    logger.info("shutting down: %d session(s) handed over in %.3f s", count, trio.current_time() - started)
+
+
 async def serve(
     host: ActorHost,
     settings: ServerSettings | None = None,
@@ -582,6 +634,8 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     forwarder: Forwarder | None = None,
     listen_socket: socket.socket | None = None,
+    insecure_no_token: bool = False,
+    retention_days: int | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``host`` on ``settings.bind`` until ``shutdown_trigger()`` returns (default: forever).
@@ -596,15 +650,21 @@ async def serve(
         listen_socket: a socket already bound to ``settings.bind`` (a cluster
             host binds first to learn its port before it joins); ``serve``
             takes it over and closes it. ``None``: bind here.
+        insecure_no_token: serve a non-loopback bind without a token (``serve --insecure-no-token``).
+        retention_days: ``[retention] delete_idle_after_days`` for ``POST /v1/host:gc`` (``None``: off).
 
     Raises:
         ValueError: a non-loopback bind without ``token`` (see :func:`require_token_for`).
     """
     settings = settings or ServerSettings()
-    require_token_for(settings.bind, token)
+    require_token_for(settings.bind, token, insecure_no_token=insecure_no_token)
+    hosts = HostPolicy(settings.allowed_hosts, bind=settings.bind, token=bool(token),
+                       advertise=forwarder.advertise_url if forwarder is not None else None)
     server = SessionsServer(host, namespace=namespace, token=token, max_body_bytes=settings.max_body_bytes,
                             forwarder=forwarder, body_timeout_s=settings.body_timeout_s,
-                            max_requests=settings.max_requests, cors_origins=settings.cors_origins)
+                            max_requests=settings.max_requests, cors_origins=settings.cors_origins,
+                            max_body_items=settings.max_body_items, hosts=hosts)
+    server.retention_days = retention_days
     inspector.install(server, settings)  # GET /inspect unless [server] inspector = false
     config = HypercornConfig()
     if listen_socket is None:
@@ -619,6 +679,8 @@ async def serve(
     config.accesslog = logging.getLogger(ACCESS_LOGGER) if settings.access_log else None
     config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("hypercorn.error")
+    if settings.certfile is not None:  # TLS: https:// and wss:// (hypercorn's own)
+        config.certfile, config.keyfile = str(settings.certfile), str(settings.keyfile)
 
     async def trigger() -> None:
         if shutdown_trigger is None:
@@ -629,10 +691,17 @@ async def serve(
             logger.info("shutting down: draining for %g s (GET /v1/ready answers 503)", settings.drain_s)
             await trio.sleep(settings.drain_s)
         server.closing.set()
+        if forwarder is not None:
+            await _hand_over(host, settings.graceful_timeout_s)
 
     async def run() -> None:
+        if settings.certfile is not None:  # TLS: hypercorn's own listener (socket admission needs plain bytes)
+            await hypercorn_serve(server.app, config, shutdown_trigger=trigger, task_status=task_status)
+            return
         await serve_admitting(server.app, config, max_waiting=settings.max_connecting,
                               max_wait_s=settings.max_connect_wait_s, early_refusal=server.refusal_for_head,
+                              head_timeout_s=settings.head_timeout_s,
+                              max_per_peer=settings.max_connections_per_peer,
                               shutdown_trigger=trigger, task_status=task_status)
 
     if forwarder is None:

@@ -11,6 +11,7 @@ Unknown keys are errors, so a typo never passes silently::
     idle_timeout_s = 30          # seconds before an idle actor hibernates
     durability = "normal"        # or "full" (also survives power loss)
     max_body_bytes = 8388608     # request body / WebSocket frame limit
+    max_body_items = 100000      # values in arrays and objects per body / frame, then 413
     max_active = 4096            # actor files open at once (default: from the fd limit)
     max_pending_calls = 1000     # per actor, then 429
     graceful_timeout_s = 10      # how long shutdown waits for running requests
@@ -19,9 +20,14 @@ Unknown keys are errors, so a typo never passes silently::
     backlog = 4096               # connections the kernel queues before accept (capped by somaxconn)
     max_requests = 4096          # HTTP requests at once, then 503 at once
     max_connecting = 64          # accepted connections waiting for their first request (others wait in the backlog)
-    max_connect_wait_s = 0.5     # a request that waited this long in the backlog: 503
+    max_connect_wait_s = 0.5     # a request that waited this long for a place: 503
+    head_timeout_s = 3           # a new connection that has not sent its request head by then is closed
+    max_connections_per_peer = 512   # connections open at once from one client address, then 503
     max_queue_s = 0.5            # a call not started within this (per actor): 429
     inspector = true             # the /inspect page (it asks for the token, like /docs); false: no route
+    allowed_hosts = ["sessions.internal"]  # Host names answered besides loopback ones (checked without a token)
+    certfile = "server.pem"      # TLS: serve https:// with this certificate chain (PEM) ...
+    keyfile = "server.key"       # ... and its private key (PEM); both or neither
 
     [storage]                    # where sessions live (default: each actor's SQLite file)
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
@@ -56,11 +62,24 @@ Unknown keys are errors, so a typo never passes silently::
     tail_token_budget = 20000
     min_tail_messages = 2
 
+Semantic and hybrid message search (``search?mode=semantic|hybrid``; off without
+this section; SQLite files and cluster mode, not yet ``[storage] postgres``)::
+
+    [search]
+    embedder = "local"           # WordLlama, offline (pip install -e '.[semantic]'); or "openai"
+    # url = "http://10.0.0.7:8000/v1"   # openai: an OpenAI-compatible embeddings endpoint
+    # model = "text-embedding-3-small"  # openai: the model (stored beside each vector)
+    # api_key_env = "OPENAI_API_KEY"    # openai: the variable holding the key ("": none)
+    # dimension = 256              # local: 256, 128 or 64; openai: the vectors' dimension
+
 Several hosts sharing one Postgres (``serve --cluster``; the section's
 presence turns cluster mode on, command-line flags override its keys)::
 
     [cluster]
     postgres = "postgresql://sessions@db.internal/sessions"  # the shared database
+    # databases = ["postgresql://db1.internal/sessions", "postgresql://db2.internal/sessions"]
+    #                            # instead of postgres: actors spread over several databases
+    #                            # (the same list, in the same order, on every host)
     host_id = "n1"               # default: a new random id at every start
     advertise = "http://10.0.0.5:8801"  # how the other hosts reach this one
                                  # (default: http://<bind>; required with a wildcard bind)
@@ -78,16 +97,20 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from actors.session_agent import BlockConfig, CompactionConfig, SessionConfig, resolve_summarizer
+from actors.session_embeddings import EmbedderConfig
 from common.errors import InvalidInputError
-from common.wire import DEFAULT_MAX_BODY_BYTES
+from common.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_ITEMS
+from runtime.server.hosts import normalise_hosts
 
-__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "ServerSettings", "StorageSettings", "load_config"]
+__all__ = ["ClusterSettings", "ConfigError", "HostConfig", "RetentionSettings", "ServerSettings", "StorageSettings",
+           "load_config"]
 
 DURABILITIES = ("normal", "full")
 
@@ -113,6 +136,10 @@ class ServerSettings:
         idle_timeout_s: seconds an actor may idle before it hibernates.
         durability: ``"normal"`` or ``"full"``.
         max_body_bytes: request body and WebSocket frame limit (bytes).
+        max_body_items: most values a request body or WebSocket frame may hold
+            inside arrays and objects (each array, object, element and member
+            counts); more: 413 ``PayloadTooLargeError`` (``field="body"``),
+            counted before (JSON) or while (msgpack) the body is parsed.
         max_active: most actor files open at once (``None``: from the fd limit).
         max_pending_calls: calls waiting per actor before 429.
         graceful_timeout_s: seconds shutdown waits for running requests.
@@ -127,8 +154,15 @@ class ServerSettings:
             ``ServerBusyError`` at once (health and metrics are exempt).
         max_connecting: accepted connections whose first request has not yet
             reached the app; further connections wait in the listen backlog.
-        max_connect_wait_s: seconds a new connection's request may wait in the
-            listen backlog; then 503 ``ServerBusyError`` (nothing run).
+        max_connect_wait_s: seconds a new connection's request may wait for one
+            of the ``max_connecting`` places; then 503 ``ServerBusyError`` (nothing run).
+        head_timeout_s: seconds a new connection may take to send its whole
+            request head (request line and headers); until then it holds no
+            place, after it is closed (:mod:`runtime.server.listener`).
+        max_connections_per_peer: connections one client address may hold open
+            at once; the next is answered 503 ``ServerBusyError`` with
+            ``Retry-After``. Behind a reverse proxy every client has the proxy's
+            address: raise it to what the proxy opens.
         max_queue_s: seconds a call may wait for its actor's turn (activation
             not counted); then 429 ``ActorBusyError``, the call not run. A call
             the actor's queue would not reach in time is refused at once.
@@ -143,6 +177,12 @@ class ServerSettings:
             route is still served, so a load balancer stops sending first.
         inspector: serve the inspector page at ``/inspect``
             (:mod:`runtime.server.inspector`); ``False``: the route does not exist.
+        allowed_hosts: ``Host`` names answered besides the loopback ones and the bound
+            address (:mod:`runtime.server.hosts`; ``"*"``: any). Checked on a server
+            without a token, and on any server when set.
+        certfile: TLS certificate chain (PEM) to serve ``https://`` and ``wss://`` with
+            (``None``: plain HTTP); needs ``keyfile``.
+        keyfile: the certificate's private key (PEM).
     """
 
     bind: str = "127.0.0.1:8787"
@@ -150,6 +190,7 @@ class ServerSettings:
     idle_timeout_s: float = 30.0
     durability: str = "normal"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_items: int = DEFAULT_MAX_BODY_ITEMS
     max_active: int | None = None
     max_pending_calls: int = 1000
     graceful_timeout_s: float = 10.0
@@ -159,14 +200,28 @@ class ServerSettings:
     max_requests: int = 4096
     max_connecting: int = 64
     max_connect_wait_s: float = 0.5
+    head_timeout_s: float = 3.0
+    max_connections_per_peer: int = 512
     max_queue_s: float = 0.5
     cors_origins: tuple[str, ...] = ()
     access_log: bool = False
     drain_s: float = 0.0
     inspector: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    certfile: Path | None = None
+    keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cors_origins", _origins(self.cors_origins))
+        try:
+            object.__setattr__(self, "allowed_hosts", normalise_hosts(self.allowed_hosts))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ConfigError("server.certfile and server.keyfile go together (TLS needs both)")
+        for name in ("certfile", "keyfile"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
         if isinstance(self.drain_s, bool) or not isinstance(self.drain_s, (int, float)) or not self.drain_s >= 0:
             raise ConfigError(f"server.drain_s must be a number of seconds >= 0, not {self.drain_s!r}")
         if not isinstance(self.access_log, bool):
@@ -180,12 +235,12 @@ class ServerSettings:
         if not isinstance(self.inspector, bool):
             raise ConfigError(f"server.inspector must be true or false, not {self.inspector!r}")
         for name in ("idle_timeout_s", "graceful_timeout_s", "keep_alive_timeout_s", "body_timeout_s",
-                     "max_queue_s", "max_connect_wait_s"):
+                     "max_queue_s", "max_connect_wait_s", "head_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"server.{name} must be a positive number of seconds, not {value!r}")
-        for name in ("max_body_bytes", "max_pending_calls", "max_active", "backlog", "max_requests",
-                     "max_connecting"):
+        for name in ("max_body_bytes", "max_body_items", "max_pending_calls", "max_active", "backlog", "max_requests",
+                     "max_connecting", "max_connections_per_peer"):
             value = getattr(self, name)
             if value is None and name == "max_active":
                 continue
@@ -203,7 +258,12 @@ class ClusterSettings:
     """Cluster mode (``[cluster]``; ``--cluster`` and its flags override it).
 
     Attributes:
-        postgres: libpq connection string or ``postgresql://`` URL of the shared database.
+        postgres: libpq connection string or ``postgresql://`` URL of the shared database
+            (a one-database cluster; ``None`` when ``databases`` is given).
+        databases: the connection strings of a cluster on several databases, in
+            the order of its partition map (actors are spread over them by a
+            hash of their id: docs/cluster.md "Several databases"); give
+            ``postgres`` or ``databases``, not both. See :attr:`dsns`.
         host_id: this host's id in the cluster (``None``: a random one per start).
         advertise: this host's base URL as the other hosts reach it
             (``None``: ``http://`` + the bound address; see :meth:`advertise_url`).
@@ -216,16 +276,33 @@ class ClusterSettings:
             a new owner replays at most about this much.
     """
 
-    postgres: str
+    postgres: str | None = None
     host_id: str | None = None
     advertise: str | None = None
     lease_s: float = DEFAULT_LEASE_S
     connect_timeout_s: float = 30.0
     snapshot_bytes: int | None = None
+    databases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.postgres, str) or not self.postgres.strip():
+        if self.postgres is not None and self.databases:
+            raise ConfigError("give cluster.postgres (one database) or cluster.databases (several), not both")
+        if self.postgres is None and not self.databases:
+            raise ConfigError("cluster.postgres or cluster.databases is missing (the shared databases' "
+                              "connection strings)")
+        if self.postgres is not None and (not isinstance(self.postgres, str) or not self.postgres.strip()):
             raise ConfigError("cluster.postgres must be a Postgres connection string or postgresql:// URL")
+        if isinstance(self.databases, str) or not isinstance(self.databases, (list, tuple)):
+            raise ConfigError(f"cluster.databases must be a list of Postgres connection strings, "
+                              f"not {self.databases!r}")
+        for entry in self.databases:
+            if not isinstance(entry, str) or not entry.strip():
+                raise ConfigError(f"cluster.databases: {entry!r} is not a Postgres connection string")
+        duplicates = sorted({entry for entry in self.databases if self.databases.count(entry) > 1})
+        if duplicates:
+            raise ConfigError("cluster.databases names a database twice (each database once, in the same "
+                              "order on every host)")
+        object.__setattr__(self, "databases", tuple(self.databases))
         if self.host_id is not None and (not isinstance(self.host_id, str) or not _HOST_ID.fullmatch(self.host_id)):
             raise ConfigError(f"cluster.host_id must be 1-64 letters, digits, '.', '_', '-', not {self.host_id!r}")
         if self.advertise is not None:
@@ -239,6 +316,11 @@ class ClusterSettings:
         value = self.snapshot_bytes
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"cluster.snapshot_bytes must be a positive integer, not {value!r}")
+
+    @property
+    def dsns(self) -> tuple[str, ...]:
+        """The cluster's databases in partition-map order (``(postgres,)`` for one database)."""
+        return self.databases or (str(self.postgres),)
 
     def advertise_url(self, bound: str) -> str:
         """The URL to advertise: ``advertise``, else ``http://`` + ``bound`` (the ``host:port`` listened on).
@@ -320,6 +402,25 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long idle sessions are kept (``[retention]``; docs/operations.md, "Data lifecycle").
+
+    Attributes:
+        delete_idle_after_days: sessions not written for more than this many
+            days are deleted by ``durable-sessions gc`` (``POST /v1/host:gc``),
+            by the host catalog's ``updatedAt``; ``None`` (default): nothing
+            is ever deleted by retention.
+    """
+
+    delete_idle_after_days: int | None = None
+
+    def __post_init__(self) -> None:
+        value = self.delete_idle_after_days
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"retention.delete_idle_after_days must be a whole number of days >= 1, not {value!r}")
+
+
+@dataclass(frozen=True)
 class HostConfig:
     """A loaded configuration: ``server`` settings, ``storage``, the ``session`` every actor gets, and
     ``cluster`` (``None``: a single host)."""
@@ -328,6 +429,7 @@ class HostConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
     storage: StorageSettings = field(default_factory=StorageSettings)
     cluster: ClusterSettings | None = None
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def with_overrides(self, **changes: Any) -> HostConfig:
         """A copy with the ``server`` fields in ``changes`` replaced (``None`` values are ignored).
@@ -338,16 +440,19 @@ class HostConfig:
         kept = {k: v for k, v in changes.items() if v is not None}
         return replace(self, server=replace(self.server, **kept))
 
-    def with_cluster(self, postgres: str | None = None, **changes: Any) -> HostConfig:
-        """A copy with cluster mode from ``postgres`` (or the file's) and the fields in ``changes``
-        replaced (``None`` values are ignored); unchanged when neither gives a database.
+    def with_cluster(self, postgres: str | Sequence[str] | None = None, **changes: Any) -> HostConfig:
+        """A copy with cluster mode from ``postgres`` (one connection string or several, as
+        ``--cluster`` repeated; else the file's) and the fields in ``changes`` replaced (``None``
+        values are ignored); unchanged when neither gives a database.
 
         Raises:
             ConfigError: a replaced value is invalid.
         """
         kept = {k: v for k, v in changes.items() if v is not None}
-        if postgres is not None:
-            kept["postgres"] = postgres
+        if isinstance(postgres, str):
+            postgres = [postgres]
+        if postgres:  # the flags' databases replace the file's
+            kept["postgres"], kept["databases"] = (postgres[0], ()) if len(postgres) == 1 else (None, tuple(postgres))
         if self.cluster is None:
             if "postgres" not in kept:
                 if kept:
@@ -377,16 +482,29 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     try:
-        _only(data, {"server", "session", "storage", "cluster"}, "")
+        _only(data, {"server", "session", "storage", "cluster", "retention", "search"}, "")
         server = _server(_table(data, "server"), base)
         session = _session(_table(data, "session"), base)
+        if "search" in data:
+            session = replace(session, search=_search(_table(data, "search")))
         storage = _storage(_table(data, "storage"))
         cluster = _cluster(data["cluster"]) if "cluster" in data else None
+        retention = _retention(_table(data, "retention"))
     except InvalidInputError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return HostConfig(server, session, storage, cluster)
+    return HostConfig(server, session, storage, cluster, retention)
+
+
+def _retention(table: dict[str, Any]) -> RetentionSettings:
+    _only(table, {f.name for f in fields(RetentionSettings)}, "retention.")
+    return RetentionSettings(**table)
+
+
+def _search(table: dict[str, Any]) -> EmbedderConfig:
+    _only(table, {f.name for f in fields(EmbedderConfig)}, "search.")
+    return EmbedderConfig(**table)
 
 
 def _storage(table: dict[str, Any]) -> StorageSettings:
@@ -410,8 +528,9 @@ def _only(table: dict[str, Any], allowed: set[str], where: str) -> None:
 def _server(table: dict[str, Any], base: Path) -> ServerSettings:
     _only(table, {f.name for f in fields(ServerSettings)}, "server.")
     values = dict(table)
-    if "data" in values:
-        values["data"] = base / str(values["data"])
+    for key in ("data", "certfile", "keyfile"):
+        if key in values:
+            values[key] = base / str(values[key])
     return ServerSettings(**values)
 
 
@@ -419,8 +538,11 @@ def _cluster(table: Any) -> ClusterSettings:
     if not isinstance(table, dict):
         raise ConfigError("cluster must be a table")
     _only(table, {f.name for f in fields(ClusterSettings)}, "cluster.")
-    if "postgres" not in table:
-        raise ConfigError("cluster.postgres is missing (the shared database's connection string)")
+    if "postgres" not in table and "databases" not in table:
+        raise ConfigError("cluster.postgres is missing (the shared database's connection string; or "
+                          "cluster.databases, a list, for several)")
+    if "databases" in table and not table["databases"]:
+        raise ConfigError("cluster.databases must name at least one database")
     return ClusterSettings(**table)
 
 

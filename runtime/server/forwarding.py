@@ -27,6 +27,14 @@ The rules:
   :class:`~common.errors.OwnerUnreachableError` (503, ``Retry-After``) and
   the client repeats it when that is safe. An owner that is merely slow
   keeps renewing its lease, and the call waits for it.
+* **Only hosts of the cluster may send the hop header.** Its value is this
+  host's id and an HMAC-SHA256 of it keyed with the cluster's shared secret
+  (:func:`hop_secret`: ``DURABLE_SESSIONS_CLUSTER_SECRET``, else the API token).
+  :class:`HopGate` removes a hop header that does not verify before anything
+  reads it, so such a request is an ordinary client request (``Origin`` and
+  ``Host`` checked, forwarded if need be). A cluster with neither secret nor
+  token (loopback only: a non-loopback bind needs a token) accepts the hop
+  header from loopback peers only.
 * **Where the owner is.** Every answer about a session in cluster mode
   carries :data:`~common.wire.OWNER_HEADER` with the owner's advertised URL
   (when known), so a client that lists that URL sends the session's next
@@ -48,8 +56,13 @@ session, one whose owner does not answer, errors -- goes through the app.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
 import logging
 import math
+import os
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -60,7 +73,7 @@ import trio
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header
 
-from common.errors import DurableSessionsError, NotOwnerError, OwnerUnreachableError
+from common.errors import DurableSessionsError, NotOwnerError, OwnerUnreachableError, RequestTimeoutError
 from common.wire import (
     HOP_HEADER,
     JSON,
@@ -74,7 +87,8 @@ from common.wire import (
 from runtime.host.ids import ActorId
 from runtime.server.routes import describe_error, match
 
-__all__ = ["ForwardedAnswer", "Forwarder", "ForwardingShortcut", "OwnerGone", "OwnerMoved", "retry_after"]
+__all__ = ["CLUSTER_SECRET_ENV", "ForwardedAnswer", "Forwarder", "ForwardingShortcut", "HopGate", "OwnerGone",
+           "OwnerMoved", "hop_secret", "hop_value", "retry_after", "verify_hop"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +107,71 @@ LEASE_MARGIN_S = 0.02
 CONNECT_TIMEOUT_S = 2.0
 
 
+#: Environment variable holding the secret every host of a cluster shares (signs the hop header).
+CLUSTER_SECRET_ENV = "DURABLE_SESSIONS_CLUSTER_SECRET"
+_HOP_CONTEXT = b"durable-sessions hop\0"
+_HOP_NAME = HOP_HEADER.lower().encode("latin-1")
+
+
+def hop_secret(token: str | None) -> str | None:
+    """The cluster's shared secret: ``$DURABLE_SESSIONS_CLUSTER_SECRET``, else ``token`` (``None``: neither)."""
+    return os.environ.get(CLUSTER_SECRET_ENV) or token or None
+
+
+def hop_value(secret: str | None, host_id: str) -> str:
+    """The hop header a host sends: ``<host_id>;<hex HMAC-SHA256 of the id, keyed with secret>``
+    (just ``host_id`` without a secret)."""
+    if not secret:
+        return host_id
+    mac = hmac.new(secret.encode("utf-8"), _HOP_CONTEXT + host_id.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"{host_id};{mac}"
+
+
+def verify_hop(secret: str | None, value: str, peer: str | None) -> bool:
+    """``True`` when a hop header ``value`` came from a host of the cluster.
+
+    With a secret: the value's HMAC verifies (constant-time compare). Without one: the peer
+    (the connection's IP address, ``None``: unknown) is a loopback address.
+    """
+    if not secret:
+        try:
+            return peer is not None and ipaddress.ip_address(peer).is_loopback
+        except ValueError:
+            return False
+    host_id, _, _ = value.partition(";")
+    return hmac.compare_digest(hop_value(secret, host_id).encode("utf-8", "replace"),
+                               value.encode("utf-8", "replace"))
+
+
+class HopGate:
+    """ASGI middleware: a hop header that does not verify (:func:`verify_hop`) is removed from the request.
+
+    Every check downstream (the ``Origin`` and ``Host`` rules, "one hop") then
+    treats the request as a client's. Requests without the header pass untouched.
+    """
+
+    def __init__(self, app: Callable[..., Awaitable[None]], secret: str | None, *, cluster: bool = True) -> None:
+        """``cluster``: ``False`` for a host outside a cluster, where no hop header is ever valid."""
+        self.app = app
+        self.secret = secret
+        self.cluster = cluster
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") in ("http", "websocket"):
+            headers = scope.get("headers", ())
+            values = [value for key, value in headers if key == _HOP_NAME]
+            client = scope.get("client")
+            if values and not (self.cluster and len(values) == 1 and verify_hop(self.secret, values[0].decode("latin-1"),
+                                                                 client[0] if client else None)):
+                logger.warning("a request carried a hop header that does not verify; served as a client request")
+                scope = dict(scope, headers=[(key, value) for key, value in headers if key != _HOP_NAME])
+        await self.app(scope, receive, send)
+
+
 #: Times one request goes round "the owner moved" before the host gives up with a 503.
 MAX_ROUNDS = 4
+#: Seconds before asking again after the first "not the owner" answer (doubling each round: 0.35 s in all).
+MOVED_PAUSE_S = 0.05
 
 
 class OwnerRecord(Protocol):
@@ -140,20 +217,28 @@ class Forwarder:
         lookup: asks Postgres who owns an actor now (``HostCluster.owner_of``);
             with it, a call that an owner holds past a lease it did not renew
             is given up (see the module docstring). Settable later.
+        secret: the cluster's shared secret (:func:`hop_secret`), which signs the hop header.
+        verify: for ``https://`` owners, ``True`` (the system's CAs), ``False`` (no check), or the
+            path of a CA bundle (PEM) the owners' certificates chain to.
     """
 
     def __init__(
         self, *, host_id: str, advertise_url: str, lease_s: float, max_wait_s: float | None = None,
         forward_timeout_s: float | None = None, max_connections: int = 512, lookup: OwnerLookup | None = None,
+        secret: str | None = None, verify: bool | str = True,
     ) -> None:
         self.host_id = host_id
+        self.secret = secret
+        #: the value of the hop header this host sends (:func:`hop_value`).
+        self.hop = hop_value(secret, host_id)
+        self.ssl_context = _ssl_context(verify)
         self.lookup = lookup
         self.advertise_url = advertise_url.rstrip("/")
         self.lease_s = lease_s
         self.max_wait_s = max_wait_s if max_wait_s is not None else lease_s + 2.0
         self._timeouts = {"connect": CONNECT_TIMEOUT_S, "read": forward_timeout_s, "write": forward_timeout_s,
                           "pool": None}
-        self._pool = httpcore.AsyncConnectionPool(max_connections=max_connections,
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=self.ssl_context, max_connections=max_connections,
                                                   max_keepalive_connections=max_connections, keepalive_expiry=5.0)
         self._owners: dict[tuple[str, str], tuple[str, float]] = {}  # actor key -> (url, trio deadline)
         self._in_flight: dict[int, tuple[ActorId, str, float, trio.CancelScope]] = {}
@@ -259,7 +344,7 @@ class Forwarder:
         """
         sent = [(name.encode("latin-1"), headers[name].encode("latin-1"))
                 for name in FORWARDED_REQUEST_HEADERS if name in headers]
-        sent.append((HOP_HEADER.encode("latin-1"), self.host_id.encode("latin-1")))
+        sent.append((HOP_HEADER.encode("latin-1"), self.hop.encode("latin-1")))
         target = url + path + (("?" + query.decode("latin-1")) if query else "")
         with trio.CancelScope() as scope:
             key = id(scope)
@@ -314,7 +399,7 @@ class Forwarder:
         waited_until = trio.current_time() + self.max_wait_s
         owner = None if forwarded else self.owner_of(actor_id)
         error: NotOwnerError | None = None
-        for _ in range(MAX_ROUNDS):
+        for attempt in range(MAX_ROUNDS):
             if owner is None:
                 try:
                     return await local()
@@ -328,8 +413,13 @@ class Forwarder:
             try:
                 return await remote(owner)
             except OwnerMoved:
+                # The host asked is not the owner (any more): it moved, or that host is handing its
+                # actors over as it stops. Ask again after a short pause, growing each round, so a
+                # release under way has landed (a stopping host releases every lease at once).
                 self.forget(actor_id)
                 owner, error = None, None
+                if attempt + 1 < MAX_ROUNDS:
+                    await trio.sleep(MOVED_PAUSE_S * 2 ** attempt)
                 continue
             except OwnerGone as gone:
                 # Nothing was sent. The owner is down (or unreachable from here): once its lease has
@@ -342,6 +432,16 @@ class Forwarder:
                 await trio.sleep(wait)
                 owner, error = None, None
         raise NotOwnerError(_describe(actor_id), None)
+
+
+def _ssl_context(verify: bool | str) -> ssl.SSLContext:
+    """The TLS context for ``https://`` owners (see :class:`Forwarder`'s ``verify``)."""
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
 
 
 def _describe(actor_id: ActorId) -> str:
@@ -370,6 +470,7 @@ class ShortcutServer(Protocol):
     """What :class:`ForwardingShortcut` needs of the server (:class:`runtime.server.app.SessionsServer`)."""
 
     max_body_bytes: int
+    body_timeout_s: float
     closing: trio.Event
     metrics: Any
 
@@ -403,15 +504,16 @@ class ForwardingShortcut:
             return
         actor_id, owner, headers, label = target
         started = time.perf_counter()
-        body = await _whole_body(receive)
-        if body is None:  # the client went away
-            return
+        body: bytes | None = b""
         try:
+            body = await _whole_body(receive, self.server.body_timeout_s)
+            if body is None:  # the client went away
+                return
             answer = await self.forwarder.forward(owner, scope["method"], scope["path"],
                                                          scope.get("query_string", b""), headers, body, actor_id)
         except (OwnerGone, OwnerMoved):
             self.forwarder.forget(actor_id)
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body or b"", receive), send)
             return
         except Exception as exc:  # noqa: BLE001 - answered as the app answers errors
             status, payload = describe_error(exc)
@@ -449,16 +551,22 @@ class ForwardingShortcut:
         return actor_id, owner, headers, route.name
 
 
-async def _whole_body(receive: Any) -> bytes | None:
-    """The request body (the caller checked its declared length), or ``None`` when the client disconnected."""
+async def _whole_body(receive: Any, timeout_s: float) -> bytes | None:
+    """The request body (the caller checked its declared length), or ``None`` when the client disconnected.
+
+    Raises:
+        RequestTimeoutError: it did not all arrive within ``timeout_s`` seconds (as on the owner: 408).
+    """
     parts = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        parts.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(parts)
+    with trio.move_on_after(timeout_s):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return b"".join(parts)
+    raise RequestTimeoutError(f"the request body did not arrive within {timeout_s:g} s")
 
 
 def _replay(body: bytes, receive: Any) -> Callable[[], Awaitable[dict[str, Any]]]:

@@ -1,30 +1,34 @@
-"""Admission at the socket: how many connections wait for their first request, and how long they waited.
+"""Admission at the socket: idle connections hold nothing, and the rest wait for a bounded number of places.
 
 hypercorn runs every accepted connection as its own task, all at once: let
 2,000 connections in together and they advance in lockstep, each answered
 only when nearly all are (the last after seconds), while health checks wait
 behind them. :class:`AdmittingListener` keeps that bounded:
 
-* at most ``max_waiting`` accepted connections may be **waiting for their
-  first request to reach the app** (the app wrapper of :func:`serve_admitting`
-  frees the place when it does; so does the connection closing, or
-  ``max_wait_s`` passing without a request: a client that connects and
-  sends nothing cannot hold the door shut). Connections beyond that wait in
-  the kernel's listen queue, in arrival order, and are taken from it in
-  batches (:data:`ACCEPT_BATCH`). Idle keep-alive connections and
-  WebSockets hold no place once their first request was dispatched.
+* a new connection must send its whole **request head** (request line and
+  headers) within ``head_timeout_s`` (``server.head_timeout_s``); until it
+  has, it holds no place and is read by a small task of its own; one that
+  has not by then (it sent nothing, or half a head) is closed. At most
+  :data:`MAX_HEADS_WAITING` wait so; past that the one waiting longest is
+  closed. A flood of idle sockets therefore never keeps requests out.
+* one client address may hold at most ``max_per_peer`` connections at once
+  (``server.max_connections_per_peer``); the next is answered ``503``
+  ``ServerBusyError`` with ``Retry-After`` at once, nothing read.
+* at most ``max_waiting`` connections whose head arrived may be **waiting
+  for that request to reach the app** (the app wrapper of
+  :func:`serve_admitting` frees the place when it does; so does the
+  connection closing). One that finds no place within ``max_wait_s`` is
+  answered ``503`` ``ServerBusyError`` with ``Retry-After``. Idle keep-alive
+  connections and WebSockets hold no place once their first request was
+  dispatched.
 * a connection whose request is for a session the host would refuse at
   once (its actor's mailbox is full, or its queue would not reach the call
-  within the queue bound: ``early_refusal``) is answered ``429`` from the
-  first bytes of its request, before hypercorn parses anything;
-* a connection that **waited in the kernel queue** longer than
-  ``max_wait_s`` (its request arrived that long ago: Linux ``TCP_INFO``
-  ``tcpi_last_data_recv``; one whose request has not arrived has not
-  waited) is answered ``503`` ``ServerBusyError`` with ``Retry-After``.
+  within the queue bound: ``early_refusal``) is answered ``429`` from its
+  head, before hypercorn parses anything.
 
-Refusals are written straight to the socket (no task, no parsing); the
-request is read and dropped first so the close is clean (no reset). Health
-and metrics probes are never refused (the request line is peeked at).
+Refusals are written straight to the socket (no parsing); the request is
+read and dropped first so the close is clean (no reset). Health and metrics
+probes are never refused and take no place (their request line is looked at).
 
 :func:`serve_admitting` runs hypercorn's worker over such listeners; it is
 hypercorn's own ``worker_serve`` (0.17+) with the listener swapped.
@@ -63,8 +67,15 @@ EXEMPT_REQUESTS = (b"GET /v1/health ", b"GET /v1/health?", b"GET /metrics ", b"G
 #: Most connections taken from the kernel queue per turn of the accept loop (one per turn would let a
 #: burst of other work starve accepting; all at once would let a flood crowd out running requests).
 ACCEPT_BATCH = 16
-#: Bytes of a new connection's request looked at (request line and headers) before admitting it.
-PEEK_BYTES = 4096
+#: Most bytes of a new connection's request head read before admitting it (hypercorn's own bound on a
+#: head, h11's ``max_incomplete_event_size``, is 16 KiB: a longer head is its to refuse).
+HEAD_BYTES = 16384
+#: Default seconds a new connection may take to send its whole request head (``server.head_timeout_s``).
+DEFAULT_HEAD_TIMEOUT_S = 3.0
+#: Default most connections open at once from one client address (``server.max_connections_per_peer``).
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 512
+#: Most connections waiting for their request head at once; past it the one waiting longest is closed.
+MAX_HEADS_WAITING = 2048
 #: Seconds a refused connection is given to finish sending its request before it is closed.
 REFUSAL_DRAIN_S = 1.0
 _TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in Linux's struct tcp_info
@@ -78,69 +89,140 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
 
     Attributes:
         refused: connections answered 503 at the socket since the start.
+        timed_out: connections closed because their request head did not arrive within ``head_timeout_s``.
     """
 
     def __init__(self, sock: stdlib_socket.socket, *, max_waiting: int, max_wait_s: float,
-                 early_refusal: Callable[[bytes], Exception | None] | None = None) -> None:
+                 early_refusal: Callable[[bytes], Exception | None] | None = None,
+                 head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S,
+                 max_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER) -> None:
         sock.setblocking(False)
         self.socket = sock
         self.max_wait_s = max_wait_s
         self.early_refusal = early_refusal
+        self.head_timeout_s = head_timeout_s
+        self.max_per_peer = max_per_peer
         self._room = trio.Semaphore(max_waiting)
         self.closer = _Closer()
         self._waiting: dict[tuple[str, int], _Admitted] = {}
+        self._heads: dict[tuple[str, int], trio.CancelScope] = {}  # connections reading their head, oldest first
+        self._peers: dict[str, int] = {}
+        self._closing = False
         self.refused = 0
+        self.timed_out = 0
 
-    async def accept(self) -> _ReleasingStream:
-        """The next admitted connection (one at a time; :meth:`accept_batch` is what the server uses)."""
-        while True:
-            batch = await self.accept_batch(limit=1)
-            if batch:
-                return batch[0]
+    async def accept(self) -> trio.abc.HalfCloseableStream:
+        """Not used: :meth:`accept_batch` and :meth:`admit` are what the server uses."""
+        raise NotImplementedError("use accept_batch() and admit()")
 
-    async def accept_batch(self, limit: int | None = None) -> list[_ReleasingStream]:
-        """The connections waiting in the kernel queue there is room for, up to ``limit`` admitted, at
-        once (those that waited too long are refused on the way and do not count; the list may be empty).
+    async def accept_batch(self, limit: int) -> list[tuple[stdlib_socket.socket, Any]]:
+        """The connections waiting in the kernel queue, up to ``limit``, at once (at least one).
 
-        Taking them all in one go keeps the accept loop from being starved by other work: a burst
-        leaves the kernel queue as soon as there is room, not one connection per scheduling round.
+        Taking them all in one go keeps the accept loop from being starved by other work. A
+        connection from a peer already holding ``max_per_peer`` connections is refused on the way
+        (503 ``ServerBusyError`` with ``Retry-After``, nothing read) and not returned.
         """
-        await self._wait_for_room()
-        admitted: list[_ReleasingStream] = []
-        try:
-            conn, address = await self._accept()
-            while True:
-                stream = self._admit(conn, address)  # a refused one gives its place back at once
-                if stream is not None:
-                    admitted.append(stream)
-                if (limit is not None and len(admitted) >= limit) or not self._room.value:
-                    return admitted
-                try:
-                    conn, address = self.socket.accept()
-                except (BlockingIOError, InterruptedError):
-                    return admitted
-                conn.setblocking(False)
-                self._room.acquire_nowait()
-        except BaseException:
-            self._room.release()
-            raise
+        accepted = [await self._accept()]
+        while len(accepted) < limit:
+            try:
+                conn, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            conn.setblocking(False)
+            accepted.append((conn, address))
+        kept = []
+        for conn, address in accepted:
+            peer = str(address[0])
+            if self._peers.get(peer, 0) >= self.max_per_peer:
+                self.refused += 1
+                _refuse(conn, _answer(ServerBusyError(
+                    f"this address has {self.max_per_peer} connections open, the server's limit per client "
+                    "(server.max_connections_per_peer); retry shortly")), self.closer)
+                continue
+            self._peers[peer] = self._peers.get(peer, 0) + 1
+            kept.append((conn, address))
+        return kept
 
-    def _admit(self, conn: stdlib_socket.socket, address: Any) -> _ReleasingStream | None:
-        """A stream for the connection (its place taken), or ``None`` when it was refused."""
-        refusal = self._refusal(conn)
+    async def admit(self, conn: stdlib_socket.socket, address: Any) -> _ReleasingStream | None:
+        """Wait for the connection's request head, then for a place; the stream to serve, or ``None``
+        when the connection was closed (no head within ``head_timeout_s``, crowded out) or refused.
+
+        The caller must call :meth:`gone` for ``address`` once the connection is closed.
+        """
+        client = _client(address)
+        head = await self._read_head(conn, client)
+        if head is None:
+            conn.close()
+            return None
+        refusal = self._refusal(conn, head)
+        if refusal is None and not head.startswith(EXEMPT_REQUESTS) and not await self._take_place():
+            refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
         if refusal is not None:
-            self._room.release()
             self.refused += 1
             _refuse(conn, refusal, self.closer)
             return None
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
-        self._waiting[_client(address)] = _Admitted(self._room, trio.current_time())
-        return _ReleasingStream(stream, partial(self._closed, _client(address)))
+        if not head.startswith(EXEMPT_REQUESTS):
+            self._waiting[client] = _Admitted(self._room, trio.current_time())
+        return _ReleasingStream(stream, partial(self._closed, client), head)
 
-    def _refusal(self, conn: stdlib_socket.socket) -> bytes | None:
+    def gone(self, address: Any) -> None:
+        """The connection from ``address`` (accepted by :meth:`accept_batch`) is closed."""
+        peer = str(address[0])
+        left = self._peers.get(peer, 0) - 1
+        if left > 0:
+            self._peers[peer] = left
+        else:
+            self._peers.pop(peer, None)
+
+    async def _read_head(self, conn: stdlib_socket.socket, client: tuple[str, int]) -> bytes | None:
+        """The request head (what arrived up to its blank line, at most :data:`HEAD_BYTES`), or ``None``:
+        the client closed, did not finish it within ``head_timeout_s``, or was crowded out by
+        :data:`MAX_HEADS_WAITING` newer connections."""
+        if self._closing:
+            return None
+        if len(self._heads) >= MAX_HEADS_WAITING:
+            self._heads.pop(next(iter(self._heads))).cancel()  # the longest waiting: most likely idle
+        head = b""
+        with trio.move_on_after(self.head_timeout_s) as scope:
+            self._heads[client] = scope
+            try:
+                while b"\n\r\n" not in head and b"\n\n" not in head and len(head) < HEAD_BYTES:
+                    await trio.lowlevel.wait_readable(conn)
+                    try:
+                        chunk = conn.recv(HEAD_BYTES - len(head))
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        return None
+                    if not chunk:
+                        return None
+                    head += chunk
+                return head
+            finally:
+                self._heads.pop(client, None)
+        self.timed_out += 1
+        return None
+
+    async def _take_place(self) -> bool:
+        """A place among ``max_waiting`` within ``max_wait_s`` (places held that long without a
+        request reaching the app are taken back); ``False`` when none came."""
+        with trio.move_on_after(self.max_wait_s):
+            await self._room.acquire()
+            return True
+        stale = trio.current_time() - self.max_wait_s
+        for admitted in list(self._waiting.values()):
+            if admitted.since <= stale:
+                admitted.release()
+        try:
+            self._room.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        return True
+
+    def _refusal(self, conn: stdlib_socket.socket, head: bytes) -> bytes | None:
         """The answer refusing the connection, or ``None`` to admit it (see the module docstring)."""
-        head = _peek(conn)
-        if not head or head.startswith(EXEMPT_REQUESTS):
+        if head.startswith(EXEMPT_REQUESTS):
             return None
         error = self.early_refusal(head) if self.early_refusal is not None else None
         if error is None and _waited_s(conn) > self.max_wait_s:
@@ -158,17 +240,6 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             conn.setblocking(False)
             return conn, address
 
-    async def _wait_for_room(self) -> None:
-        """A free place; places held ``max_wait_s`` without a first request are taken back meanwhile."""
-        while True:
-            with trio.move_on_after(self.max_wait_s):
-                await self._room.acquire()
-                return
-            stale = trio.current_time() - self.max_wait_s
-            for admitted in list(self._waiting.values()):
-                if admitted.since <= stale:
-                    admitted.release()
-
     def dispatched(self, client: Any) -> None:
         """The first request of the connection from ``client`` (``scope["client"]``) reached the app."""
         if isinstance(client, (list, tuple)) and len(client) == 2:
@@ -182,6 +253,10 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             admitted.release()
 
     async def aclose(self) -> None:
+        """Stop accepting; connections still waiting for their request head are closed."""
+        self._closing = True
+        for scope in self._heads.values():
+            scope.cancel()
         trio.lowlevel.notify_closing(self.socket)
         self.socket.close()
         await trio.lowlevel.checkpoint()
@@ -203,9 +278,10 @@ class _Admitted:
 class _ReleasingStream(trio.abc.HalfCloseableStream):
     """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest)."""
 
-    def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None]) -> None:
+    def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None], head: bytes = b"") -> None:
         self._stream = stream
         self._on_close: Callable[[], None] | None = on_close
+        self._head = head  # what the listener already read: handed out first
         self.socket = stream.socket
 
     async def aclose(self) -> None:
@@ -224,6 +300,11 @@ class _ReleasingStream(trio.abc.HalfCloseableStream):
         await self._stream.send_eof()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._head:
+            size = len(self._head) if max_bytes is None else max_bytes
+            chunk, self._head = self._head[:size], self._head[size:]
+            await trio.lowlevel.checkpoint()
+            return chunk
         return await self._stream.receive_some(max_bytes)
 
     def __getattr__(self, name: str) -> Any:  # setsockopt, getsockopt, ...; no do_handshake
@@ -242,14 +323,6 @@ def _waited_s(sock: stdlib_socket.socket) -> float:
         return struct.unpack_from("<I", info, _TCP_INFO_LAST_DATA_RECV)[0] / 1000
     except (OSError, AttributeError, struct.error):
         return 0.0
-
-
-def _peek(sock: stdlib_socket.socket) -> bytes:
-    """The first bytes the client sent (up to :data:`PEEK_BYTES`), left in place; ``b""`` when none arrived yet."""
-    try:
-        return sock.recv(PEEK_BYTES, stdlib_socket.MSG_PEEK | stdlib_socket.MSG_DONTWAIT)
-    except OSError:
-        return b""
 
 
 def _answer(error: Exception) -> bytes:
@@ -323,7 +396,8 @@ class _Closer:
 
 async def _serve_connections(listener: AdmittingListener, handler: Callable[[Any], Awaitable[None]],
                              nursery: trio.Nursery) -> None:
-    """``trio.serve_listeners`` taking connections in batches (see :meth:`AdmittingListener.accept_batch`)."""
+    """``trio.serve_listeners`` taking connections in batches (see :meth:`AdmittingListener.accept_batch`),
+    each in its own task from the start: it waits for its request head there, holding no place."""
     while True:
         try:
             batch = await listener.accept_batch(limit=ACCEPT_BATCH)
@@ -333,21 +407,31 @@ async def _serve_connections(listener: AdmittingListener, handler: Callable[[Any
             logger.error("accept failed for want of resources (%s); retrying in %.1f s", exc, _ACCEPT_RETRY_S)
             await trio.sleep(_ACCEPT_RETRY_S)
             continue
-        for stream in batch:
-            nursery.start_soon(_run_handler, handler, stream)
+        for conn, address in batch:
+            nursery.start_soon(_run_connection, listener, conn, address, handler)
 
 
-async def _run_handler(handler: Callable[[Any], Awaitable[None]], stream: _ReleasingStream) -> None:
-    """Serve one connection; its failure never reaches the server (a client that hung up is no error)."""
+async def _run_connection(listener: AdmittingListener, conn: stdlib_socket.socket, address: Any,
+                          handler: Callable[[Any], Awaitable[None]]) -> None:
+    """Admit one connection and serve it; its failure never reaches the server (a client that hung up is no error)."""
     try:
-        await handler(stream)
-    except Exception as exc:  # noqa: BLE001 - one connection must not take the server down
-        if client_gone(exc):
-            logger.debug("client gone: %r", exc)
-        else:
-            logger.exception("a connection failed")
+        stream = await listener.admit(conn, address)
+        if stream is None:
+            return
+        try:
+            await handler(stream)
+        except Exception as exc:  # noqa: BLE001 - one connection must not take the server down
+            if client_gone(exc):
+                logger.debug("client gone: %r", exc)
+            else:
+                logger.exception("a connection failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+    except BaseException:
+        conn.close()
+        raise
     finally:
-        await trio.aclose_forcefully(stream)
+        listener.gone(address)
 
 
 class _Dispatched:
@@ -371,13 +455,15 @@ async def serve_admitting(
     max_waiting: int,
     max_wait_s: float,
     early_refusal: Callable[[bytes], Exception | None] | None = None,
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S,
+    max_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER,
     shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """hypercorn's ``serve`` for plain HTTP binds, over :class:`AdmittingListener` s.
 
     Args:
-        max_waiting, max_wait_s, early_refusal: see :class:`AdmittingListener`.
+        max_waiting, max_wait_s, early_refusal, head_timeout_s, max_per_peer: see :class:`AdmittingListener`.
 
     Raises:
         ValueError: TLS or QUIC binds (not supported here).
@@ -398,7 +484,8 @@ async def serve_admitting(
             for sock in sockets.insecure_sockets:
                 sock.listen(config.backlog)
                 listeners.append(AdmittingListener(sock, max_waiting=max_waiting, max_wait_s=max_wait_s,
-                                                   early_refusal=early_refusal))
+                                                   early_refusal=early_refusal, head_timeout_s=head_timeout_s,
+                                                   max_per_peer=max_per_peer))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
             try:

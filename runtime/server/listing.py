@@ -33,10 +33,10 @@ messages, every branch), ``compactions``, ``compactedThrough`` (the last
 message the newest compaction covers), ``createdAt``/``updatedAt``, ``state``
 (``ok`` or ``quarantined``, with the ``problem``), ``active`` (awake now).
 
-Sessions in Postgres (``serve --postgres``) are listed from the database
-(:mod:`runtime.server.listing_postgres`). Cluster mode (``serve --cluster``)
-answers 501 ``NotSupportedError``: a cluster host's catalog knows only the
-sessions it held.
+Cluster mode (``serve --cluster``) reads the catalog in Postgres instead
+(:mod:`runtime.server.listing_cluster`), and so do sessions in Postgres
+(``serve --postgres``), from the database's own catalog
+(:mod:`runtime.server.listing_postgres`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from storage.kv import ActorStorage
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
+    from runtime.server.listing_cluster import ClusterListing
 
 __all__ = ["SessionListing", "add_listing_routes"]
 
@@ -104,10 +105,8 @@ class SessionListing:
 
     def refusal(self) -> NotSupportedError | None:
         """The error listing answers with in this server's mode, or ``None``."""
-        if self.server.forwarder is not None or getattr(self.server.host, "cluster", None) is not None:
-            return NotSupportedError(
-                "listing sessions is not supported in cluster mode: each host's catalog knows only the sessions "
-                "it held (docs/cluster.md); address sessions by id")
+        if self._in_cluster() is not None:
+            return None
         return None
 
     async def page(self, limit: int = LIST_DEFAULT_LIMIT, cursor: str | None = None,
@@ -124,6 +123,9 @@ class SessionListing:
         if _in_postgres(self.server.namespace.agent_class):  # serve --postgres: runtime.server.listing_postgres
             return await PostgresListing(self.server).page(limit, cursor, prefix)
         below = decode_cursor(cursor)
+        in_cluster = self._in_cluster()
+        if in_cluster is not None:
+            return await in_cluster.page(limit, below, prefix)
         namespace = self.server.namespace.name
         await self._rescan(namespace)
         catalog = self.server.host.catalog
@@ -162,6 +164,9 @@ class SessionListing:
         if _in_postgres(self.server.namespace.agent_class):
             return await PostgresListing(self.server).describe(session_id)
         actor = self.server.actor_id(session_id)
+        in_cluster = self._in_cluster()
+        if in_cluster is not None:
+            return await in_cluster.describe(actor, session_id)
         namespace = actor.namespace
         host = self.server.host
         row = host.catalog.get(namespace, actor.hex)
@@ -180,6 +185,15 @@ class SessionListing:
         return _named_entry(_Candidate(row.updated_ms, actor, row), session_id)
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _in_cluster(self) -> ClusterListing | None:
+        """Cluster mode: the listing from the catalog in Postgres (:mod:`runtime.server.listing_cluster`)."""
+        cluster = getattr(self.server.host, "cluster", None)
+        if cluster is None:
+            return None
+        from runtime.server.listing_cluster import ClusterListing
+
+        return ClusterListing(cluster, self.server.namespace.name)
 
     def _awake(self, actor: ActorId, storage: ActorStorage | None, row: CatalogEntry | None) -> _Candidate | None:
         """An awake actor as a candidate: sorted by its last write since it woke (or its newest

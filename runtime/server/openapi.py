@@ -21,7 +21,11 @@ online validator badge is off). The page and its files need no token: on a
 server with one, the page asks for it (kept in the tab's sessionStorage),
 fetches ``/openapi.json`` with it and hands it to Swagger UI's *Authorize*
 (``bearerAuth``), so *Try it out* sends it -- to this server only. The
-document needs the token, like every other route but ``/v1/health``.
+document needs the token, like every other route but ``/v1/health``. The
+page and its files carry :data:`DOCS_CONTENT_SECURITY_POLICY` (only this
+server's scripts run -- the page's own is ``/docs/static/docs.js``, no inline
+script -- and it may not be framed: ``frame-ancestors 'none'``,
+``X-Frame-Options: DENY``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from common.errors import RouteNotFoundError
@@ -54,6 +58,7 @@ from runtime.api import (
 )
 from runtime.host.actor_host import HostStatistics
 from runtime.manager_api import MANAGER_API, MANAGERS_PREFIX
+from runtime.server.inspector import not_this_path
 from runtime.server.managers import MANAGERS_NAMESPACE
 from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE
 from storage import errors
@@ -61,7 +66,7 @@ from storage import errors
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
 
-__all__ = ["DOCS_ASSETS", "add_docs_routes", "openapi_document"]
+__all__ = ["DOCS_ASSETS", "DOCS_CONTENT_SECURITY_POLICY", "add_docs_routes", "openapi_document"]
 
 OPENAPI_VERSION = "3.1.0"
 #: An error class an operation documents (its ``status`` is the response's).
@@ -131,6 +136,7 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
                 builder.link(append, status, message, under)
     builder.add_host_routes()
     builder.add_listing_routes()
+    builder.add_lifecycle_routes()
     if transcripts:
         builder.add_transcript_routes()
     builder.add_docs_routes()
@@ -348,7 +354,8 @@ class _Builder:
             "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
                             "fresher numbers). ``updatedAt`` is when the session's last write committed (reads "
                             "do not change it). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
-                            "With the sessions in Postgres, from the database's catalog. 501 in cluster mode."),
+                            "In cluster mode from the catalog in Postgres, the same on every host; with the "
+                            "sessions in Postgres (serve --postgres), from the database's catalog."),
             "parameters": [
                 {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},
                 {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
@@ -364,6 +371,55 @@ class _Builder:
             "parameters": self._base_parameters(SESSIONS_PREFIX + "{session_id}"),
             "responses": {"200": {"description": "the session", "content": _content(self.lift(reply))}},
         }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *unsupported])
+
+    def add_lifecycle_routes(self) -> None:
+        """Delete, export, import, gc and backup (:mod:`runtime.server.lifecycle_routes`; 501 in cluster mode
+        and with the sessions in Postgres)."""
+        one = SESSIONS_PREFIX + "{session_id}"
+        params = self._base_parameters(one)
+        modes = [errors.NotSupportedError]
+        ndjson = {"application/x-ndjson": {"schema": {"type": "string", "description": "docs/export-format.md"}}}
+
+        def reply(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+            return _content({"type": "object", "required": required, "properties": properties})
+
+        self.operation(one, "DELETE", {
+            "operationId": "sessions.delete", "tags": ["sessions"], "parameters": params,
+            "summary": "Delete the session and erase every byte of it from the data folder.",
+            "responses": {"204": {"description": "erased"}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
+        self.operation(one + "/export", "GET", {
+            "operationId": "sessions.export", "tags": ["sessions"], "parameters": params,
+            "summary": "The session's archive: JSON Lines, every branch, blocks, prompt, skills, metadata.",
+            "responses": {"200": {"description": "the archive", "content": ndjson}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
+        self.operation(one + "/import", "POST", {
+            "operationId": "sessions.import", "tags": ["sessions"], "parameters": params,
+            "summary": "Store an archive as this (never written) session, all or nothing.",
+            "requestBody": {"required": True, "content": ndjson},
+            "responses": {"201": {"description": "stored", "content": reply(
+                ["imported"], {"imported": {"type": "integer"}})}},
+        }, errors_of=[*_BODY_ERRORS, errors.ConflictError, *modes, *_CALL_ERRORS])
+        self.operation("/v1/host:gc", "POST", {
+            "operationId": "host.gc", "tags": ["host"],
+            "summary": "Delete (dryRun: list) sessions idle past [retention] delete_idle_after_days.",
+            "requestBody": {"required": False, "content": _content(
+                {"type": "object", "properties": {"dryRun": {"type": "boolean"}}})},
+            "responses": {"200": {"description": "the sessions", "content": reply(
+                ["idleDays", "sessions", "deleted"],
+                {"idleDays": {"type": ["integer", "null"]}, "deleted": {"type": "boolean"},
+                 "sessions": {"type": "array", "items": {"type": "object", "properties": {
+                     "id": {"type": "string"}, "updatedAt": {"type": "string"}}}}})}},
+        }, errors_of=[*_BODY_ERRORS, *modes, *_CALL_ERRORS])
+        self.operation("/v1/host:backup", "POST", {
+            "operationId": "host.backup", "tags": ["host"],
+            "summary": "Copy every actor file, the catalog and the alarm index into a new or empty folder.",
+            "requestBody": {"required": True, "content": _content(
+                {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}})},
+            "responses": {"200": {"description": "copied", "content": reply(
+                ["to", "sessions", "bytes"], {"to": {"type": "string"}, "sessions": {"type": "integer"},
+                                              "bytes": {"type": "integer"}})}},
+        }, errors_of=[*_BODY_ERRORS, *modes, *_CALL_ERRORS])
 
     def add_transcript_routes(self) -> None:
         text = {"type": "string", "minLength": 1}
@@ -493,14 +549,10 @@ _PAGE = """<!doctype html>
   <meta charset="utf-8">
   <title>durable-sessions API</title>
   <link rel="stylesheet" href="docs/static/swagger-ui.css">
+  <link rel="stylesheet" href="docs/static/docs.css">
   <link rel="icon" type="image/png" href="docs/static/favicon-32x32.png">
-  <style>
-    #token-form { font-family: sans-serif; margin: 2em auto; max-width: 40em; }
-    #token-form input { width: 28em; font-family: monospace; }
-    #token-problem { color: #b00; }
-  </style>
 </head>
-<body>
+<body data-needs-token="__NEEDS_TOKEN__">
   <form id="token-form" hidden>
     <p>This server needs its bearer token. It stays in this tab (sessionStorage) and is sent as
        <code>Authorization: Bearer ...</code> to this server only.</p>
@@ -510,47 +562,77 @@ _PAGE = """<!doctype html>
   </form>
   <div id="swagger-ui"></div>
   <script src="docs/static/swagger-ui-bundle.js"></script>
-  <script>
-    const NEEDS_TOKEN = __NEEDS_TOKEN__;
-    const KEY = "durable-sessions-token";
-    const form = document.getElementById("token-form");
-    function ask(problem) {
-      sessionStorage.removeItem(KEY);
-      document.getElementById("swagger-ui").replaceChildren();
-      document.getElementById("token-problem").textContent = problem || "";
-      form.hidden = false;
-    }
-    function start(token) {
-      form.hidden = true;
-      const sameOrigin = (url) => new URL(url, location.href).origin === location.origin;
-      window.ui = SwaggerUIBundle({
-        url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null,
-        requestInterceptor: (req) => {
-          if (token && sameOrigin(req.url)) req.headers["Authorization"] = "Bearer " + token;
-          return req;
-        },
-        responseInterceptor: (res) => {
-          if (res.status === 401 && new URL(res.url, location.href).pathname.endsWith("/openapi.json")) {
-            ask("The server refused that token.");
-          }
-          return res;
-        },
-        onComplete: () => { if (token) window.ui.preauthorizeApiKey("bearerAuth", token); },
-      });
-    }
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      const token = document.getElementById("token").value.trim();
-      sessionStorage.setItem(KEY, token);
-      start(token);
-    });
-    if (!NEEDS_TOKEN) start(null);
-    else if (sessionStorage.getItem(KEY)) start(sessionStorage.getItem(KEY));
-    else ask();
-  </script>
+  <script src="docs/static/docs.js"></script>
 </body>
 </html>
 """
+
+#: The page's own script (no inline script: the policy allows only files of this server).
+_SCRIPT = """"use strict";
+(() => {
+  const NEEDS_TOKEN = document.body.dataset.needsToken === "true";
+  const KEY = "durable-sessions-token";
+  const form = document.getElementById("token-form");
+  function ask(problem) {
+    sessionStorage.removeItem(KEY);
+    document.getElementById("swagger-ui").replaceChildren();
+    document.getElementById("token-problem").textContent = problem || "";
+    form.hidden = false;
+  }
+  function start(token) {
+    form.hidden = true;
+    const sameOrigin = (url) => new URL(url, location.href).origin === location.origin;
+    window.ui = SwaggerUIBundle({
+      url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null,
+      requestInterceptor: (req) => {
+        if (token && sameOrigin(req.url)) req.headers["Authorization"] = "Bearer " + token;
+        return req;
+      },
+      responseInterceptor: (res) => {
+        if (res.status === 401 && new URL(res.url, location.href).pathname.endsWith("/openapi.json")) {
+          ask("The server refused that token.");
+        }
+        return res;
+      },
+      onComplete: () => { if (token) window.ui.preauthorizeApiKey("bearerAuth", token); },
+    });
+  }
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = document.getElementById("token").value.trim();
+    sessionStorage.setItem(KEY, token);
+    start(token);
+  });
+  if (!NEEDS_TOKEN) start(null);
+  else if (sessionStorage.getItem(KEY)) start(sessionStorage.getItem(KEY));
+  else ask();
+})();
+"""
+
+_STYLE = """#token-form { font-family: sans-serif; margin: 2em auto; max-width: 40em; }
+#token-form input { width: 28em; font-family: monospace; }
+#token-problem { color: #b00; }
+"""
+
+#: The page's own files under ``/docs/static/``: name -> (content type, bytes).
+_OWN_ASSETS = {
+    "docs.js": ("text/javascript; charset=utf-8", _SCRIPT.encode("utf-8")),
+    "docs.css": ("text/css; charset=utf-8", _STYLE.encode("utf-8")),
+}
+#: The policy of ``/docs``: the inspector's (:data:`runtime.server.inspector.CONTENT_SECURITY_POLICY`)
+#: less what Swagger UI cannot do without: style attributes, ``data:`` images, markup from strings
+#: (no Trusted Types). Only this server's scripts run; the page may not be framed.
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+#: Headers of the ``/docs`` page and its files.
+DOCS_HEADERS = {
+    "Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 def assets_folder() -> Path:
@@ -581,17 +663,23 @@ def add_docs_routes(app: QuartTrio, server: SessionsServer) -> None:
         return Response(document(), status=200, content_type=JSON)
 
     async def docs() -> Response:
+        if not_this_path():
+            return server.responder.error(RouteNotFoundError(f"no route for {request.path}"))
         page = _PAGE.replace("__NEEDS_TOKEN__", "false" if server.authorized(None) else "true")
         return Response(page, status=200, content_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+                        headers={**DOCS_HEADERS, "Cache-Control": "no-store"})
 
     async def asset(name: str) -> Response:
+        if name in _OWN_ASSETS:
+            own, content = _OWN_ASSETS[name]
+            return Response(content, status=200, content_type=own, headers={**DOCS_HEADERS, "Cache-Control": "no-cache"})
         kind = DOCS_ASSETS.get(name)
         if kind is None:
             return server.responder.error(RouteNotFoundError(f"no route for /docs/static/{name}"))
         if name not in cache:
             cache[name] = (assets_folder() / name).read_bytes()
-        return Response(cache[name], status=200, content_type=kind, headers={"Cache-Control": "private, max-age=3600"})
+        return Response(cache[name], status=200, content_type=kind,
+                        headers={**DOCS_HEADERS, "Cache-Control": "private, max-age=3600"})
 
     app.add_url_rule("/openapi.json", "openapi", openapi_json, methods=["GET"])
     app.add_url_rule("/docs", "docs", docs, methods=["GET"])

@@ -62,10 +62,11 @@ async def open_upstream(
         Exception: the owner refused the socket with another error (401, 404, ...).
     """
     sent = [(name, headers[name]) for name in FORWARDED_REQUEST_HEADERS if name in headers]
-    sent.append((HOP_HEADER, forwarder.host_id))
+    sent.append((HOP_HEADER, forwarder.hop))
     target = "ws" + url[4:] + path + (("?" + query.decode("latin-1")) if query else "")
     try:
-        upstream = await WebSocketConnection.connect(target, headers=sent, max_message_bytes=max_message_bytes)
+        upstream = await WebSocketConnection.connect(target, headers=sent, max_message_bytes=max_message_bytes,
+                                                     ssl_context=forwarder.ssl_context)
     except NotOwnerError:
         raise OwnerMoved(url) from None
     except OSError as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 from quart import Response, has_request_context, request
 
-from common.wire import JSON, MSGPACK, decode_body, encode_body
+from common.wire import DEFAULT_MAX_BODY_ITEMS, JSON, MSGPACK, decode_body, encode_body
 from runtime.server.client_io import read_body
 from runtime.server.forwarding import retry_after
 from runtime.server.routes import describe_error, retry_headers
@@ -32,7 +32,14 @@ _JSON_ACCEPTS = frozenset(("*/*", JSON))
 
 
 class Responder:
-    """Builds the server's answers (stateless; ``server.responder``)."""
+    """Builds the server's answers (``server.responder``).
+
+    Attributes:
+        max_body_items: the bound :meth:`read_body` decodes bodies with (``server.max_body_items``).
+    """
+
+    def __init__(self, max_body_items: int | None = DEFAULT_MAX_BODY_ITEMS) -> None:
+        self.max_body_items = max_body_items
 
     def kind(self) -> str:
         """The encoding of this request's answer: :data:`~common.wire.MSGPACK` when its ``Accept``
@@ -75,8 +82,9 @@ class Responder:
         Raises:
             PayloadTooLargeError, RequestTimeoutError: over the size limit, or too slow to arrive.
             InvalidInputError: not valid JSON or msgpack.
+            PayloadTooLargeError: more than :attr:`max_body_items` values in arrays and objects.
         """
-        return decode_body(await read_body(), request.headers.get("Content-Type"))
+        return decode_body(await read_body(), request.headers.get("Content-Type"), max_items=self.max_body_items)
 
     def answering(self, view: View) -> Callable[..., Awaitable[Response]]:
         """A Quart view of ``view``: its ``(status, body)`` answered with :meth:`respond`, or its

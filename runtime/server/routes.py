@@ -27,7 +27,9 @@ PUT     ``/messages/{message_id}``                    ``{message}``             
 POST    ``/messages:delete``                          ``{ids}``                  ``delete_messages`` -> ``{deleted}``
 DELETE  ``/messages/{message_id}``                                               ``delete_messages`` -> ``{deleted}`` 404 if 0
 GET     ``/messages/{message_id}/branches``                                      ``get_branches`` -> ``{messages}`` *
-GET     ``/search?q=&limit=``                                                    ``search`` -> ``{results}`` *
+GET     ``/search?q=&limit=&mode=``                                              ``search`` -> ``{results}`` *
+GET     ``/search:status``                                                       ``search_status`` -> ``{status}``
+POST    ``/search:reembed``                                                      ``reembed`` -> ``{status}``
 GET     ``/context``                                                             ``get_context_blocks`` -> ``{blocks}``
 GET     ``/context/{label}``                                                     ``get_context_block`` -> ``{block}`` 404 if null
 PUT     ``/context/{label}``                          ``{content}``              ``replace_context_block`` -> ``{block}``

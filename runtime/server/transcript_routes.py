@@ -27,8 +27,12 @@ entry, 401 without the token, 413 for a body over the limit), answered by
 the server's :class:`~runtime.server.responder.Responder`.
 
 :func:`install` adds these routes to the server's app when its host has the
-``"transcripts"`` namespace bound; in a cluster, where they are not served,
-every transcript path is answered 501 ``NotSupportedError`` instead.
+``"transcripts"`` namespace bound. A cluster host binds it itself
+(:func:`~runtime.server.transcripts.bind_cluster_transcripts`): a key-addressed
+call runs at the pair's owner (forwarded like a session call,
+``SessionsServer.in_cluster``), the listings read the catalog in Postgres
+from any host (:class:`~runtime.server.transcripts.ClusterTranscriptStore`),
+and Postgres unreachable answers 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -40,10 +44,17 @@ from typing import TYPE_CHECKING, Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from common.errors import InvalidInputError, NotSupportedError
+from common.errors import InvalidInputError
 from common.wire import JSON, MSGPACK, TRANSCRIPTS_PREFIX
+from runtime.host.ids import ActorId
 from runtime.server.responder import Responder
-from runtime.server.transcripts import TRANSCRIPTS_NAMESPACE, HostTranscriptStore
+from runtime.server.transcripts import (
+    TRANSCRIPTS_NAMESPACE,
+    ClusterTranscriptStore,
+    HostTranscriptStore,
+    _parse_key,
+    bind_cluster_transcripts,
+)
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
@@ -57,20 +68,17 @@ View = Callable[[], Awaitable[tuple[int, Any]]]
 
 def install(app: QuartTrio, server: SessionsServer) -> None:
     """Serve the transcript routes on ``app`` when ``server``'s host has the ``"transcripts"``
-    namespace bound; in a cluster (``server.forwarder`` set) without it, answer them 501."""
-    if TRANSCRIPTS_NAMESPACE in server.host.namespaces:
-        add_transcript_routes(app, HostTranscriptStore(server.host.namespace(TRANSCRIPTS_NAMESPACE)),
-                              server.responder)
-    elif server.forwarder is not None:  # a cluster: say why, not "no route"
-        responder = server.responder
-
-        async def not_in_cluster(rest: str) -> Response:
-            return responder.error(NotSupportedError(
-                "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
-                "listings come from a catalog local to one host; serve them from a host without --cluster"))
-
-        app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/<rest:rest>", "transcripts_in_cluster", not_in_cluster,
-                         methods=["GET", "POST", "PUT", "DELETE"])
+    namespace bound; a cluster host (``server.forwarder`` and ``host.cluster`` set) binds it first."""
+    host = server.host
+    cluster = getattr(host, "cluster", None)
+    if server.forwarder is not None and cluster is not None:
+        if TRANSCRIPTS_NAMESPACE not in host.namespaces:
+            bind_cluster_transcripts(host)
+        namespace = host.namespace(TRANSCRIPTS_NAMESPACE)
+        routes = TranscriptRoutes(ClusterTranscriptStore(namespace), server.responder, server=server)
+        routes.register(app)
+    elif TRANSCRIPTS_NAMESPACE in host.namespaces:
+        add_transcript_routes(app, HostTranscriptStore(host.namespace(TRANSCRIPTS_NAMESPACE)), server.responder)
 
 
 def add_transcript_routes(app: QuartTrio, store: HostTranscriptStore,
@@ -83,25 +91,32 @@ def add_transcript_routes(app: QuartTrio, store: HostTranscriptStore,
 
 
 class TranscriptRoutes:
-    """The views; each turns one request into one call of :attr:`store`."""
+    """The views; each turns one request into one call of :attr:`store`.
 
-    def __init__(self, store: HostTranscriptStore, responder: Responder) -> None:
+    With ``server`` (cluster mode) a key-addressed view runs where the pair's actor lives:
+    here when this host owns it (or nobody wrote it), else at its owner.
+    """
+
+    def __init__(self, store: HostTranscriptStore, responder: Responder, *,
+                 server: SessionsServer | None = None) -> None:
         self.store = store
         self.responder = responder
+        self.server = server
 
     def register(self, app: QuartTrio) -> None:
         """Add the URL rules (names ``transcripts_*``) to ``app``."""
-        rules: tuple[tuple[str, str, View], ...] = (
-            ("POST", "entries", self.append),
-            ("GET", "entries", self.load),
-            ("DELETE", "entries", self.delete),
-            ("GET", "sessions", self.list_sessions),
-            ("GET", "summaries", self.list_session_summaries),
-            ("GET", "subkeys", self.list_subkeys),
+        rules: tuple[tuple[str, str, View, bool], ...] = (
+            ("POST", "entries", self.append, True),
+            ("GET", "entries", self.load, True),
+            ("DELETE", "entries", self.delete, True),
+            ("GET", "sessions", self.list_sessions, False),
+            ("GET", "summaries", self.list_session_summaries, False),
+            ("GET", "subkeys", self.list_subkeys, True),
         )
-        for method, path, view in rules:
+        for method, path, view, keyed in rules:
+            answer = self._at_owner(view) if keyed and self.server is not None else self._answering(view)
             app.add_url_rule(f"{TRANSCRIPTS_PREFIX}/{path}", f"transcripts_{method.lower()}_{path}",
-                             self._answering(view), methods=[method])
+                             answer, methods=[method])
 
     # -- views ----------------------------------------------------------------------------
 
@@ -115,7 +130,7 @@ class TranscriptRoutes:
 
     async def load(self) -> tuple[int, Any]:
         key = _query_key()
-        if self.responder.kind() == MSGPACK:
+        if self.responder.kind() == MSGPACK or self.server is not None:  # a cluster answers through respond()
             return 200, {"entries": await self.store.load(key)}
         text = await self.store.load_json(key)
         return 200, _RawJson(b'{"entries":' + (text or "null").encode("utf-8") + b"}")
@@ -153,6 +168,37 @@ class TranscriptRoutes:
 
         answer.__name__ = view.__name__
         return answer
+
+    def _at_owner(self, view: View) -> Callable[[], Awaitable[Response]]:
+        """Cluster mode: wrap a key-addressed view so that it runs at the pair's owner."""
+        server = self.server
+        assert server is not None
+        responder = self.responder
+
+        async def answer() -> Response:
+            try:
+                actor = await self._actor_of_request()
+                return await server.in_cluster(actor, view)
+            except Exception as exc:  # noqa: BLE001 - every error becomes an error response
+                return responder.error(exc)
+
+        answer.__name__ = view.__name__
+        return answer
+
+    async def _actor_of_request(self) -> ActorId:
+        """The actor of the request's key (the body's for an append; the body stays readable).
+
+        Raises:
+            InvalidInputError: no key, or a malformed one (400, nothing forwarded).
+        """
+        if request.method == "POST":
+            key = (await self._read_object()).get("key")
+            if key is None:
+                raise InvalidInputError("key is missing", field="key")
+        else:
+            key = {**_query_key(), "subpath": None}
+        project_key, session_id, _subpath = _parse_key(key)
+        return self.store.actor_id(project_key, session_id)
 
     async def _read_object(self) -> dict[str, Any]:
         body = await self.responder.read_body()

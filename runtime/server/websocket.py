@@ -18,7 +18,8 @@ A peer that stops reading altogether is closed with code 1008 when a
 broadcast finds :data:`PEER_QUEUE_FRAMES` frames queued or the queued frames
 exceed :data:`PEER_QUEUE_BODIES` body limits in size (replies to its own
 calls wait for room in the first case). A frame over the body limit is
-answered with a ``PayloadTooLargeError`` frame.
+answered with a ``PayloadTooLargeError`` frame (``"id": null``), and so is one holding more
+than ``server.max_body_items`` values in arrays and objects (it is not parsed).
 
 In a cluster, a socket for a session another host owns is relayed to that
 owner (:mod:`runtime.server.relay`); a peer the host drops because the
@@ -302,8 +303,10 @@ class WebSocketEndpoint:
                 too_big = PayloadTooLargeError(f"the frame is larger than {self.server.max_body_bytes} bytes")
                 await peer.reply(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
                 continue
-            parsed, error = _parse_frame(frame)
-            if isinstance(parsed, dict) and "method" in parsed and error is not None:
+            parsed, error = _parse_frame(frame, self.server.max_body_items)
+            if isinstance(error, PayloadTooLargeError):  # too many values to even look for the call's id
+                await peer.reply(_encode_frame({"id": None, **describe_error(error)[1]}, frame))
+            elif isinstance(parsed, dict) and "method" in parsed and error is not None:
                 reply = {"id": _echo_id(parsed.get("id"), frame), **describe_error(error)[1]}
                 await peer.reply(_encode_frame(reply, frame))
             elif isinstance(parsed, dict) and "method" in parsed:
@@ -367,15 +370,19 @@ async def _drain_frames() -> None:
             await websocket.receive()
 
 
-def _parse_frame(frame: str | bytes) -> tuple[Any, InvalidInputError | None]:
+def _parse_frame(frame: str | bytes, max_items: int | None) -> tuple[Any, InvalidInputError | PayloadTooLargeError | None]:
     """``(value, None)`` for a valid frame; ``(loosely parsed value or None, error)`` otherwise.
 
     A JSON frame the wire rules refuse (a lone surrogate escape) may still be
     an RPC call: the loose parse finds its ``id`` so the error can be answered.
+    One holding more than ``max_items`` values (``server.max_body_items``) is
+    not parsed at all: ``(None, PayloadTooLargeError)``.
     """
     data = frame.encode("utf-8") if isinstance(frame, str) else frame
     try:
-        return decode_body(data, JSON if isinstance(frame, str) else MSGPACK), None
+        return decode_body(data, JSON if isinstance(frame, str) else MSGPACK, max_items=max_items), None
+    except PayloadTooLargeError as error:
+        return None, error
     except InvalidInputError as error:
         if isinstance(frame, bytes):
             return None, error

@@ -28,7 +28,12 @@ whether a write in flight committed is then *unknown* (the caller resolves
 that with a query on a fresh connection). The server side is bounded too:
 connections set ``statement_timeout`` and ``lock_timeout`` to the same limit.
 
-**Errors.** Lost connections, a server that is down, restarting or too slow
+**Errors.** A server that answers a new connection with a refusal no
+retry can change -- a wrong password or role, a database that does not
+exist, no ``pg_hba.conf`` entry -- raises :class:`PostgresRefusedError`
+(a :class:`~common.errors.StorageUnavailableError`, so a running host
+treats it like an outage, but a start can tell it apart and stop at once,
+naming the cause). Lost connections, a server that is down, restarting or too slow
 (``OperationalError``, ``InterfaceError``, a timeout) and serialization
 failures become :class:`~common.errors.StorageUnavailableError` (503,
 retryable); any other psycopg error :class:`~common.errors.DatabaseError`.
@@ -52,7 +57,7 @@ from psycopg.waiting import Ready, Wait
 
 from common.errors import DatabaseError, StorageUnavailableError
 
-__all__ = ["PgConnection", "PgPool", "translate_error"]
+__all__ = ["PgConnection", "PgPool", "PostgresRefusedError", "describe_dsn", "translate_error"]
 
 Params = dict[str, Any] | Sequence[Any] | None
 
@@ -104,6 +109,50 @@ async def _wait_fd(fileno: int, state: int) -> Ready:
     return ready
 
 
+class PostgresRefusedError(StorageUnavailableError):
+    """The server answered a new connection with a refusal that retrying cannot change.
+
+    A wrong password or role, a database that does not exist, no ``pg_hba.conf``
+    entry, a role without ``LOGIN`` or ``CONNECT``. ``reason`` is the server's
+    own words (one line, e.g. ``password authentication failed for user "x"``).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Postgres refused the connection: {reason}")
+        self.reason = reason
+
+
+#: Words of libpq/server refusals that no retry changes (the server's messages are English in the
+#: default ``lc_messages``; a localized server's refusal is retried until the deadline, as before).
+_REFUSALS = (
+    "password authentication failed", "authentication failed for user", "no password supplied",
+    "does not exist", "no pg_hba.conf entry", "permission denied for database", "is not permitted to log in",
+    "password is required",
+)
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The server's reason when ``exc`` is a connection refusal no retry changes, else ``None``."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return None
+    text = str(exc)
+    if not any(words in text for words in _REFUSALS):
+        return None
+    reason = text.rsplit("FATAL:", 1)[-1] if "FATAL:" in text else text.rsplit("failed:", 1)[-1]
+    return " ".join(reason.split())
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname`` of a connection string or URL, without user or password.
+
+    Raises:
+        psycopg.ProgrammingError: the string does not parse.
+    """
+    params = conninfo_to_dict(dsn)
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or params.get('user') or ''}"
+
+
 def translate_error(exc: BaseException, what: str) -> Exception:
     """``exc`` (psycopg, a timeout, an OS error) as one of the project's errors about ``what``."""
     if isinstance(exc, (StorageUnavailableError, DatabaseError)):
@@ -142,8 +191,9 @@ class PgConnection:
         client-side deadline does not run on.
 
         Raises:
+            PostgresRefusedError: the server refused the connection for good
+                (password, role, database missing: see the class).
             StorageUnavailableError: the server cannot be reached in time.
-            DatabaseError: the server refused the connection (e.g. authentication).
         """
         limit_ms = max(1, math.ceil(statement_timeout_s * 1000))
         params = conninfo_to_dict(dsn)
@@ -157,6 +207,9 @@ class PgConnection:
                 conn = await _connect(conninfo)
         except BaseException as exc:
             if isinstance(exc, Exception):
+                reason = _refusal(exc)
+                if reason is not None:
+                    raise PostgresRefusedError(reason) from exc
                 raise translate_error(exc, "connecting") from exc
             raise
         return cls(conn, statement_timeout_s)

@@ -14,7 +14,8 @@ gate).
 with its own connection, take the next entry of every actor with something
 to ship and append them all in one statement and one commit
 (:data:`~storage.cluster.statements.APPEND`): the fence, the lease renewal,
-the log row and the alarm index per actor. Each actor has at most one entry
+the log row, the alarm index and the catalog row (:mod:`storage.cluster.catalog`)
+per actor. Each actor has at most one entry
 in flight (the fence demands ``last_seq = seq - 1``); cuts taken meanwhile
 are combined into its next entry.
 
@@ -66,6 +67,7 @@ from storage.kv import ActorStorage
 
 from . import statements as sql
 from .capture import ChangeCapture
+from .catalog import CatalogTracker
 from .driver import PgConnection, PgPool
 from .ownership import Lease, Ownership
 from .restore import combine as _combine
@@ -99,6 +101,7 @@ class AppendEntry:
     alarm_ms: int | None
     image: bytes | None = None  # a snapshot entry: the serialized file (compressed before sending)
     schema_version: int = 0
+    catalog: str | None = None  # the actor's catalog row as JSON text (None: as it is)
     sent_at: float = 0.0
     resends: int = 0
     md5: str = field(default="", repr=False)
@@ -133,6 +136,8 @@ class ActorLog:
         appender: the host's :class:`GroupCommitAppender`.
         on_poison: called once, synchronously, with the error when the log fails.
         alarm_ms: the alarm the cluster index holds for the actor now (``None``: none).
+        catalog: the actor's :class:`~storage.cluster.catalog.CatalogTracker` (``None``: the actor
+            has no catalog row); each entry carries the row as of its newest cut.
 
     Attributes:
         durable_seq: the newest entry known durable.
@@ -148,8 +153,10 @@ class ActorLog:
         *,
         on_poison: Callable[[BaseException], None],
         alarm_ms: int | None,
+        catalog: CatalogTracker | None = None,
     ) -> None:
         self.storage = storage
+        self.catalog = catalog
         self.capture = capture
         self.lease = lease
         self.appender = appender
@@ -183,7 +190,7 @@ class ActorLog:
     def idle(self) -> bool:
         """``True`` when every committed change is durable and nothing is on its way."""
         return (not self.capture.pending and not self._queue and self._in_flight is None
-                and not self._cut_after_transaction)
+                and not self._cut_after_transaction and not self._catalog_uncut)
 
     def barrier(self) -> int:
         """Cut what was committed so far; the cut number an output must wait for.
@@ -203,10 +210,15 @@ class ActorLog:
             self._cut_after_transaction = True
             self.appender.mark_dirty(self)
             return self._last_cut + 1
-        if self.capture.pending or self._cut_after_transaction:
-            self._cut(numbered=self._cut_after_transaction)
+        if self.capture.pending or self._cut_after_transaction or self._catalog_uncut:
+            self._cut(numbered=self._cut_after_transaction or self._catalog_uncut)
             self._cut_after_transaction = False
         return self._last_cut
+
+    @property
+    def _catalog_uncut(self) -> bool:
+        """The catalog row changed without a change to the file (a transcript published its row)."""
+        return self.catalog is not None and self.catalog.uncut
 
     def is_durable(self, target: int) -> bool:
         """``True`` when cut ``target`` and all before it are durable."""
@@ -266,6 +278,8 @@ class ActorLog:
             error.__cause__ = exc
             self.poison(error)
             raise error from exc
+        if self.catalog is not None:
+            self.catalog.cut(changeset)
         if changeset or numbered or self.capture.schema_changed:
             self._last_cut += 1
             if changeset:
@@ -286,8 +300,9 @@ class ActorLog:
             return entry
         if self._in_flight is not None:
             return None
-        if not self.storage.in_transaction and (self.capture.pending or self._cut_after_transaction):
-            self._cut(numbered=self._cut_after_transaction)
+        if not self.storage.in_transaction and (self.capture.pending or self._cut_after_transaction
+                                                or self._catalog_uncut):
+            self._cut(numbered=self._cut_after_transaction or self._catalog_uncut)
             self._cut_after_transaction = False
         if not self._queue:
             return None
@@ -298,10 +313,12 @@ class ActorLog:
         cuts, self._queue = self._queue, []
         changeset = _combine([cs for _no, cs, _alarm in cuts])
         alarm = cuts[-1][2]
-        if not changeset and alarm == self._shipped_alarm:
+        catalog = None if self.catalog is None else self.catalog.take()
+        if not changeset and alarm == self._shipped_alarm and catalog is None:
             self._advance(cuts[-1][0])  # nothing to ship: durable once what came before is
             return None
         entry = self._entry(changeset, cuts[-1][0], alarm)
+        entry.catalog = catalog
         self._in_flight = entry
         return entry
 
@@ -315,12 +332,15 @@ class ActorLog:
         return AppendEntry(self, self.durable_seq + 1, self.lease.epoch, changeset, upto_cut, op, ms)
 
     def _snapshot_entry(self) -> AppendEntry:
-        self.capture.cut()  # whatever the session holds is in the image
+        changeset = self.capture.cut()  # whatever the session holds is in the image
+        if self.catalog is not None:
+            self.catalog.cut(changeset)
         image = self.capture.serialize()
         upto = self._last_cut
         self._queue.clear()
         self.capture.reset_schema()
         entry = self._entry(b"", upto, self._alarm_now())
+        entry.catalog = None if self.catalog is None else self.catalog.take()
         entry.image = image
         entry.schema_version = self.capture.user_version()
         self._in_flight = entry
@@ -477,13 +497,13 @@ class GroupCommitAppender:
                 rows = await conn.execute(statement, {
                     "actor": entry.log.lease.actor, "seq": entry.seq, "epoch": entry.epoch,
                     "changeset": entry.changeset, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms,
-                    "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
+                    "catalog": entry.catalog, "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
             else:
                 rows = await conn.execute(sql.APPEND, {
                     "actors": [e.log.lease.actor for e in batch], "seqs": [e.seq for e in batch],
                     "epochs": [e.epoch for e in batch], "changesets": [e.changeset for e in batch],
                     "alarm_ops": [e.alarm_op for e in batch], "alarm_ms": [e.alarm_ms for e in batch],
-                    "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
+                    "catalogs": [e.catalog for e in batch], "me": own.host_id, "lease_ms": lease_ms}, prepare=True)
         except (StorageUnavailableError, DatabaseError) as exc:
             self.stats.statements += 1
             await self._resolve(batch, exc)
@@ -566,7 +586,7 @@ class GroupCommitAppender:
             rows = await self.pool.execute(sql.APPEND_SNAPSHOT, {
                 "actor": entry.log.lease.actor, "seq": entry.seq, "epoch": entry.epoch, "me": own.host_id,
                 "lease_ms": max(1, round(own.lease_s * 1000)), "schema_version": entry.schema_version,
-                "image": blob, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms})
+                "image": blob, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms, "catalog": entry.catalog})
         except (StorageUnavailableError, DatabaseError) as exc:
             await self._resolve([entry], exc)
             return

@@ -40,6 +40,7 @@ class Lease:
         deadline: ``time.monotonic()`` reading after which the host must
             renew before serving (see the module docstring).
         lost: set once the host learned another host took the actor.
+        catalogued: ``False`` when the actor was written but has no ``ds_catalog`` row yet.
     """
 
     actor: str
@@ -49,6 +50,7 @@ class Lease:
     base_version: int
     deadline: float
     lost: bool = False
+    catalogued: bool = True
 
     def live(self) -> bool:
         """``True`` while the local deadline has not passed (and the lease was not lost)."""
@@ -117,8 +119,9 @@ class Ownership:
             rows = await self.pool.execute(sql.ACQUIRE, self._params(actor=actor, base_version=base_version),
                                            prepare=True)
             if rows:
-                epoch, last_seq, tail_bytes, base = rows[0]
-                return Lease(actor, epoch, last_seq, tail_bytes, base, sent_at + self.usable_s)
+                epoch, last_seq, tail_bytes, base, catalogued = rows[0]
+                return Lease(actor, epoch, last_seq, tail_bytes, base, sent_at + self.usable_s,
+                             catalogued=catalogued)
             owner = await self.owner(actor)
             if owner is not None and owner.host_id is not None:
                 return owner

@@ -18,14 +18,19 @@ write's commit goes unnoticed (docs/cluster.md "Measured in the prototype", Q5A)
 Changesets and images travel in binary (``%(name)b``): the text form of ``bytea``
 doubles them in hex, which cost the client and the server about as much
 again as the rest of a group-commit statement (8 entries: 190 -> 110 us of
-client CPU, 175 -> 100 us of server CPU). The hot statements are prepared
-once per connection (``prepare=True``).
+client CPU, 175 -> 100 us of server CPU). The catalog rows (JSON text) travel in
+binary too: the text form of a ``text[]`` escapes every ``"`` of every row
+with a regular expression in Python (about 40 us of host CPU per append;
+binary: none). The hot statements are prepared once per connection
+(``prepare=True``).
 """
 
 _LEASE = "now() + %(lease_ms)s * interval '1 millisecond'"
 
 #: Take a free or expired actor, or re-take one this host owns (creating its row).
-#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version), or no row.
+#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued),
+#: or no row; ``catalogued`` is false for a written actor without a ``ds_catalog`` row (written
+#: before the cluster schema had the catalog: the new owner ships its row).
 ACQUIRE = f"""
 INSERT INTO ds_actors AS a (actor_id, owner, owner_address, epoch, lease_expires, base_version)
 VALUES (%(actor)s, %(me)s, %(address)s, 1, {_LEASE}, %(base_version)s)
@@ -33,7 +38,8 @@ ON CONFLICT (actor_id) DO UPDATE
    SET owner = EXCLUDED.owner, owner_address = EXCLUDED.owner_address,
        epoch = a.epoch + 1, lease_expires = EXCLUDED.lease_expires
  WHERE a.owner IS NULL OR a.owner = EXCLUDED.owner OR a.lease_expires <= now()
-RETURNING epoch, last_seq, tail_bytes, base_version
+RETURNING epoch, last_seq, tail_bytes, base_version,
+          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued
 """
 
 #: Who owns the actor and for how much longer (milliseconds by the server's clock).
@@ -59,15 +65,56 @@ UPDATE ds_actors AS a SET owner = NULL, owner_address = NULL, lease_expires = no
  WHERE a.actor_id = r.actor_id AND a.owner = %(me)s AND a.epoch = r.epoch
 """
 
+#: The columns of a catalog row as the JSON text an entry carries (:mod:`storage.cluster.catalog`).
+_CATALOG_RECORD = """c(namespace text, kind text, name text, project_key text, session_id text, messages bigint,
+      compactions bigint, compacted_through text, created_ms bigint, updated_ms bigint, mtime_ms bigint,
+      summary text, delete boolean)"""
+
+#: Upsert of a catalog row: ``created_ms`` is kept, a transcript's columns are kept when an entry
+#: carries none (a write before the actor published its row again since it woke).
+_CATALOG_UPSERT = """
+  ON CONFLICT (actor_id) DO UPDATE SET
+     namespace = EXCLUDED.namespace, name = coalesce(EXCLUDED.name, ds_catalog.name),
+     kind = CASE WHEN EXCLUDED.project_key IS NULL THEN ds_catalog.kind ELSE EXCLUDED.kind END,
+     project_key = coalesce(EXCLUDED.project_key, ds_catalog.project_key),
+     session_id = coalesce(EXCLUDED.session_id, ds_catalog.session_id),
+     mtime_ms = coalesce(EXCLUDED.mtime_ms, ds_catalog.mtime_ms),
+     summary = coalesce(EXCLUDED.summary, ds_catalog.summary),
+     messages = EXCLUDED.messages, compactions = EXCLUDED.compactions,
+     compacted_through = EXCLUDED.compacted_through,
+     created_ms = LEAST(ds_catalog.created_ms, EXCLUDED.created_ms),
+     updated_ms = GREATEST(ds_catalog.updated_ms, EXCLUDED.updated_ms)"""
+
+_CATALOG_COLUMNS = ("actor_id, namespace, kind, name, project_key, session_id, messages, compactions, "
+                    "compacted_through, created_ms, updated_ms, mtime_ms, summary")
+_CATALOG_VALUES = ("c.namespace, c.kind, c.name, c.project_key, c.session_id, c.messages, c.compactions, "
+                   "c.compacted_through, c.created_ms, c.updated_ms, c.mtime_ms, c.summary")
+
+
+def _catalog_ctes(source: str, catalog: str, actor: str) -> str:
+    """The two CTEs that write the catalog row of each fenced actor: ``source`` yields ``actor_id``
+    (fenced) and the row's JSON text as ``catalog`` (``NULL``: leave the row as it is)."""
+    return f"""
+catalog_set AS (
+  INSERT INTO ds_catalog ({_CATALOG_COLUMNS})
+  SELECT s.actor_id, {_CATALOG_VALUES}
+    FROM {source}, jsonb_to_record({catalog}::jsonb) AS {_CATALOG_RECORD}
+   WHERE {catalog} IS NOT NULL AND c.delete IS NOT TRUE{_CATALOG_UPSERT}),
+catalog_del AS (
+  DELETE FROM ds_catalog d USING {source}
+   WHERE d.actor_id = {actor} AND {catalog} IS NOT NULL AND ({catalog}::jsonb ->> 'delete') = 'true')"""
+
+
 #: The group commit: one statement appends the next entry of many actors.
 #: Per actor: the fence (owner, epoch, ``last_seq = seq - 1``) renews the lease,
-#: the log row is inserted, and the alarm index follows (op 1: set, 2: delete, 0: as is).
+#: the log row is inserted, the alarm index follows (op 1: set, 2: delete, 0: as is), and so
+#: does the catalog row (JSON text; ``NULL``: as it is; ``{"delete": true}``: removed).
 #: Returns the actor ids whose entry was appended; any other was refused.
 APPEND = f"""
 WITH req AS (
   SELECT * FROM unnest(%(actors)s::text[], %(seqs)s::bigint[], %(epochs)s::bigint[], %(changesets)b::bytea[],
-                       %(alarm_ops)s::smallint[], %(alarm_ms)s::bigint[])
-    AS r(actor_id, seq, epoch, changeset, alarm_op, alarm_ms)),
+                       %(alarm_ops)s::smallint[], %(alarm_ms)s::bigint[], %(catalogs)b::text[])
+    AS r(actor_id, seq, epoch, changeset, alarm_op, alarm_ms, catalog)),
 fence AS (
   UPDATE ds_actors a SET last_seq = r.seq, lease_expires = {_LEASE},
                          tail_bytes = a.tail_bytes + octet_length(r.changeset)
@@ -84,21 +131,23 @@ alarm_set AS (
   ON CONFLICT (actor_id) DO UPDATE SET scheduled_ms = EXCLUDED.scheduled_ms),
 alarm_del AS (
   DELETE FROM ds_alarms d USING req r JOIN fence f USING (actor_id)
-   WHERE d.actor_id = r.actor_id AND r.alarm_op = 2)
+   WHERE d.actor_id = r.actor_id AND r.alarm_op = 2),{_catalog_ctes("req s JOIN fence f USING (actor_id)", "s.catalog", "s.actor_id")}
 SELECT actor_id FROM logged
 """
 
-#: :data:`APPEND` for one actor, with scalar parameters: half the client CPU of the array
+#: :data:`APPEND` for one actor (its catalog row too), with scalar parameters: half the client CPU of the array
 #: form (psycopg's array dumping) and less server work; the common case when actors are few.
 APPEND_ONE = f"""
 WITH fence AS (
   UPDATE ds_actors SET last_seq = %(seq)s::bigint, lease_expires = {_LEASE},
                        tail_bytes = tail_bytes + octet_length(%(changeset)b::bytea)
    WHERE actor_id = %(actor)s AND owner = %(me)s AND epoch = %(epoch)s AND last_seq = %(seq)s - 1
-  RETURNING actor_id)
-INSERT INTO ds_log (actor_id, seq, epoch, changeset)
-SELECT actor_id, %(seq)s::bigint, %(epoch)s::bigint, %(changeset)b::bytea FROM fence
-RETURNING actor_id
+  RETURNING actor_id),
+logged AS (
+  INSERT INTO ds_log (actor_id, seq, epoch, changeset)
+  SELECT actor_id, %(seq)s::bigint, %(epoch)s::bigint, %(changeset)b::bytea FROM fence
+  RETURNING actor_id),{_catalog_ctes("fence s", "%(catalog)s::text", "%(actor)s")}
+SELECT actor_id FROM logged
 """
 
 #: :data:`APPEND_ONE` that also moves the actor's row of the alarm index (op 1: set, 2: delete).
@@ -117,7 +166,7 @@ alarm_set AS (
   SELECT actor_id, %(alarm_ms)s::bigint FROM fence WHERE %(alarm_op)s::smallint = 1
   ON CONFLICT (actor_id) DO UPDATE SET scheduled_ms = EXCLUDED.scheduled_ms),
 alarm_del AS (
-  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND %(alarm_op)s::smallint = 2 AND EXISTS (SELECT 1 FROM fence))
+  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND %(alarm_op)s::smallint = 2 AND EXISTS (SELECT 1 FROM fence)),{_catalog_ctes("fence s", "%(catalog)s::text", "%(actor)s")}
 SELECT actor_id FROM logged
 """
 
@@ -154,7 +203,7 @@ alarm_set AS (
   SELECT actor_id, %(alarm_ms)s FROM fence WHERE %(alarm_op)s = 1
   ON CONFLICT (actor_id) DO UPDATE SET scheduled_ms = EXCLUDED.scheduled_ms),
 alarm_del AS (
-  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND %(alarm_op)s = 2 AND EXISTS (SELECT 1 FROM fence))
+  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND %(alarm_op)s = 2 AND EXISTS (SELECT 1 FROM fence)),{_catalog_ctes("fence s", "%(catalog)s::text", "%(actor)s")}
 SELECT actor_id FROM snap
 """
 
@@ -209,3 +258,35 @@ LIVE_HOSTS = "SELECT host_id, address FROM ds_hosts WHERE lease_expires > now() 
 UNREGISTER_HOST = "DELETE FROM ds_hosts WHERE host_id = %(me)s"
 #: Hosts gone for a day are forgotten (their actors were taken long ago).
 FORGET_HOSTS = "DELETE FROM ds_hosts WHERE lease_expires < now() - interval '1 day'"
+
+#: One page of a namespace's catalog (:mod:`storage.cluster.catalog`): named actors, newest
+#: ``updated_ms`` first (ties: actor id descending, bytewise), below the key ``(below_ms, below_actor)``
+#: (``NULL``: from the top),
+#: names starting with ``prefix`` (``NULL``: any). ``active``: a live host holds its lease.
+CATALOG_PAGE = """
+SELECT c.actor_id, c.name, c.messages, c.compactions, c.compacted_through, c.created_ms, c.updated_ms,
+       (a.owner IS NOT NULL AND a.lease_expires > now()) AS active
+  FROM ds_catalog c LEFT JOIN ds_actors a USING (actor_id)
+ WHERE c.namespace = %(namespace)s AND c.kind = 'session' AND c.name IS NOT NULL
+   AND (%(below_ms)s::bigint IS NULL
+        OR (c.updated_ms, c.actor_id COLLATE "C") < (%(below_ms)s::bigint, %(below_actor)s::text COLLATE "C"))
+   AND (%(prefix)s::text IS NULL OR starts_with(c.name, %(prefix)s::text))
+ ORDER BY c.updated_ms DESC, c.actor_id COLLATE "C" DESC
+ LIMIT %(limit)s
+"""
+
+#: One actor's catalog row (same columns as :data:`CATALOG_PAGE`).
+CATALOG_GET = """
+SELECT c.actor_id, c.name, c.messages, c.compactions, c.compacted_through, c.created_ms, c.updated_ms,
+       (a.owner IS NOT NULL AND a.lease_expires > now()) AS active
+  FROM ds_catalog c LEFT JOIN ds_actors a USING (actor_id)
+ WHERE c.actor_id = %(actor)s AND c.kind = 'session'
+"""
+
+#: The transcript sessions of a project: ``(session_id, mtime_ms, summary)`` by session id
+#: (bytewise, as SQLite orders them on a single host).
+TRANSCRIPT_ROWS = """
+SELECT session_id, mtime_ms, summary FROM ds_catalog
+ WHERE project_key = %(project_key)s AND kind = 'transcript'
+ ORDER BY session_id COLLATE "C"
+"""

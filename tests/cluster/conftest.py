@@ -46,6 +46,15 @@ def hosts(pg_empty_dsn, tmp_path):
 
 
 @pytest.fixture
+def second_dsn(pg_server):
+    """A second empty database on the fixture's server, for a cluster on two databases (with ``pg_empty_dsn``)."""
+    name = pg_server.create_database("template0")
+    yield pg_server.dsn(name)
+    if pg_server.is_running():
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
 def pg(pg_empty_dsn):
     """Run one statement on the cluster database (autocommit); rows as tuples."""
 

@@ -284,27 +284,18 @@ async def _hibernations(host):
         return (await http.get(f"{host.url}/v1/actors")).json()["hibernations"] > 0
 
 
-async def test_transcripts_are_refused_with_a_clear_501_in_a_cluster(cluster):
-    """Their listings read a catalog local to one host: a cluster says so instead of answering wrong."""
-    from common.errors import NotSupportedError
-    from runtime.client.transcripts import DurableSessionStore
-
-    h1 = cluster.hosts[0]
+async def test_a_transcript_call_runs_at_the_pairs_owner_from_any_host(cluster):
+    """A key-addressed transcript call is forwarded like a session call (more in test_http_catalog.py)."""
+    h1, h2, h3 = cluster.hosts
     key = {"project_key": "p", "session_id": "s"}
     async with httpx.AsyncClient() as http:
-        answers = [await http.post(f"{h1.url}/v1/transcripts/entries", json={"key": key, "entries": [{"uuid": "u"}]}),
-                   await http.get(f"{h1.url}/v1/transcripts/sessions", params={"project_key": "p"})]
-    for answer in answers:
-        assert (answer.status_code, answer.json()["error"]["type"]) == (501, "NotSupportedError")
-        assert answer.json()["error"]["message"] == (
-            "Claude Agent SDK transcripts (/v1/transcripts) are not served in cluster mode: their session "
-            "listings come from a catalog local to one host; serve them from a host without --cluster")
-    store = DurableSessionStore(h1.url)
-    try:
-        with pytest.raises(NotSupportedError):
-            await store.list_sessions("p")
-    finally:
-        await store.aclose()
+        stored = await http.post(f"{h1.url}/v1/transcripts/entries", json={"key": key, "entries": [{"uuid": "u"}]})
+        owner = stored.headers[OWNER_HEADER]
+        loads = [await http.get(f"{host.url}/v1/transcripts/entries", params=key) for host in (h2, h3)]
+        bad = await http.post(f"{h2.url}/v1/transcripts/entries", json={"entries": []})
+    assert stored.json() == {"stored": 1}
+    assert [(r.json(), r.headers[OWNER_HEADER]) for r in loads] == [({"entries": [{"uuid": "u"}]}, owner)] * 2
+    assert (bad.status_code, bad.json()["error"]["field"]) == (400, "key")
 
 
 async def test_a_log_that_cannot_rebuild_a_session_is_named_not_an_anonymous_500(cluster):

@@ -42,6 +42,8 @@ SCRIPT = [
     ("get_branches", {"message_id": "m1"}),
     ("update_message", {"message": text("m2", "Sure thing", "assistant")}),
     ("search", {"query": "zfa04y", "limit": 5}),
+    ("search_status", {}),
+    ("reembed", {}),
     ("set_metadata", {"metadata": {"title": "Booking"}}),
     ("get_metadata", {}),
     ("get_context_blocks", {}),
@@ -211,7 +213,7 @@ def test_requests_omit_an_absent_parent_and_fall_back_to_rpc_for_ids_no_path_can
     assert api.request_for(get, get.client_route, {"message_id": ""}) is None
     search = METHODS["search"]
     assert api.request_for(search, search.client_route, {"query": "tea"}) == ("GET", "search", None,
-                                                                            {"q": "tea", "limit": 20})
+                                                                            {"q": "tea", "limit": 20, "mode": "text"})
 
 
 # -- every method over every transport --------------------------------------------------------------------

@@ -86,3 +86,29 @@ def test_a_write_records_its_commit_times_not_the_time_of_recording(tmp_path):
     assert (a.created_ms, a.updated_ms) == (4_000, 9_000)  # no messages: the first commit is the creation
     assert (b.created_ms, b.updated_ms) == (1_000, 9_000)  # an older message wins
     catalog.close()
+
+
+def test_a_catalog_of_the_previous_release_gains_the_namespace_classes_and_keeps_its_rows(tmp_path):
+    import apsw
+
+    # What release 2 wrote: the actors table alone, user_version 1. Never edit: it stands for files on disk.
+    con = apsw.Connection(str(tmp_path / CATALOG_FILE))
+    con.execute(
+        "CREATE TABLE actors (namespace TEXT NOT NULL, actor_id TEXT NOT NULL, name TEXT, generation INTEGER NOT "
+        "NULL DEFAULT 0, messages INTEGER NOT NULL DEFAULT 0, compactions INTEGER NOT NULL DEFAULT 0, "
+        "compacted_through TEXT, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, state TEXT NOT NULL "
+        "DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined')), problem TEXT, quarantined_to TEXT, "
+        "PRIMARY KEY (namespace, actor_id)) WITHOUT ROWID;"
+        "CREATE INDEX actors_by_update ON actors (namespace, updated_ms);"
+        "INSERT INTO actors (namespace, actor_id, name, created_ms, updated_ms) VALUES ('s', 'aa', 'chat', 1, 2);"
+        "PRAGMA user_version = 1;")
+    con.close()
+    catalog = HostCatalog.open(tmp_path)
+    try:
+        assert catalog.get("s", "aa").name == "chat"
+        assert catalog.bound_class("s") is None
+        catalog.record_class("s", "app.Agent")
+        catalog.record_class("s", "app.Other")
+        assert catalog.bound_class("s") == "app.Other"
+    finally:
+        catalog.close()

@@ -69,14 +69,14 @@ async def test_schema_is_idempotent_concurrent_and_keeps_one_cluster_id(pg_empty
             nursery.start_soon(create)
     assert len(set(ids)) == 1 and len(ids[0]) == 36
     tables = {name for (name,) in sql(pg_empty_dsn, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'ds_%%'")}
-    assert tables == {"ds_cluster_meta", "ds_hosts", "ds_actors", "ds_log", "ds_snapshots", "ds_alarms"}
+    assert tables == {"ds_cluster_meta", "ds_hosts", "ds_actors", "ds_log", "ds_snapshots", "ds_alarms", "ds_catalog"}
 
 
 async def test_a_newer_cluster_schema_is_refused(pg_empty_dsn):
     conn = await PgConnection.connect(pg_empty_dsn, timeout_s=5, statement_timeout_s=5)
     await create_cluster_schema(conn)
-    sql(pg_empty_dsn, "UPDATE ds_cluster_meta SET value = '2' WHERE key = 'schema_version'")
-    with pytest.raises(SchemaTooNewError, match="schema version 2 is newer than this code supports"):
+    sql(pg_empty_dsn, "UPDATE ds_cluster_meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaTooNewError, match="schema version 3 is newer than this code supports"):
         await create_cluster_schema(conn)
     await conn.close()
 

@@ -5,6 +5,7 @@ import pytest
 
 from storage import SqlStorage
 from storage.kv import MAX_KEY_BYTES, ActorStorage, AlarmRow
+from storage.schema import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -169,7 +170,7 @@ def test_alarm_being_delivered_is_hidden_until_replaced(kv):
 def test_template_seeds_new_files_at_the_schema_version(tmp_path):
     template = tmp_path / "tpl" / "v.sqlite3"
     with SqlStorage.open(tmp_path / "a" / "x.sqlite3", template=template) as s:
-        assert s.user_version == 3
+        assert s.user_version == SCHEMA_VERSION
         assert s.sql("PRAGMA journal_mode") == [{"journal_mode": "wal"}]
         s.sql("INSERT INTO assistant_config VALUES ('s', 'k', 'v')")
     assert template.exists()

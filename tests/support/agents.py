@@ -19,6 +19,7 @@ The ``recording_agent`` fixture (tests/conftest.py) gives one on the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -86,6 +87,9 @@ class FakeContext:
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
+
+    def quiet_writes(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
 
 
 class RecordingAgent(Agent):

@@ -142,10 +142,12 @@ class ClusterHost:
 class Cluster:
     """The hosts of one test and what they record."""
 
-    def __init__(self, hosts: Sequence[ClusterHost], events_dir: Path, dsn: str, lease_s: float) -> None:
+    def __init__(self, hosts: Sequence[ClusterHost], events_dir: Path, dsn: str | Sequence[str],
+                 lease_s: float) -> None:
         self.hosts = list(hosts)
         self.events_dir = events_dir
-        self.dsn = dsn
+        self.dsns = [dsn] if isinstance(dsn, str) else list(dsn)  # the cluster's databases, in map order
+        self.dsn = self.dsns[0]
         self.lease_s = lease_s
 
     @property
@@ -188,14 +190,16 @@ class Cluster:
 
 @contextmanager
 def run_cluster(
-    folder: Path, dsn: str, *, hosts: int = 3, lease_s: float = 1.0, app: str | None = "tests.cluster.apps:Recorder",
+    folder: Path, dsn: str | Sequence[str], *, hosts: int = 3, lease_s: float = 1.0, app: str | None = "tests.cluster.apps:Recorder",
     extra: Sequence[str] = (), token: str | None = None,
 ) -> Iterator[Cluster]:
-    """Start ``hosts`` cluster hosts on ``dsn`` under ``folder``; stop them on exit (see the module docstring)."""
+    """Start ``hosts`` cluster hosts on ``dsn`` (or on several databases: a list, each given with
+    ``--cluster``) under ``folder``; stop them on exit (see the module docstring)."""
     events = folder / "events"
     events.mkdir(parents=True, exist_ok=True)
     env = {**cli_env(token), EVENTS_ENV: str(events)}
-    argv = ["--cluster", dsn, "--lease", str(lease_s), *(["--app", app] if app else []), *extra]
+    databases = [arg for one in ([dsn] if isinstance(dsn, str) else dsn) for arg in ("--cluster", one)]
+    argv = [*databases, "--lease", str(lease_s), *(["--app", app] if app else []), *extra]
     # No --host-id: a host started again after kill -9 is a new member (ids are random per start).
     members = [ClusterHost(f"h{i + 1}", folder / f"h{i + 1}", list(argv), env) for i in range(hosts)]
     cluster = Cluster(members, events, dsn, lease_s)

@@ -197,6 +197,11 @@ class _Builder:
         if not isinstance(message, Mapping):
             raise FormatError(f"a message must be an object, not {type(message).__name__}")
         role = message.get("role")
+        if "parts" in message and "content" not in message:  # a stored message (``history --json``), not chat
+            raise FormatError(
+                "it holds stored session messages (with parts, as `history --json` prints them), not OpenAI "
+                "chat messages: importing them as chat would lose their parts and ids; copy a session with "
+                "`durable-sessions export ID -o FILE` and `durable-sessions import FILE`")
         if role == "tool":
             self._fold(("tool", message.get("tool_call_id")), message)
         elif role == "function":

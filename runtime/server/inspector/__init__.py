@@ -27,7 +27,8 @@ Bearer`` and, for the WebSocket, as the ``bearer.<base64url>`` subprotocol
 :data:`CONTENT_SECURITY_POLICY`: only this server's own script runs (no
 inline script, no ``eval``), Trusted Types are required, so an accidental
 ``innerHTML`` with a string throws instead of parsing markup, and the page
-may not be framed. The script renders every message text, id, tool input
+may not be framed (also ``X-Frame-Options: DENY``). ``//inspect`` (any path
+starting with ``//``) is not the page: 404. The script renders every message text, id, tool input
 and output, block content and session name through ``textContent`` and DOM
 calls: stored data is never markup.
 
@@ -42,7 +43,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from common.errors import RouteNotFoundError
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
     from runtime.server.config import ServerSettings
 
-__all__ = ["ASSETS", "CONTENT_SECURITY_POLICY", "PAGE", "add_inspector_routes", "install", "read_asset"]
+__all__ = ["ASSETS", "CONTENT_SECURITY_POLICY", "PAGE", "add_inspector_routes", "install", "not_this_path",
+           "read_asset"]
 
 #: The page's own file (served at ``/inspect``).
 PAGE = "index.html"
@@ -72,6 +74,7 @@ HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
     "Cache-Control": "no-cache",
 }
 
@@ -88,15 +91,24 @@ def read_asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
+def not_this_path() -> bool:
+    """``True`` when the request's path as sent starts with ``//``: the router takes ``//inspect`` for
+    ``/inspect``, but the page's relative URLs would then name another host (``//v1/...``)."""
+    raw = request.scope.get("raw_path") or request.path.encode("latin-1")
+    return raw.startswith(b"//")
+
+
 def add_inspector_routes(app: QuartTrio, server: SessionsServer) -> None:
     """Register ``GET /inspect`` and ``GET /inspect/static/<name>`` on ``app``."""
 
     async def page() -> Response:
+        if not_this_path():
+            return server.responder.error(RouteNotFoundError(f"no route for {request.path}"))
         return Response(read_asset(PAGE), status=200, content_type="text/html; charset=utf-8", headers=HEADERS)
 
     async def asset(name: str) -> Response:
         kind = ASSETS.get(name)
-        if kind is None:
+        if kind is None or not_this_path():
             return server.responder.error(RouteNotFoundError(f"no route for /inspect/static/{name}"))
         return Response(read_asset(name), status=200, content_type=kind, headers=HEADERS)
 

@@ -16,7 +16,7 @@ def test_the_cluster_flags_parse():
     args = build_parser().parse_args(["serve", "--cluster", "postgresql://db/s", "--host-id", "n1", "--advertise",
                                       "http://10.0.0.5:8801", "--lease", "2.5"])
     assert (args.cluster, args.host_id, args.advertise, args.lease_s) == (
-        "postgresql://db/s", "n1", "http://10.0.0.5:8801", 2.5)
+        ["postgresql://db/s"], "n1", "http://10.0.0.5:8801", 2.5)
 
 
 def test_the_database_is_named_without_its_password():

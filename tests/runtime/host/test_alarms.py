@@ -274,3 +274,31 @@ async def test_alarm_interrupted_by_shutdown_fires_again_after_restart(autojump_
         await trio.sleep(3600)
     assert [(retry, scheduled) for _, retry, scheduled in env["runs"]] == [(0, when), (0, when)]
     assert index_rows(actor_data_dir) == []
+
+
+class Ticker(Agent):
+    """Re-arms a 30 s alarm at every tick and writes enough at each tick that hibernating it
+    checkpoints a WAL bigger than the host keeps (the checkpoint runs on a worker thread)."""
+
+    async def start(self):
+        self.storage.exec("CREATE TABLE IF NOT EXISTS ballast (body BLOB)")
+        self.storage.set_alarm(self.ctx.now_ms() + 30_000)
+
+    async def alarm(self, info):
+        self.env["ticks"].append(trio.current_time())
+        self.storage.exec("INSERT INTO ballast VALUES (randomblob(200000))")
+        if len(self.env["ticks"]) < 3:
+            self.storage.set_alarm(self.ctx.now_ms() + 30_000)
+
+
+async def test_virtual_time_stays_honest_while_a_hibernation_checkpoints_on_a_thread(
+        autojump_clock, actor_data_dir, clock):
+    """Autojump must not skip ahead while the host waits for the WAL checkpoint of a hibernation."""
+    env = {"ticks": []}
+    async with open_host(actor_data_dir, clock=clock, idle_timeout_s=5) as host:
+        stub = host.bind("t", Ticker, env=env).get_by_name("a")
+        begin = trio.current_time()
+        await stub.start()
+        await trio.sleep(200)
+        assert host.statistics().hibernations >= 3  # each tick ended in a hibernation
+    assert [round(tick - begin) for tick in env["ticks"]] == [30, 60, 90]

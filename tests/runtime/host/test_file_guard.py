@@ -44,18 +44,22 @@ async def test_hibernating_after_writes_raises_the_generation_and_records_the_ca
     async with open_host(actor_data_dir) as host:
         stub = host.bind("box", Box).get_by_name("one")
         await stub.put("a", 1)
-        assert catalog_entry(host, stub) is None  # nothing per call
+        marked = catalog_entry(host, stub)  # the first write since the wake is marked before its reply
+        assert (marked.generation, marked.name, marked.unclosed, marked.messages) == (1, "one", True, 0)
+        await stub.put("a2", 1)
+        assert catalog_entry(host, stub) == marked  # nothing per call after that
         await host.hibernate("box", stub.id)
         entry = catalog_entry(host, stub)
-        assert (entry.generation, entry.name, entry.state) == (1, "one", "ok")
+        # raised twice by a wake that writes: at the first write's mark, and as the WAL's last frame at closing
+        assert (entry.generation, entry.name, entry.state, entry.unclosed) == (2, "one", "ok", False)
         assert await stub.get("a") == 1  # a wake that only reads
         await host.hibernate("box", stub.id)
-        assert catalog_entry(host, stub).generation == 1
+        assert catalog_entry(host, stub).generation == 2
         await stub.put("b", 2)
     async with open_host(actor_data_dir) as host:  # closing the host records too
         stub = host.bind("box", Box).get_by_name("one")
-        assert catalog_entry(host, stub).generation == 2
-        assert await run_in_actor(stub, lambda agent: read_generation(agent.storage)) == 2
+        assert catalog_entry(host, stub).generation == 4
+        assert await run_in_actor(stub, lambda agent: read_generation(agent.storage)) == 4
 
 
 def wall_ms():
@@ -90,7 +94,7 @@ async def test_the_row_has_the_first_and_last_commit_times_not_the_hibernations(
         closed = catalog.get("box", stub.id.hex)
     finally:
         catalog.close()
-    assert (closed.created_ms, closed.generation) == (entry.created_ms, 2)
+    assert (closed.created_ms, closed.generation) == (entry.created_ms, 4)  # two wakes that wrote, two raises each
     assert again[0] <= closed.updated_ms <= again[1]
 
 

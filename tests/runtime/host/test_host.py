@@ -526,3 +526,27 @@ async def test_calls_after_close_and_during_close_get_host_closed(autojump_clock
     with pytest.raises(HostClosedError, match="the actor host is closed"):
         await stub.read()
     assert math.isclose(trio.current_time(), 1)
+
+
+class _OtherClass(Agent):
+    def hello(self):
+        return "other"
+
+
+async def test_binding_another_class_over_a_folders_actors_warns_once_naming_both(actor_data_dir, caplog):
+    other = _OtherClass
+    async with open_host(actor_data_dir) as host:
+        await host.bind("ns", Notes).get_by_name("a").add("x")
+        await host.bind("ns2", Notes).get_by_name("b").add("y")
+    assert "written by" not in caplog.text  # a new folder: nothing to say
+    async with open_host(actor_data_dir) as host:
+        host.bind("ns", other)
+        host.bind("ns2", Notes)  # the same class as before: silent
+    warnings = [r.getMessage() for r in caplog.records if "written by" in r.getMessage()]
+    assert warnings == [
+        f"namespace 'ns' of {actor_data_dir} holds 1 actor written by {Notes.__module__}.Notes; "
+        f"{other.__module__}._OtherClass serves them now (their files stay readable by either class)"]
+    caplog.clear()
+    async with open_host(actor_data_dir) as host:
+        assert await host.bind("ns", other).get_by_name("a").hello() == "other"
+    assert "written by" not in caplog.text  # recorded: the next start is quiet

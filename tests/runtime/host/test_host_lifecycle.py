@@ -11,6 +11,7 @@ from actors import Agent
 from runtime import open_host
 from runtime.host.limits import MAX_ACTIVE_CAP, default_max_active
 from runtime.testing import actor_data_dir, actor_host, list_actor_ids, run_in_actor  # noqa: F401 (fixtures)
+from storage.schema import SCHEMA_VERSION
 from tests.support.agents import RecordingConnection
 
 
@@ -249,8 +250,8 @@ async def test_full_durability_applies_to_actor_files(actor_data_dir):
 
 async def test_new_actor_files_are_copied_from_the_schema_template(actor_host, actor_data_dir):
     stub = actor_host.bind("memo", Memo).get_by_name("a")
-    assert await run_in_actor(stub, lambda agent: agent.storage.user_version) == 3
-    assert sorted(p.name for p in (actor_data_dir / "_template").iterdir()) == ["v3.sqlite3"]
+    assert await run_in_actor(stub, lambda agent: agent.storage.user_version) == SCHEMA_VERSION
+    assert sorted(p.name for p in (actor_data_dir / "_template").iterdir()) == [f"v{SCHEMA_VERSION}.sqlite3"]
 
 
 # -- WebSocket peers -------------------------------------------------------------

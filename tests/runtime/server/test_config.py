@@ -84,18 +84,19 @@ def test_compaction_can_be_switched_off(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("[server]\nbnd = 'x'\n", ("unknown key server.bnd (allowed: access_log, backlog, bind, body_timeout_s, "
-                               "cors_origins, data, drain_s, durability, "
-                               "graceful_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, max_active, "
-                               "max_body_bytes, "
-                               "max_connect_wait_s, max_connecting, max_pending_calls, max_queue_s, max_requests)")),
+    ("[server]\nbnd = 'x'\n", ("unknown key server.bnd (allowed: access_log, allowed_hosts, backlog, bind, "
+                               "body_timeout_s, certfile, cors_origins, data, drain_s, durability, "
+                               "graceful_timeout_s, head_timeout_s, idle_timeout_s, inspector, keep_alive_timeout_s, "
+                               "keyfile, max_active, max_body_bytes, max_body_items, "
+                               "max_connect_wait_s, max_connecting, max_connections_per_peer, max_pending_calls, "
+                               "max_queue_s, max_requests)")),
     ("[server]\ncors_origins = 'https://a.example'\n", "server.cors_origins must be a list of origins"),
     ("[server]\ncors_origins = ['https://a.example/app']\n",
      "server.cors_origins: 'https://a.example/app' is not an origin (scheme://host[:port], no path)"),
     ("[server]\naccess_log = 'yes'\n", "server.access_log must be true or false, not 'yes'"),
     ("[server]\ndrain_s = -1\n", "server.drain_s must be a number of seconds >= 0, not -1"),
     ("[server]\nbind = '127.0.0.1:70000'\n", "server.bind: port 70000 is not a port (0-65535)"),
-    ("[serve]\n", "unknown key serve (allowed: cluster, server, session, storage)"),
+    ("[serve]\n", "unknown key serve (allowed: cluster, retention, search, server, session, storage)"),
     ("[server]\ndurability = 'fast'\n", "server.durability must be 'normal' or 'full', not 'fast'"),
     ("[server]\nbind = '127.0.0.1'\n", "server.bind must be 'host:port', not '127.0.0.1'"),
     ("[server]\nidle_timeout_s = 0\n", "server.idle_timeout_s must be a positive number of seconds, not 0"),
@@ -172,7 +173,8 @@ snapshot_bytes = 4096
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = '10.0.0.5:8801'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = 'http://h:1/x'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n",
-     "unknown key cluster.leases (allowed: advertise, connect_timeout_s, host_id, lease_s, postgres, snapshot_bytes)"),
+     "unknown key cluster.leases (allowed: advertise, connect_timeout_s, databases, host_id, lease_s, postgres, "
+     "snapshot_bytes)"),
     ("[cluster]\npostgres = 'dbname=s'\nsnapshot_bytes = 0\n", "cluster.snapshot_bytes must be a positive integer"),
     ("cluster = 3\n", "cluster must be a table"),
 ])

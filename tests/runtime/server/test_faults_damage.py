@@ -187,7 +187,7 @@ async def test_a_vanished_file_is_never_answered_as_an_empty_session(tmp_path, w
     data = copy_of(written, tmp_path)
     for path in actor_path(data, VICTIM).parent.glob(actor_path(data, VICTIM).name + "*"):
         os.unlink(path)
-    problem = "its file vanished (the catalog saw generation 1, 3000 messages)"
+    problem = "its file vanished (the catalog saw generation 2, 3000 messages)"  # raised at the first write's mark and at the close
     with server_process(data) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
             assert_refused(await http.get(f"/v1/sessions/{VICTIM}/messages:count"), problem)

@@ -47,7 +47,7 @@ async def connect(host, port):
 
 
 def request(method, path, body=b"", close=True):
-    head = f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" \
+    head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" \
            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
     return head.encode() + body
 
@@ -191,7 +191,7 @@ def test_clients_that_send_a_length_without_a_body_and_hang_up_leave_no_error_in
                         for delay in (0, 0.001, 0.01):
                             for reset in (False, True):
                                 sock = socket.create_connection((host, port))
-                                sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json"
+                                sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Type: application/json"
                                              f"\r\nContent-Length: {length}\r\n\r\n".encode())
                                 time.sleep(delay)
                                 if reset:

@@ -266,3 +266,23 @@ async def test_an_awake_session_moves_up_on_a_write_that_adds_no_message(tmp_pat
             listed = (await client.list_sessions())["sessions"]
     assert [e["id"] for e in listed] == ["quiet", "other"]
     assert before <= epoch_ms(listed[0]["updatedAt"]) <= after
+
+
+async def test_reading_the_system_prompt_for_the_first_time_does_not_move_updated_at(tmp_path, nursery):
+    """The first read of the prompt renders and stores it: upkeep of a read, not an update."""
+    async with open_host(tmp_path / "data", idle_timeout_s=None) as host:
+        url = await start(nursery, host)
+        async with SessionsClient(url, token=TOKEN) as client:
+            await write(client, {"older": 1})
+            await trio.sleep(0.05)
+            await write(client, {"newer": 1})
+            await trio.sleep(0.05)
+            before = (await client.describe_session("older"))["updatedAt"]
+            await client.session("older").freeze_system_prompt()
+            awake = await client.list_sessions()
+            await client.hibernate()
+            asleep = await client.list_sessions()
+            after = await client.describe_session("older")
+    assert [e["id"] for e in awake["sessions"]] == ["newer", "older"]
+    assert [e["id"] for e in asleep["sessions"]] == ["newer", "older"]
+    assert after["updatedAt"] == before

@@ -191,7 +191,7 @@ async def test_the_page_and_its_files_need_no_token_the_page_asks_for_it(served,
         answer = await http.get(path)
     assert answer.status_code == 200
     if path == "/docs":
-        assert "const NEEDS_TOKEN = true;" in answer.text
+        assert '<body data-needs-token="true">' in answer.text
         assert '<input id="token" type="password"' in answer.text
         assert answer.headers["Cache-Control"] == "no-store"
 
@@ -209,11 +209,13 @@ async def test_the_document_says_which_routes_need_the_token(document):
 async def test_the_page_loads_only_files_of_this_server(served):
     async with httpx.AsyncClient(base_url=served[0], headers=AUTH) as http:
         page = await http.get("/docs")
+        script = await http.get("/docs/static/docs.js")
         files = {name: await http.get(f"/docs/static/{name}") for name in DOCS_ASSETS}
         unknown = await http.get("/docs/static/..%2F..%2Fsetup.py")
     assert page.headers["Content-Type"] == "text/html; charset=utf-8"
     assert "://" not in page.text  # no CDN, no absolute URL at all
-    assert 'url: "openapi.json"' in page.text and "validatorUrl: null" in page.text
+    assert '<script src="docs/static/docs.js"></script>' in page.text and "<script>" not in page.text
+    assert 'url: "openapi.json"' in script.text and "validatorUrl: null" in script.text
     for name, response in files.items():
         assert (response.status_code, response.headers["Content-Type"]) == (200, DOCS_ASSETS[name])
         assert response.content == (assets_folder() / name).read_bytes()

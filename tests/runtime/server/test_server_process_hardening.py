@@ -163,7 +163,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(tmp_path):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.settimeout(5)
             for _ in range(2):  # idle after a request as much as after connecting
-                sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n")
+                sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 answer = b""
                 while not answer.endswith(b'{"status":"ok"}'):
                     answer += sock.recv(1000)

@@ -109,3 +109,42 @@ async def test_an_overloaded_actor_is_refused_the_short_way_with_retry_after(app
         status, headers, body = await send(client, "GET", "/v1/sessions/s/messages")
     assert status == 429 and ("retry-after", "1") in headers
     assert json.loads(body)["error"]["type"] == "ActorOverloadedError"
+
+
+async def test_on_a_cluster_host_the_short_way_answers_its_active_sessions_as_the_app_does(tmp_path, pg_empty_dsn):
+    from common.wire import OWNER_HEADER
+    from runtime.host.cluster import ClusterOptions
+    from runtime.server.app import SessionsServer
+    from runtime.server.forwarding import Forwarder
+
+    options = ClusterOptions(pg_empty_dsn, "http://h1", host_id="h1", lease_s=10.0, connect_timeout_s=5.0)
+    async with open_host(tmp_path / "data", cluster=options) as host:
+        bind_sessions(host, agent_class=Probe)
+        forwarder = Forwarder(host_id="h1", advertise_url="http://h1", lease_s=10.0)
+        server = SessionsServer(host, namespace="sessions", token=TOKEN, max_body_bytes=64 * 1024, forwarder=forwarder)
+        client = server.app.test_client()
+        taken = []
+        original = server.app.asgi_app.app.app.app  # BrowserGate > _EncodedPaths > ForwardingShortcut > SessionShortcut
+        assert type(original).__name__ == "SessionShortcut"
+        real_answer = original._answer
+
+        async def counted(*args):
+            taken.append(args[3].route.name)
+            await real_answer(*args)
+
+        original._answer = counted
+        for method, path, data, headers in REQUESTS:
+            server.shortcut = True
+            short = await send(client, method, f"/v1/sessions/via-plain{path}", data=data, headers=headers)
+            server.shortcut = False
+            through_app = await send(client, method, f"/v1/sessions/app-plain{path}", data=data, headers=headers)
+            through_app = through_app[:2] + (through_app[2].replace(b"app-", b"via-"),)
+            assert short == through_app, (method, path)
+        assert len(taken) > 10  # the session was active after the first append: the short way answered
+        status, headers, _ = await send(client, "GET", "/v1/sessions/via-plain/messages:count")
+        assert status == 200 and (OWNER_HEADER.lower(), "http://h1") in headers
+        # A session not active here goes to the app (which finds its owner): not taken.
+        before = len(taken)
+        server.shortcut = True
+        status, headers, _ = await send(client, "GET", "/v1/sessions/never-written/messages:count")
+        assert status == 200 and len(taken) == before

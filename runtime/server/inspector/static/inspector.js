@@ -16,7 +16,10 @@
   const SESSIONS_PAGE = 50;       // rows per page of the session list
   const TOKEN_KEY = "durable-sessions-token";  // the tab's token, shared with /docs
   const WRITES_KEY = "durable-sessions-writes";
-  const BASE = location.pathname.replace(/inspect\/?$/, "");
+  const PARTS_SHOWN = 50;         // parts of one message rendered at first (then "Show more")
+  const TEXT_SHOWN = 20000;       // characters of one text rendered at first (then "Show more")
+  // the server's root as a path of this origin ("//inspect" must never make API calls go to "//v1/...": another host)
+  const BASE = location.pathname.replace(/inspect\/?$/, "").replace(/^\/+/, "/");
 
   // -- DOM helpers: data only ever becomes text -------------------------------------------------------------------
 
@@ -54,8 +57,40 @@
 
   const $ = (id) => document.getElementById(id);
 
+  /** A <details>; `body` may be a function, called the first time the fold is opened (a big body costs nothing shut). */
   function fold(summary, body, {open = false, cls = ""} = {}) {
-    return h("details", {class: cls, open}, h("summary", null, summary), body);
+    if (typeof body !== "function") return h("details", {class: cls, open}, h("summary", null, summary), body);
+    const details = h("details", {class: cls}, h("summary", null, summary));
+    details.addEventListener("toggle", () => {
+      if (details.open && details.childNodes.length === 1) append(details, [body()]);
+    });
+    details.open = open;
+    return details;
+  }
+
+  /** An element showing `text` as text, at most TEXT_SHOWN characters at a time, with a "Show more" button. */
+  function longText(tag, cls, text) {
+    text = String(text ?? "");
+    const el = h(tag, {class: cls, text: text.slice(0, TEXT_SHOWN)});
+    if (text.length <= TEXT_SHOWN) return el;
+    const add = (from, to) => el.appendChild(document.createTextNode(text.slice(from, to)));
+    return h("div", {class: "long"}, el, showMore(text.length, TEXT_SHOWN, "characters", add));
+  }
+
+  /** A "Show more" button for `total` items of which `step` are shown: each click calls `add(from, to)`
+   * for the next `step`; the button goes once all are shown. */
+  function showMore(total, step, unit, add) {
+    let shown = step;
+    const more = h("button", {type: "button", class: "show-more"});
+    const label = () => { more.textContent = `Show more (${(total - shown).toLocaleString("en")} more ${unit})`; };
+    more.addEventListener("click", () => {
+      add(shown, shown + step);
+      shown += step;
+      if (shown >= total) more.remove();
+      else label();
+    });
+    label();
+    return more;
   }
 
   function pretty(value) {
@@ -173,14 +208,19 @@
 
   // -- the address: #s=<session>&leaf=<message>&tab=<tab>&focus=<message> -------------------------------------------
 
-  function readHash() {
+  /** A token handed over in the fragment (never sent to the server): keep it, hide it. Before any call. */
+  function takeToken() {
     const params = new URLSearchParams(location.hash.slice(1));
-    if (params.has("token")) {  // a token handed over in the fragment (never sent to the server): keep it, hide it
-      state.token = params.get("token");
-      sessionStorage.setItem(TOKEN_KEY, state.token);
-      params.delete("token");
-      history.replaceState(null, "", `${location.pathname}${location.search}#${params}`);
-    }
+    if (!params.has("token")) return;
+    state.token = params.get("token");
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    params.delete("token");
+    history.replaceState(null, "", `${location.pathname}${location.search}#${params}`);
+  }
+
+  function readHash() {
+    takeToken();
+    const params = new URLSearchParams(location.hash.slice(1));
     return {
       session: params.get("s"),
       leaf: params.get("leaf"),
@@ -574,7 +614,7 @@
     const card = h("li", {class: classes.join(" "), data: {id: message.id}}, head);
     if (isOverlay(message)) card.appendChild(overlayNote(view, overlay));
     card.appendChild(partsOf(message));
-    card.appendChild(fold("JSON", h("pre", {class: "json", text: pretty(message)}), {cls: "raw"}));
+    card.appendChild(messageJson(message));
     return card;
   }
 
@@ -590,29 +630,42 @@
       }}}, "Show them"));
   }
 
+  /** A message's parts: the first PARTS_SHOWN, then a "Show more" button per further PARTS_SHOWN. */
   function partsOf(message) {
     const parts = Array.isArray(message.parts) ? message.parts : [];
-    return h("div", {class: "parts"}, parts.map(partView));
+    const box = h("div", {class: "parts"}, parts.slice(0, PARTS_SHOWN).map(partView));
+    if (parts.length <= PARTS_SHOWN) return box;
+    const more = showMore(parts.length, PARTS_SHOWN, "parts", (from, to) =>
+      box.insertBefore(append(document.createDocumentFragment(), parts.slice(from, to).map(partView)), more));
+    box.appendChild(more);
+    return box;
+  }
+
+  /** The message as JSON: built now for a small message, when opened for a big one. */
+  function messageJson(message) {
+    const big = Array.isArray(message.parts) && message.parts.length > PARTS_SHOWN;
+    const body = () => longText("pre", "json", pretty(message));
+    return fold("JSON", big ? body : body(), {cls: "raw"});
   }
 
   function partView(part) {
     const type = part && typeof part.type === "string" ? part.type : "unknown";
-    if (type === "text") return h("div", {class: "part text", text: part.text ?? ""});
+    if (type === "text") return longText("div", "part text", part.text ?? "");
     if (type === "reasoning") {
-      return fold("reasoning", h("div", {class: "part-body", text: part.text ?? part.reasoning ?? ""}), {cls: "part reasoning"});
+      return fold("reasoning", longText("div", "part-body", part.text ?? part.reasoning ?? ""), {cls: "part reasoning"});
     }
     if (type.startsWith("tool-") || type === "dynamic-tool") {
       const name = part.toolName || type.slice("tool-".length);
       const summary = [h("span", {class: "tool-name", text: name}), h("span", {class: "tool-state", text: part.state || ""}),
         part.toolCallId ? h("code", {class: "call-id", text: part.toolCallId}) : null];
       return fold(summary, h("div", {class: "part-body"},
-        h("div", {class: "io-label", text: "input"}), h("pre", {class: "tool-input", text: pretty(part.input)}),
+        h("div", {class: "io-label", text: "input"}), longText("pre", "tool-input", pretty(part.input)),
         "output" in part || "result" in part ? [h("div", {class: "io-label", text: "output"}),
-          h("pre", {class: "tool-output", text: pretty("output" in part ? part.output : part.result)})] : null,
-        part.errorText ? [h("div", {class: "io-label", text: "error"}), h("pre", {class: "tool-error", text: part.errorText})]
+          longText("pre", "tool-output", pretty("output" in part ? part.output : part.result))] : null,
+        part.errorText ? [h("div", {class: "io-label", text: "error"}), longText("pre", "tool-error", part.errorText)]
           : null), {cls: "part tool"});
     }
-    return fold(type, h("pre", {class: "json", text: pretty(part)}), {cls: "part other"});
+    return fold(type, longText("pre", "json", pretty(part)), {cls: "part other"});
   }
 
   function addBranchSwitch(view, card, message, siblings, active) {
@@ -991,6 +1044,7 @@
   }
 
   function start() {
+    takeToken();  // the first call (the session list) already carries a token handed over in the address
     const writes = $("writes");
     writes.checked = state.writes;
     writes.addEventListener("change", () => {

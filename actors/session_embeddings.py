@@ -1,0 +1,331 @@
+"""Semantic and hybrid search of a session's messages (docs/semantic-search.md).
+
+* :class:`EmbedderConfig` is the ``[search]`` section of the config file:
+  which embedder (``"local"``, ``"openai"``) and its settings.
+  :func:`embedder_for` makes the embedder once per process and config (the
+  local model's ~75 MB are loaded once, shared by every actor).
+* :class:`SessionVectors` is one session's side of it: it embeds the
+  messages marked pending (:mod:`storage.embeddings`) off the actor's loop
+  (``trio.to_thread.run_sync``; the model never runs inside a storage
+  transaction), keeps the session's vectors in memory for the activation
+  (:class:`actors.vectors.VectorIndex`, loaded at the first semantic search)
+  and answers the semantic ranking, which :meth:`actors.session.Session.search`
+  fuses with the text ranking for ``mode="hybrid"``.
+
+Which messages are eligible is text search's rule: every stored message of
+the session, on every branch, compacted or not (overlays apply on read
+only). A deleted message's vector is deleted with it (and never answered:
+hits are read back from the message rows).
+
+numpy and the model are imported only when an embedder is configured.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from common.errors import InvalidInputError
+from storage import embeddings as rows
+from storage.sqlite import SqlStorage
+from storage.tree.rows import SearchRow
+
+if TYPE_CHECKING:
+    from .embedding import Embedder
+    from .vectors import VectorIndex
+
+__all__ = [
+    "EMBEDDERS",
+    "SEARCH_MODES",
+    "EmbedderConfig",
+    "EmbeddingMismatchError",
+    "SessionVectors",
+    "VectorSearchProvider",
+    "embedder_for",
+]
+
+#: The ``mode`` values of a message search.
+SEARCH_MODES = ("text", "semantic", "hybrid")
+#: The ``[search] embedder`` values.
+EMBEDDERS = ("local", "openai")
+#: Messages embedded per model call (and per storage transaction).
+BATCH = 64
+#: Each ranking fused by hybrid search is cut at this many (or the limit, if larger).
+FUSION_DEPTH = 50
+
+
+class EmbeddingMismatchError(InvalidInputError):
+    """The session's stored vectors have another dimension than the configured embedder's (400)."""
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    """The ``[search]`` section: which embedder computes message vectors.
+
+    Attributes:
+        embedder: ``"local"`` (WordLlama, offline, :class:`actors.embedding.LocalEmbedder`)
+            or ``"openai"`` (an OpenAI-compatible ``POST {url}/embeddings``).
+        url: ``openai`` only: the endpoint's base URL (``http(s)://...``).
+        model: ``openai`` only: the model name sent and stored beside each vector.
+        api_key_env: ``openai`` only: the environment variable holding the key
+            (default ``OPENAI_API_KEY``; ``""``: send no key).
+        dimension: ``local``: 256 (default), 128 or 64; ``openai``: the
+            vectors' dimension if known (else asked of the endpoint once).
+
+    Raises:
+        InvalidInputError: (``field`` names the key) an unknown embedder, or
+            ``url`` / ``model`` missing or given where they do not apply.
+    """
+
+    embedder: str = "local"
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    dimension: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.embedder not in EMBEDDERS:
+            raise InvalidInputError(f"search.embedder must be one of {', '.join(EMBEDDERS)}, not {self.embedder!r}",
+                                    field="embedder")
+        if self.embedder == "openai":
+            for name in ("url", "model"):
+                if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                    raise InvalidInputError(f'search.{name} is required with embedder = "openai"', field=name)
+        else:
+            for name in ("url", "model"):
+                if getattr(self, name) is not None:
+                    raise InvalidInputError(f'search.{name} applies to embedder = "openai" only', field=name)
+        if self.dimension is not None and (isinstance(self.dimension, bool) or not isinstance(self.dimension, int)
+                                           or self.dimension <= 0):
+            raise InvalidInputError("search.dimension must be a positive integer", field="dimension")
+        if not isinstance(self.api_key_env, str):
+            raise InvalidInputError("search.api_key_env must be a string", field="api_key_env")
+
+
+_made: dict[EmbedderConfig, Embedder] = {}
+_made_lock = threading.Lock()
+
+
+def embedder_for(config: EmbedderConfig) -> Embedder:
+    """The embedder ``config`` names, made on first use and shared by every caller in this process.
+
+    Raises:
+        actors.embedding.EmbedderUnavailableError: the ``semantic`` extra is not installed.
+        actors.embedding.EmbedderConfigError: bad settings (e.g. the key variable is not set).
+    """
+    with _made_lock:
+        found = _made.get(config)
+        if found is None:
+            from .embedding import LocalEmbedder, OpenAIEmbedder
+
+            if config.embedder == "local":
+                found = LocalEmbedder(config.dimension or 256)
+            else:
+                assert config.url is not None and config.model is not None
+                found = OpenAIEmbedder(config.url, config.model, api_key_env=config.api_key_env or None,
+                                       dimension=config.dimension)
+            _made[config] = found
+        return found
+
+
+class VectorSearchProvider:
+    """A searchable block whose ``search_context`` ranks entries by words and meaning (hybrid).
+
+    The entries are :class:`actors.context.AgentSearchProvider`'s
+    (``cf_agents_search_entries``, the same tool shapes: ``set_context``
+    stores an entry, ``search_context`` answers the best 10 as
+    ``[<key>]\n<content>`` joined by a blank line). Each entry also gets a
+    vector (``cf_agents_search_embeddings``), computed on a worker thread
+    after the entry is stored, and again when its content changes; entries
+    without one (stored before the embedder was configured) are embedded at
+    the next search. A search fuses the full-text ranking and the cosine
+    ranking of the label's entries by reciprocal rank fusion (k = 60).
+    Brute force over the label's vectors, read at each search: blocks hold
+    tens to thousands of entries, not a session's history.
+
+    Args:
+        storage: the actor's SQLite file.
+        embedder: makes the vectors.
+    """
+
+    def __init__(self, storage: SqlStorage, embedder: Embedder) -> None:
+        from .context import AgentSearchProvider
+
+        self.text = AgentSearchProvider(storage)
+        self.storage = storage
+        self.embedder = embedder
+
+    def init(self, label: str) -> None:
+        self.text.init(label)
+
+    async def get(self) -> str | None:
+        return await self.text.get()
+
+    async def set(self, key: str, content: str) -> None:
+        """Store entry ``key`` (full text at once), then its vector (the model off the actor's loop)."""
+        await self.text.set(key, content)
+        await self._embed_missing()
+
+    async def search(self, query: str) -> str | None:
+        """The best 10 entries by hybrid ranking, as ``[<key>]\n<content>`` blocks, or ``None``."""
+        import trio
+
+        from storage.context import search_entries
+        from storage.tree.context import SEARCH_LIMIT, entries_text
+
+        from .vectors import cosine_top_k, decode_matrix, reciprocal_rank_fusion
+
+        entries = await self._embed_missing()
+        text = [row["key"] for row in search_entries(self.storage, self.text.label, query, FUSION_DEPTH)]
+        meaning: list[str] = []
+        if query.strip() and entries:
+            q = (await trio.to_thread.run_sync(self.embedder.embed, [query]))[0]
+            matrix = decode_matrix([blob for _, _, _, blob in entries], self.embedder.dimension)
+            meaning = [entries[i][1] for i, _ in cosine_top_k(q, matrix, FUSION_DEPTH, normalized=True)]
+        content = {key: text for _, key, text, _ in entries}
+        fused = reciprocal_rank_fusion([text, meaning], limit=SEARCH_LIMIT)
+        return entries_text([(key, content[key]) for key, _ in fused if key in content])
+
+    async def _embed_missing(self) -> list[tuple[int, str, str, bytes]]:
+        """Embed the label's entries that have no vector for their content; every entry with its vector."""
+        import trio
+
+        from .vectors import encode_vector
+
+        entries = rows.entry_vectors(self.storage, self.text.label, self.model)
+        missing = [(seq, content) for seq, _, content, blob in entries if blob is None]
+        if missing:
+            vectors = await trio.to_thread.run_sync(self.embedder.embed, [content for _, content in missing])
+            rows.store_entry_vectors(self.storage, self.model, self.embedder.dimension,
+                                     [(seq, content, encode_vector(v)) for (seq, content), v in zip(missing, vectors)])
+            entries = rows.entry_vectors(self.storage, self.text.label, self.model)
+        return [(seq, key, content, blob) for seq, key, content, blob in entries if blob is not None]
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model
+
+
+class SessionVectors:
+    """One session's vectors: embedding what is pending, and the semantic ranking.
+
+    Args:
+        storage: the session's SQLite file.
+        session_id: the session in that file.
+        embedder: makes the vectors (called on a worker thread only).
+    """
+
+    def __init__(self, storage: SqlStorage, session_id: str, embedder: Embedder) -> None:
+        self.storage = storage
+        self.session_id = session_id
+        self.embedder = embedder
+        self._index: VectorIndex | None = None
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model
+
+    def pending(self) -> int:
+        """Messages of the session not yet embedded."""
+        return rows.pending_count(self.storage, self.session_id)
+
+    def status(self) -> dict[str, Any]:
+        """``{"embedder", "dimension", "embedded", "pending"}`` (``dimension`` ``None`` until known)."""
+        kinds = rows.stored_dimensions(self.storage, self.session_id)
+        embedded = sum(n for model, _, n in kinds if model == self.model)
+        dimension = next((d for model, d, _ in kinds if model == self.model), None)
+        return {"embedder": self.model, "dimension": dimension, "embedded": embedded, "pending": self.pending()}
+
+    def forget(self) -> None:
+        """Drop the in-memory vectors (after an update, delete or clear); the next search reloads them."""
+        self._index = None
+
+    def reset(self) -> int:
+        """Delete every vector of the session and mark each message with text again (re-embedding,
+        e.g. after changing the embedder's model or dimension); returns how many are pending."""
+        self._index = None
+        return rows.reset(self.storage, self.session_id, self.model)
+
+    def mark_missing(self) -> int:
+        """Mark every message with text that has no vector of this model; returns how many were marked."""
+        return rows.mark_missing(self.storage, self.session_id, self.model)
+
+    def has_messages(self) -> bool:
+        """Whether the session holds any message (a new one has nothing to mark)."""
+        return rows.has_messages(self.storage, self.session_id)
+
+    async def embed_pending(self) -> int:
+        """Embed every pending message, a batch at a time; returns how many vectors were stored.
+
+        The model runs on a worker thread, outside any transaction; each
+        batch's vectors and the removal of their markers are one
+        transaction. A message updated while its batch was embedded keeps
+        its marker (the next batch embeds the new text).
+
+        Raises:
+            actors.embedding.EmbedderError: the model or the endpoint failed
+                (the markers stay; the caller retries later).
+        """
+        import trio
+
+        from .vectors import encode_vector
+
+        stored = 0
+        while True:
+            batch = rows.pending_batch(self.storage, self.session_id, BATCH)
+            if not batch:
+                return stored
+            texts = [text for _, _, text in batch]
+            vectors = await trio.to_thread.run_sync(self.embedder.embed, texts)
+            dimension = self.embedder.dimension
+            self._check_dimension(dimension)
+            blobs = [(seq, mark, encode_vector(v)) for (seq, mark, _), v in zip(batch, vectors)]
+            done = set(rows.store_vectors(self.storage, self.session_id, self.model, dimension, blobs))
+            if self._index is not None and done:
+                keep = [(seq, v) for (seq, _, _), v in zip(batch, vectors) if seq in done]
+                self._index.add([seq for seq, _ in keep], [v for _, v in keep])
+            stored += len(done)
+
+    async def ranking(self, query: str, limit: int) -> list[SearchRow]:
+        """The ``limit`` messages most similar to ``query`` (cosine), best first.
+
+        Raises:
+            EmbeddingMismatchError: the stored vectors of this model have another dimension.
+        """
+        import trio
+
+        query_vector = (await trio.to_thread.run_sync(self.embedder.embed, [query]))[0]
+        index = self._loaded()
+        ranked: list[SearchRow] = []
+        want = limit
+        while True:
+            top = index.top_k(query_vector, want)
+            seqs = [seq for seq, _ in top if isinstance(seq, int)]  # the keys are message seqs
+            found = rows.hit_rows(self.storage, self.session_id, seqs)
+            ranked = [found[seq] for seq in seqs if seq in found]
+            if len(ranked) >= limit or want >= len(index):
+                return ranked[:limit]
+            want *= 2  # some vectors belonged to messages deleted meanwhile
+
+    def _loaded(self) -> VectorIndex:
+        """The session's vectors in memory, read from the file on first use."""
+        if self._index is None:
+            from .vectors import VectorIndex, decode_matrix
+
+            dimension = self.embedder.dimension  # known: the query was embedded
+            self._check_dimension(dimension)
+            stored = rows.vectors(self.storage, self.session_id, self.model)
+            index = VectorIndex(self.model, dimension)
+            if stored:
+                index.add([seq for seq, _ in stored], decode_matrix([blob for _, blob in stored], dimension))
+            self._index = index
+        return self._index
+
+    def _check_dimension(self, dimension: int) -> None:
+        for model, stored, _ in rows.stored_dimensions(self.storage, self.session_id):
+            if model == self.model and stored != dimension:
+                raise EmbeddingMismatchError(
+                    f"embedder {self.model} gives {dimension}-dimension vectors but this session stores "
+                    f"{stored}-dimension ones: run `durable-sessions reembed` (vectors are never mixed)",
+                    field="embedder")

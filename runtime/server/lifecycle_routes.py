@@ -1,0 +1,188 @@
+"""The data-lifecycle routes: delete, export and import a session; retention and backups of the host.
+
+==========  ====================================  ======================================================
+method      path                                  answer
+==========  ====================================  ======================================================
+DELETE      ``/v1/sessions/{id}``                 204: the session is erased (``host.erase``); 404 unknown
+GET         ``/v1/sessions/{id}/export``          200 ``application/x-ndjson``: its archive
+                                                  (:mod:`common.archive`, docs/export-format.md); 404 unknown
+POST        ``/v1/sessions/{id}/import``          the archive as the body -> 201 ``{"imported": n}`` (messages);
+                                                  400 ``ArchiveError`` naming the first bad line (nothing
+                                                  stored); 409 when the session already holds data
+POST        ``/v1/host:gc``                       ``{"dryRun"?: bool}`` -> ``{"idleDays", "sessions": [{id,
+                                                  updatedAt}], "deleted": bool}``: sessions idle longer than
+                                                  ``[retention] delete_idle_after_days`` (none when unset)
+POST        ``/v1/host:backup``                   ``{"to": DIR}`` -> ``{"to", "sessions", "bytes"}``: an
+                                                  online copy of every actor file and the host's own files
+==========  ====================================  ======================================================
+
+Every route answers 501 :class:`~common.errors.NotSupportedError` in cluster mode
+and with the sessions in Postgres (``serve --postgres``): erasing there means
+deleting the session's rows in Postgres, which these hosts do not do yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+from quart import Response, request
+
+from actors.agent import Agent
+from actors.session_archive import export_lines, import_records
+from common.archive import ArchiveError, parse_archive
+from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
+from runtime.server.client_io import read_body
+from storage.catalog import CATALOG_FILE, actor_files
+
+if TYPE_CHECKING:
+    from runtime.host.ids import ActorId
+    from runtime.server.app import SessionsServer
+
+__all__ = ["RETENTION_LOGGER", "answer_session", "handles", "install"]
+
+logger = logging.getLogger(__name__)
+#: The logger every retention deletion is logged on (one line per session).
+RETENTION_LOGGER = "durable_sessions.retention"
+_DAY_MS = 86_400_000
+
+
+def install(app: Any, server: SessionsServer) -> None:
+    """Add the host routes (``/v1/host:gc``, ``/v1/host:backup``) to ``app``."""
+    routes = _HostLifecycle(server)
+    app.add_url_rule("/v1/host:gc", "host_gc", server.responder.answering(routes.gc), methods=["POST"])
+    app.add_url_rule("/v1/host:backup", "host_backup", server.responder.answering(routes.copy_all), methods=["POST"])
+
+
+def handles(method: str, segments: list[str]) -> bool:
+    """``True`` when a session request (path segments after the id) is one of this module's routes."""
+    return (method, tuple(segments)) in {("DELETE", ()), ("GET", ("export",)), ("POST", ("import",))}
+
+
+async def answer_session(server: SessionsServer, session_id: str, method: str, segments: list[str]) -> Response:
+    """Answer ``DELETE /v1/sessions/{id}``, ``GET .../export`` or ``POST .../import``."""
+    refuse_other_modes(server)
+    actor_id = server.actor_id(session_id)
+    if method == "POST":
+        return await _import(server, session_id, actor_id)
+    if not server.namespace.exists(actor_id):
+        raise SessionNotFoundError(session_id)
+    if method == "DELETE":
+        await server.host.erase(server.namespace, actor_id)
+        return Response(b"", status=204)
+
+    async def export(agent: Agent) -> list[str]:
+        return export_lines(agent.storage, session_id)
+
+    lines = await server.host.run_turn(actor_id, export)
+    return Response(("\n".join(lines) + "\n").encode("utf-8"), status=200, content_type="application/x-ndjson")
+
+
+async def _import(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    try:
+        records = parse_archive((await read_body()).decode("utf-8", errors="replace").splitlines())
+    except ArchiveError as exc:  # answered as the class every client knows (400), the message names the line
+        raise InvalidInputError(str(exc), field="archive") from None
+
+    async def store(agent: Agent) -> int:
+        session = getattr(agent, "session", None)
+        if session is None:
+            raise NotSupportedError(f"{type(agent).__name__} holds no Session: only session actors import archives")
+        return import_records(agent.storage, session, records)
+
+    count = await server.host.run_turn(actor_id, store)
+    await server.host.hibernate(server.namespace, actor_id)  # the next call wakes it from what was stored
+    logger.info("imported %d messages into session %r", count, session_id)
+    return server.responder.respond(201, {"imported": count})
+
+
+def refuse_other_modes(server: SessionsServer) -> None:
+    """Raise :class:`NotSupportedError` in cluster mode or with the sessions in Postgres."""
+    if server.forwarder is not None or server.host.cluster is not None:
+        raise NotSupportedError("deleting, exporting, importing, retention and backups are not supported in "
+                                "cluster mode yet: the cluster keeps sessions in Postgres, and its placement "
+                                "has no erase hook")
+    from actors.session_agent_postgres import PostgresSessionAgent
+
+    if issubclass(server.namespace.agent_class, PostgresSessionAgent):
+        raise NotSupportedError("deleting, exporting, importing, retention and backups are not supported with "
+                                "the sessions in Postgres (serve --postgres) yet: they work on actor files")
+
+
+class _HostLifecycle:
+    def __init__(self, server: SessionsServer) -> None:
+        self.server = server
+
+    async def _object(self) -> dict[str, Any]:
+        body = await self.server.responder.read_body()
+        if body is None:
+            return {}
+        if not isinstance(body, dict):
+            raise InvalidInputError("the body must be an object", field="body")
+        return body
+
+    async def gc(self) -> tuple[int, Any]:
+        refuse_other_modes(self.server)
+        dry_run = (await self._object()).get("dryRun", False)
+        if not isinstance(dry_run, bool):
+            raise InvalidInputError("dryRun must be true or false", field="dryRun")
+        days = getattr(self.server, "retention_days", None)
+        if days is None:
+            return 200, {"idleDays": None, "sessions": [], "deleted": False}
+        host, namespace = self.server.host, self.server.namespace
+        cutoff = int(time.time() * 1000) - days * _DAY_MS
+        found = []
+        for entry in host.catalog.entries(namespace.name):
+            actor_id = namespace.id_from_string(entry.actor_id)
+            updated = max(entry.updated_ms, host.last_write_ms(actor_id) or 0)
+            if entry.name is not None and not entry.quarantined and updated < cutoff:
+                found.append((entry.name, updated))
+        if not dry_run:
+            for name, updated in found:
+                await host.erase(namespace, namespace.id_from_name(name))
+                logging.getLogger(RETENTION_LOGGER).info(
+                    "deleted session %r: idle since %s (more than %d days)", name, _iso(updated), days)
+        return 200, {"idleDays": days, "sessions": [{"id": name, "updatedAt": _iso(updated)}
+                                                     for name, updated in found], "deleted": not dry_run}
+
+    async def copy_all(self) -> tuple[int, Any]:
+        refuse_other_modes(self.server)
+        target = (await self._object()).get("to")
+        if not isinstance(target, str) or not target:
+            raise InvalidInputError("to must be the path of a folder (absolute)", field="to")
+        folder = Path(target)
+        if not folder.is_absolute():
+            raise InvalidInputError(f"to must be an absolute path, not {target!r}", field="to")
+        data = self.server.host.data_dir.resolve()
+        if folder.resolve() == data or data in folder.resolve().parents:
+            raise InvalidInputError(f"{folder} is inside the data folder: a backup goes elsewhere", field="to")
+        if folder.exists() and any(folder.iterdir()):
+            raise InvalidInputError(f"{folder} is not empty: a backup goes into a new or empty folder", field="to")
+        return 200, await backup_host(self.server, folder)
+
+
+async def backup_host(server: SessionsServer, folder: Path) -> dict[str, Any]:
+    """Copy the host catalog, then the alarm index, then every actor file of the bound namespaces into
+    ``folder`` (a file that moves on meanwhile is newer in the copy than its catalog row, never older)."""
+    host = server.host
+    host.catalog.backup_to(folder / CATALOG_FILE)
+    host.alarm_index.backup_to(folder / "_alarms.sqlite3")
+    sessions = 0
+    total = 0
+    for name, namespace in sorted(host.namespaces.items()):
+        for hex_id in list(actor_files(host.data_dir, name)):
+            actor_id = namespace.id_from_string(hex_id)
+            copied = await host.backup_actor(actor_id, folder / name / hex_id[:2] / f"{hex_id}.sqlite3")
+            if copied is not None:
+                sessions += 1
+                total += copied
+            await trio.lowlevel.checkpoint()  # let other requests run between files
+    logger.info("backup to %s: %d actor files, %d bytes", folder, sessions, total)
+    return {"to": str(folder), "sessions": sessions, "bytes": total}
+
+
+def _iso(epoch_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms / 1000)) + f".{epoch_ms % 1000:03d}Z"

@@ -1,0 +1,253 @@
+"""A session's message vectors in its SQLite file (semantic search, docs/semantic-search.md).
+
+Two tables (schema version 4, :mod:`storage.schema`), both keyed by the
+message's ``seq``:
+
+* ``assistant_embeddings``: one vector per message with text, a plain row
+  (``vector`` is ``dimension * 4`` bytes, little-endian float32) with the
+  embedder's ``model`` and ``dimension`` beside it. A cluster changeset
+  carries it like any row (about 1.1 KB for 256 dimensions).
+* ``assistant_embeddings_pending``: one marker per message still to embed.
+  :class:`EmbeddingMessageStore` writes it in the append's (or update's)
+  transaction, so a message committed is a message that will be embedded,
+  even if the process dies before the model ran: the next activation finds
+  the markers (:func:`pending_batch`).
+
+The vectors are bytes here; this module never imports numpy nor calls a
+model (the actor layer does both, off the write path:
+``actors.session_embeddings``). Deleting messages deletes their vectors and
+markers in the same transaction; clearing a session deletes all of its.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from .messages import MessageStore
+from .shapes import LATEST_LEAF, _LatestLeaf
+from .sqlite import SqlStorage
+from .tree.rows import NewMessage, SearchRow
+from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
+
+__all__ = [
+    "EmbeddingMessageStore",
+    "clear_vectors",
+    "entry_vectors",
+    "has_messages",
+    "hit_rows",
+    "mark_missing",
+    "pending_batch",
+    "pending_count",
+    "reset",
+    "store_vectors",
+    "store_entry_vectors",
+    "stored_dimensions",
+    "vectors",
+]
+
+_MARK = """
+INSERT INTO assistant_embeddings_pending (seq, session_id) VALUES (?1, ?2)
+ON CONFLICT (seq) DO UPDATE SET mark = mark + 1
+"""
+_SEQ_OF = "SELECT seq FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+_DELETE_VECTOR = "DELETE FROM assistant_embeddings WHERE seq = ?1"
+_DELETE_PENDING = "DELETE FROM assistant_embeddings_pending WHERE seq = ?1"
+_PENDING = f"""
+SELECT p.seq, p.mark, m.seq IS NOT NULL, coalesce((SELECT {TEXT_OF_CONTENT}), '')
+FROM assistant_embeddings_pending AS p LEFT JOIN assistant_messages AS m ON m.seq = p.seq
+WHERE p.session_id = ?1 ORDER BY p.seq LIMIT ?2
+"""
+_MISSING = f"""
+INSERT OR IGNORE INTO assistant_embeddings_pending (seq, session_id)
+SELECT m.seq, m.session_id FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
+WHERE m.session_id = ?1
+  AND NOT EXISTS (SELECT 1 FROM assistant_embeddings AS e WHERE e.seq = m.seq AND e.model = ?2)
+  AND {TEXT_OF_CONTENT} != ''
+"""
+
+
+class EmbeddingMessageStore(MessageStore):
+    """:class:`~storage.messages.MessageStore` that also keeps the embedding tables in step.
+
+    Each write is the store's write plus, in the same transaction: a pending
+    marker for every message stored or updated with text (an updated
+    message's old vector is deleted: it no longer describes the text), and
+    the deletion of the vectors and markers of deleted messages.
+    """
+
+    def for_session(self, session_id: str) -> EmbeddingMessageStore:
+        return EmbeddingMessageStore(self.storage, session_id)
+
+    def append(self, message_id: str, role: str, content: str, text: str,
+               parent_id: str | None | _LatestLeaf = LATEST_LEAF, *, tokens: int = 0,
+               tools: str = "") -> tuple[bool, str | None]:
+        with self.storage.transaction():
+            result = super().append(message_id, role, content, text, parent_id, tokens=tokens, tools=tools)
+            if result[0] and text:
+                self._mark([message_id])
+            return result
+
+    def append_chain(self, messages: Sequence[NewMessage],
+                     parent_id: str | None | _LatestLeaf = LATEST_LEAF) -> list[tuple[bool, str | None]]:
+        with self.storage.transaction():
+            results = super().append_chain(messages, parent_id)
+            self._mark([m.id for m, (inserted, _) in zip(messages, results) if inserted and m.text])
+            return results
+
+    def update(self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0,
+               tools: str = "") -> bool:
+        with self.storage.transaction():
+            if not super().update(message_id, role, content, text, tokens=tokens, tools=tools):
+                return False
+            seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
+            self.storage.exec(_DELETE_VECTOR, seq)
+            if text:
+                self.storage.exec(_MARK, seq, self.session_id)
+            else:
+                self.storage.exec(_DELETE_PENDING, seq)
+            return True
+
+    def delete(self, message_ids: Iterable[str]) -> list[str]:
+        ids = list(message_ids)
+        with self.storage.transaction():
+            seqs = [self.storage.scalar(_SEQ_OF, self.session_id, i) for i in ids]
+            deleted = super().delete(ids)
+            for seq in seqs:
+                if seq is not None:
+                    self.storage.exec(_DELETE_VECTOR, seq)
+                    self.storage.exec(_DELETE_PENDING, seq)
+            return deleted
+
+    def clear(self) -> None:
+        with self.storage.transaction():
+            super().clear()
+            clear_vectors(self.storage, self.session_id)
+
+    def _mark(self, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
+            if seq is not None:
+                self.storage.exec(_MARK, seq, self.session_id)
+
+
+def clear_vectors(storage: SqlStorage, session_id: str) -> None:
+    """Delete every vector and marker of ``session_id`` (one transaction)."""
+    with storage.transaction():
+        storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
+        storage.exec("DELETE FROM assistant_embeddings_pending WHERE session_id = ?1", session_id)
+
+
+def reset(storage: SqlStorage, session_id: str, model: str) -> int:
+    """Delete every vector of ``session_id`` and mark each message with text again, in one transaction
+    (``durable-sessions reembed``); returns how many messages are marked."""
+    with storage.transaction():
+        storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
+        storage.exec(_MISSING, session_id, model)
+        return pending_count(storage, session_id)
+
+
+def has_messages(storage: SqlStorage, session_id: str) -> bool:
+    """Whether ``session_id`` holds any message."""
+    return storage.scalar("SELECT 1 FROM assistant_messages WHERE session_id = ?1 LIMIT 1", session_id) is not None
+
+
+def pending_count(storage: SqlStorage, session_id: str) -> int:
+    """How many messages of ``session_id`` wait to be embedded."""
+    return int(storage.scalar("SELECT count(*) FROM assistant_embeddings_pending WHERE session_id = ?1", session_id))
+
+
+def mark_missing(storage: SqlStorage, session_id: str, model: str) -> int:
+    """Mark every message with text that has no vector of ``model`` (and no marker); returns how many.
+
+    For a session written before an embedder was configured, or with another
+    model (``durable-sessions reembed``). One pass over the session's messages.
+    """
+    with storage.transaction():
+        storage.exec(_MISSING, session_id, model)
+        return int(storage.connection.changes())
+
+
+def pending_batch(storage: SqlStorage, session_id: str, limit: int) -> list[tuple[int, int, str]]:
+    """Up to ``limit`` pending messages, oldest first: ``(seq, mark, text)``.
+
+    Markers of messages that no longer exist, or that have no text, are
+    deleted on the way (nothing to embed) and not returned.
+    """
+    found: list[tuple[int, int, str]] = []
+    gone: list[int] = []
+    for seq, mark, exists, text in storage.exec(_PENDING, session_id, limit):
+        (found.append((seq, mark, text)) if exists and text else gone.append(seq))
+    if gone:
+        with storage.transaction():
+            for seq in gone:
+                storage.exec(_DELETE_PENDING, seq)
+    return found
+
+
+def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: int,
+                  rows: Sequence[tuple[int, int, bytes]]) -> list[int]:
+    """Store the vectors of a batch and clear their markers, in one transaction.
+
+    ``rows`` are ``(seq, mark, vector bytes)`` as :func:`pending_batch` gave
+    the ``seq`` and ``mark``. A row whose marker changed meanwhile (the
+    message was updated while the model ran) or whose message is gone is
+    skipped: its marker stays and the next batch embeds the new text.
+    Returns the ``seq`` of the rows stored.
+    """
+    stored: list[int] = []
+    with storage.transaction():
+        for seq, mark, blob in rows:
+            current = storage.scalar("SELECT mark FROM assistant_embeddings_pending WHERE seq = ?1", seq)
+            if current != mark:
+                continue
+            storage.exec(
+                "INSERT OR REPLACE INTO assistant_embeddings (seq, session_id, model, dimension, vector) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)", seq, session_id, model, dimension, blob)
+            storage.exec(_DELETE_PENDING, seq)
+            stored.append(seq)
+    return stored
+
+
+def vectors(storage: SqlStorage, session_id: str, model: str, *, after: int = 0) -> list[tuple[int, bytes]]:
+    """``(seq, vector bytes)`` of ``session_id``'s vectors of ``model`` with ``seq > after``, in ``seq`` order."""
+    return list(storage.exec(
+        "SELECT seq, vector FROM assistant_embeddings WHERE session_id = ?1 AND model = ?2 AND seq > ?3 ORDER BY seq",
+        session_id, model, after))
+
+
+def stored_dimensions(storage: SqlStorage, session_id: str) -> list[tuple[str, int, int]]:
+    """``(model, dimension, rows)`` of every kind of vector ``session_id`` holds."""
+    return list(storage.exec(
+        "SELECT model, dimension, count(*) FROM assistant_embeddings WHERE session_id = ?1 GROUP BY model, dimension",
+        session_id))
+
+
+def entry_vectors(storage: SqlStorage, label: str, model: str) -> list[tuple[int, str, str, bytes | None]]:
+    """Every entry of the searchable block ``label``: ``(seq, key, content, vector bytes)``, the
+    vector ``None`` when the entry has none of ``model`` for its current content."""
+    return list(storage.exec(
+        "SELECT s.seq, s.key, s.content, CASE WHEN e.content = s.content THEN e.vector END "
+        "FROM cf_agents_search_entries AS s "
+        "LEFT JOIN cf_agents_search_embeddings AS e ON e.seq = s.seq AND e.model = ?2 "
+        "WHERE s.label = ?1 ORDER BY s.seq", label, model))
+
+
+def store_entry_vectors(storage: SqlStorage, model: str, dimension: int,
+                        rows: Sequence[tuple[int, str, bytes]]) -> None:
+    """Store ``(entry seq, the content embedded, vector bytes)`` rows, in one transaction."""
+    with storage.transaction():
+        for seq, content, blob in rows:
+            storage.exec(
+                "INSERT OR REPLACE INTO cf_agents_search_embeddings (seq, model, dimension, content, vector) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)", seq, model, dimension, content, blob)
+
+
+def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int, SearchRow]:
+    """The messages of ``session_id`` among ``seqs``, by ``seq`` (the rows text search answers with)."""
+    if not seqs:
+        return {}
+    return {
+        seq: SearchRow(message_id, role, content, created_at)
+        for seq, message_id, role, content, created_at in storage.exec(HIT_ROWS, session_id, json.dumps(seqs))
+    }
