@@ -89,7 +89,7 @@ class PostgresManagerAgent(ManagerAgent):
         return bool(await env.storage.for_owner(actor_id.hex).registry.count_sessions())
 
     def _managed_session(self, session: Session, session_id: str) -> ManagedSession:
-        return PostgresManagedSession(session, self.postgres, session_id)
+        return PostgresManagedSession(session, self.postgres, session_id, self.ctx)
 
 
 # Every call holds the gate, as PostgresSessionAgent's do.
