@@ -332,7 +332,12 @@ class ManagerAgent(Agent):
         except TypeError as exc:
             raise InvalidArgumentsError(f"ManagedSession.{method}(): {exc}") from None
         session = await self.manager.get_session(session_id)
-        return await function(ManagedSession(session, self.storage, session_id, self.ctx), *args, **kwargs)
+        return await function(self._managed_session(session, session_id), *args, **kwargs)
+
+    def _managed_session(self, session: Session, session_id: str) -> ManagedSession:
+        """The :class:`ManagedSession` one call runs on (``actors.manager_agent_postgres`` keeps its metadata
+        in Postgres)."""
+        return ManagedSession(session, self.storage, session_id, self.ctx)
 
 
 def managed_method(name: Any) -> Any:

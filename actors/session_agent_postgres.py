@@ -18,10 +18,12 @@ host (and by other hosts on the same database):
 
 The actor's SQLite file still exists: it holds what belongs to this host
 only -- the name the actor is addressed by (for broadcasts of an activation
-without one), its KV and alarm -- and marks the session as one this host has
-served, which is how the server answers ``EMPTY_READS`` for a never-written
-session without waking (and so creating) anything. Nothing of the
-conversation is in it.
+without one), its KV and alarm. Nothing of the conversation is in it, and
+it decides nothing: whether a session exists is its row in
+``durable_sessions_catalog`` (:meth:`PostgresSessionAgent.session_written`),
+which is how the server answers ``EMPTY_READS`` for a never-written session
+without waking (and so creating) anything, and serves every session of the
+database from a host on an empty data folder.
 
 Every call holds the actor's input gate for its whole run
 (``ctx.block_concurrency_while``): storage calls suspend on Postgres, and
@@ -102,7 +104,7 @@ def _one_at_a_time(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitab
     """``method`` run holding the actor's input gate for its whole run."""
 
     @functools.wraps(method)
-    async def call(self: PostgresSessionAgent, *args: Any, **kwargs: Any) -> T:
+    async def call(self: Agent, *args: Any, **kwargs: Any) -> T:
         return await self.ctx.block_concurrency_while(lambda: method(self, *args, **kwargs))
 
     return call
@@ -136,6 +138,17 @@ class PostgresSessionAgent(SessionAgent):
             self.session.with_broadcast_id(name)
             if name != stored:
                 self._new_name = name
+
+    @classmethod
+    async def session_written(cls, env: PostgresSessionEnv, actor_id: Any) -> bool:
+        """Whether the session of ``actor_id`` was ever written or named, by any host of the database:
+        one primary-key read of its catalog row (``storage.postgres.catalog``). The server asks this,
+        not the data folder, before answering a read from ``EMPTY_READS``.
+
+        Raises:
+            StorageUnavailableError: Postgres cannot be reached or does not answer in time.
+        """
+        return bool(await env.storage.written(actor_id.hex))
 
     async def on_start(self) -> None:
         """Record a name the actor is addressed by for the first time (``assistant_config``)."""

@@ -464,6 +464,13 @@ async def _serve(args: argparse.Namespace) -> int:
     if postgres and not issubclass(agent_class, PostgresSessionAgent):
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
+    if config.cluster is None:  # no silent shadowing between the two modes (runtime/cli/data_mode.py)
+        from runtime.cli.data_mode import DataModeError, check_data_mode
+
+        try:
+            check_data_mode(config.server.data, postgres=bool(postgres))
+        except DataModeError as exc:
+            raise UsageError(str(exc)) from None
     if config.cluster is not None:
         return await serve_cluster(config, token, agent_class, args.ready_file, _announce,
                                    insecure_no_token=args.insecure_no_token)
@@ -482,7 +489,7 @@ async def _serve(args: argparse.Namespace) -> int:
             max_queue_s=settings.max_queue_s,
         ) as host, open_transcripts(host), _session_storage(config) as env:
             bind_sessions(host, env, agent_class=agent_class)
-            bind_managers(host, config.session)
+            bind_managers(host, env)  # a PostgresSessionEnv with --postgres: managers in Postgres too
             bind_checkpoints(host)
             async with trio.open_nursery() as nursery:
                 urls = await nursery.start(

@@ -34,8 +34,9 @@ message the newest compaction covers), ``createdAt``/``updatedAt``, ``state``
 (``ok`` or ``quarantined``, with the ``problem``), ``active`` (awake now).
 
 Cluster mode (``serve --cluster``) reads the catalog in Postgres instead
-(:mod:`runtime.server.listing_cluster`). Sessions in Postgres (``serve
---postgres``) answer 501 ``NotSupportedError``: they have no actor files.
+(:mod:`runtime.server.listing_cluster`), and so do sessions in Postgres
+(``serve --postgres``), from the database's own catalog
+(:mod:`runtime.server.listing_postgres`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundE
 from common.wire import SESSIONS_PREFIX
 from runtime.api import LIST_DEFAULT_LIMIT, LIST_LIMIT
 from runtime.host.ids import ActorId
+from runtime.server.listing_postgres import PostgresListing
 from storage.catalog import CatalogEntry, last_write_ms, read_facts
 from storage.context import read_config
 from storage.integrity import ACTOR_NAME_KEY, ActorFacts, actor_facts, companion_files
@@ -105,9 +107,6 @@ class SessionListing:
         """The error listing answers with in this server's mode, or ``None``."""
         if self._in_cluster() is not None:
             return None
-        if _in_postgres(self.server.namespace.agent_class):
-            return NotSupportedError("listing sessions is not supported with the sessions in Postgres "
-                                     "(serve --postgres): it reads the host catalog of actor files")
         return None
 
     async def page(self, limit: int = LIST_DEFAULT_LIMIT, cursor: str | None = None,
@@ -121,6 +120,8 @@ class SessionListing:
         refused = self.refusal()
         if refused is not None:
             raise refused
+        if _in_postgres(self.server.namespace.agent_class):  # serve --postgres: runtime.server.listing_postgres
+            return await PostgresListing(self.server).page(limit, cursor, prefix)
         below = decode_cursor(cursor)
         in_cluster = self._in_cluster()
         if in_cluster is not None:
@@ -160,6 +161,8 @@ class SessionListing:
         refused = self.refusal()
         if refused is not None:
             raise refused
+        if _in_postgres(self.server.namespace.agent_class):
+            return await PostgresListing(self.server).describe(session_id)
         actor = self.server.actor_id(session_id)
         in_cluster = self._in_cluster()
         if in_cluster is not None:

@@ -51,7 +51,9 @@ from quart import g, request
 from quart_trio import QuartTrio
 
 from actors.manager_agent import ManagerAgent, managed_method
+from actors.manager_agent_postgres import PostgresManagerAgent
 from actors.session_agent import SessionConfig
+from actors.session_agent_postgres import PostgresSessionEnv
 from common.errors import InvalidArgumentsError, InvalidInputError, MethodNotAllowedError, NotFoundError
 from common.wire import check_session_id, unquote_segment
 from runtime.api import http_routes
@@ -77,10 +79,14 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 def bind_managers(
-    host: ActorHost, config: SessionConfig | None = None, *, namespace: str = MANAGERS_NAMESPACE,
+    host: ActorHost, config: SessionConfig | PostgresSessionEnv | None = None, *, namespace: str = MANAGERS_NAMESPACE,
 ) -> Namespace:
     """Bind :class:`~actors.manager_agent.ManagerAgent` as ``namespace`` with ``env=config``
-    (the same :class:`SessionConfig` as the sessions; ``None``: the default)."""
+    (the same :class:`SessionConfig` as the sessions; ``None``: the default), or, given the
+    sessions' :class:`~actors.session_agent_postgres.PostgresSessionEnv` (``serve --postgres``),
+    :class:`~actors.manager_agent_postgres.PostgresManagerAgent`: registries and sessions in Postgres."""
+    if isinstance(config, PostgresSessionEnv):
+        return host.bind(namespace, PostgresManagerAgent, env=config)
     return host.bind(namespace, ManagerAgent, env=config if config is not None else SessionConfig())
 
 
@@ -149,7 +155,16 @@ class ManagerRoutes:
             raise InvalidInputError(str(exc).replace("session_id", "manager_id"), field="manager_id") from None
         return self.namespace.id_from_name(manager_id)
 
-    def resolve(self, verb: str, rest: str, query: Mapping[str, str]) -> tuple[str, Route, Call]:
+    async def exists(self, actor_id: ActorId) -> bool:
+        """Whether the manager was ever written: its agent class's ``session_written`` when it has one
+        (registries in Postgres: the database decides, not this host's files), else ``namespace.exists``."""
+        written = getattr(self.namespace.agent_class, "session_written", None)
+        if written is None:
+            return self.namespace.exists(actor_id)
+        return self.namespace.host.is_active(self.namespace, actor_id) or \
+            bool(await written(self.namespace.env, actor_id))
+
+    async def resolve(self, verb: str, rest: str, query: Mapping[str, str]) -> tuple[str, Route, Call]:
         """``(metrics label, route, call)`` of a request to ``MANAGERS_PREFIX + rest``, the body still unread.
 
         Raises:
@@ -164,11 +179,11 @@ class ManagerRoutes:
             session_id = check_session_id(unquote_segment(segments[1], "session_id"))
             route, values = _matched(verb, segments[2:], routes.ROUTES, rest)
             label = f"{verb} {MANAGERS_PREFIX}{{id}}/sessions/{{session_id}}/{'/'.join(route.pattern)}"
-            if not self.namespace.exists(actor_id):
+            if not await self.exists(actor_id):
                 raise _session_not_found(session_id)
             return label, route, Call(ManagedSessionStub(stub, session_id), values, query)
         route, values = _matched(verb, segments, MANAGER_ROUTES, rest)
-        if "session_id" in values and not self.namespace.exists(actor_id):
+        if "session_id" in values and not await self.exists(actor_id):
             raise _session_not_found(values["session_id"])
         return f"{verb} {MANAGERS_PREFIX}{{id}}/{'/'.join(route.pattern)}", route, Call(stub, values, query)
 
@@ -206,7 +221,7 @@ def add_manager_routes(app: QuartTrio, server: SessionsServer) -> ManagerRoutes:
 
     async def managers(rest: str) -> Response:
         try:
-            label, route, call = manager_routes.resolve(request.method, rest, request.args)
+            label, route, call = await manager_routes.resolve(request.method, rest, request.args)
             g.route = label
 
             async def local() -> tuple[int, Any]:

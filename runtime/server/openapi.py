@@ -354,8 +354,8 @@ class _Builder:
             "description": ("From the host catalog (written when actors hibernate or close; awake sessions report "
                             "fresher numbers). ``updatedAt`` is when the session's last write committed (reads "
                             "do not change it). Pass the answer's ``cursor`` for the next page; ``null``: the last. "
-                            "In cluster mode from the catalog in Postgres, the same on every host; "
-                            "501 with the sessions in Postgres."),
+                            "In cluster mode from the catalog in Postgres, the same on every host; with the "
+                            "sessions in Postgres (serve --postgres), from the database's catalog."),
             "parameters": [
                 {"name": "limit", "in": "query", "required": False, "schema": dict(LIST_LIMIT)},
                 {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},

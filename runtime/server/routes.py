@@ -87,8 +87,9 @@ class Call:
     """One matched request: the actor's stub, decoded path values, query and body.
 
     ``exists``: how :meth:`read` learns whether the session was ever written
-    (default: ``namespace.exists``, a look at this host's files; in a cluster,
-    a question to Postgres, since another host may hold it).
+    (default: ``namespace.exists``, a look at this host's files, or the agent
+    class's ``session_written(env, actor_id)`` when it has one -- sessions in
+    Postgres; in a cluster, a question to Postgres, since another host may hold it).
     """
 
     stub: ActorStub | Stub
@@ -127,6 +128,9 @@ class Call:
         empty = getattr(namespace.agent_class, "EMPTY_READS", None)
         if empty and method in empty:
             found = namespace.exists(self.stub.id) if self.exists is None else await self.exists()
+            written = getattr(namespace.agent_class, "session_written", None)
+            if self.exists is None and written is not None:  # its storage decides (serve --postgres), not the files
+                found = namespace.host.is_active(namespace, self.stub.id) or await written(namespace.env, self.stub.id)
             if not found:
                 _refuse_missing(method, args, kwargs)
                 return copy.deepcopy(empty[method])

@@ -13,7 +13,8 @@ times as UTC ``YYYY-MM-DD HH:MM:SS.SSS`` text -- and the same rules:
   within one millisecond list in the order of those writes, the later
   first (docs/deviations.md #2);
 * :meth:`~PostgresRegistry.delete_session` removes everything the session
-  owns -- messages, compactions, ``assistant_config`` rows, the block rows
+  owns -- messages, compactions, ``assistant_config`` rows, its catalog row
+  (:mod:`storage.postgres.catalog`), the block rows
   named ``<something>_<session id>`` (auto-wired blocks, the cached
   prompt) -- and its registry row, in one transaction (docs/deviations.md #15);
 * :meth:`~PostgresRegistry.search_messages` looks only at messages of
@@ -27,6 +28,7 @@ the new session's first messages in the same transaction, which is how
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -56,6 +58,7 @@ _DELETE_SESSION = pg("""
 WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(id)s),
 compactions AS (DELETE FROM assistant_compactions WHERE session_id = %(id)s),
 config AS (DELETE FROM assistant_config WHERE session_id = %(id)s),
+catalog AS (DELETE FROM durable_sessions_catalog WHERE session_id = %(id)s),
 blocks AS (DELETE FROM cf_agents_context_blocks WHERE length(label) > %(n)s AND right(label, %(n)s) = %(suffix)s)
 DELETE FROM assistant_sessions WHERE id = %(id)s RETURNING id
 """, "id", "n", "suffix")
@@ -71,6 +74,9 @@ Row = dict[str, Any]
 
 class PostgresRegistryDialect:
     """The Postgres :class:`~storage.tree.registry.RegistryDialect`."""
+
+    #: The cross-session search (``{where}`` and ``{rank}`` from :func:`storage.postgres.search.match`).
+    SEARCH = _SEARCH
 
     GET = pg(_GET, "id")
     GET_FOR_UPDATE = pg(_GET + " FOR UPDATE", "id")
@@ -102,6 +108,55 @@ WHERE id = %(id)s RETURNING {_COLUMNS}
 
 _DIALECT = PostgresRegistryDialect()
 
+#: What an owner may be: it is written into the statements as a literal (see :class:`OwnedRegistryDialect`).
+_OWNER = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
+
+
+class OwnedRegistryDialect(PostgresRegistryDialect):
+    """The rows of one owner (``assistant_sessions.owner``, schema version 3): a manager actor's registry.
+
+    Every statement of :class:`PostgresRegistryDialect` restricted to the
+    rows whose ``owner`` is ``owner``, and inserts setting it; the
+    cross-session search looks only at that owner's sessions. Session ids
+    stay unique in the whole table (random UUIDs).
+
+    Raises:
+        ValueError: ``owner`` is not 1-128 characters of ``[0-9A-Za-z_.:-]``.
+    """
+
+    def __init__(self, owner: str) -> None:
+        if not isinstance(owner, str) or not _OWNER.fullmatch(owner):
+            raise ValueError(f"a registry owner is 1-128 characters of [0-9A-Za-z_.:-], not {owner!r}")
+        mine = f"owner = '{owner}'"
+        self.owner = owner
+        self.GET = pg(f"{_GET} AND {mine}", "id")
+        self.GET_FOR_UPDATE = pg(f"{_GET} AND {mine} FOR UPDATE", "id")
+        self.EXISTS = pg(f"SELECT 1 AS found FROM assistant_sessions WHERE id = %(id)s AND {mine}", "id")
+        self.LIST = pg(f"SELECT {_COLUMNS} FROM assistant_sessions WHERE {mine} "
+                       "ORDER BY updated_at DESC, updated_seq DESC")
+        self.COUNT = pg(f"SELECT count(*) AS n FROM assistant_sessions WHERE {mine}")
+        self.INSERT = pg(f"""
+INSERT INTO assistant_sessions (id, name, parent_session_id, model, source, created_at, updated_at, updated_seq,
+                                owner)
+VALUES (%(id)s, %(name)s, %(parent)s, %(model)s, %(source)s, {NOW_MS}, {NOW_MS}, nextval('{UPDATED_SEQ}'),
+        '{owner}')
+RETURNING {_COLUMNS}
+""", "id", "name", "parent", "model", "source")
+        where = f"WHERE id = %(id)s AND {mine} RETURNING"
+        self.TOUCH = pg(_retarget(PostgresRegistryDialect.TOUCH.sql, where), "id")
+        self.RENAME = pg(_retarget(PostgresRegistryDialect.RENAME.sql, where), "id", "name")
+        self.END = pg(_retarget(PostgresRegistryDialect.END.sql, where), "id", "reason")
+        self.ADD_USAGE = pg(_retarget(PostgresRegistryDialect.ADD_USAGE.sql, where), "id", "input", "output", "cost")
+        self.SEARCH = _SEARCH.replace("WHERE r.id = m.session_id", f"WHERE r.id = m.session_id AND r.{mine}")
+
+
+def _retarget(sql: str, where: str) -> str:
+    """``sql`` with its ``WHERE id = %(id)s RETURNING`` replaced by ``where``."""
+    old = "WHERE id = %(id)s RETURNING"
+    if sql.count(old) != 1:
+        raise AssertionError(f"cannot scope {sql!r}")
+    return sql.replace(old, where)
+
 
 class PostgresRegistry:
     """The ``assistant_sessions`` rows of one Postgres database.
@@ -110,6 +165,11 @@ class PostgresRegistry:
         conn: a ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool``, a
             :class:`~storage.postgres.PostgresStorage`, or an object with
             ``execute(query, args)`` (see :mod:`storage.postgres.connection`).
+        owner: ``None``: every row of the database; else only the rows of
+            this owner (:class:`OwnedRegistryDialect`; e.g. a manager actor's hex id).
+
+    Raises:
+        ValueError: ``owner`` is not 1-128 characters of ``[0-9A-Za-z_.:-]``.
 
     Every method is ``async``; writes are one transaction each. Raises, besides
     what a method lists: :class:`~common.errors.InvalidInputError` (a value
@@ -117,9 +177,11 @@ class PostgresRegistry:
     (no connection; nothing committed), :class:`~common.errors.DatabaseError`.
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, owner: str | None = None) -> None:
         self.conn = conn
+        self.owner = owner
         self._runner = runner_for(conn)
+        self._dialect = _DIALECT if owner is None else OwnedRegistryDialect(owner)
 
     async def _read(self, op: tree.Operation[T]) -> T:
         return await self._runner.run(on_postgres(op), write=False)
@@ -131,19 +193,19 @@ class PostgresRegistry:
 
     async def get_session(self, session_id: str) -> Row | None:
         """The registry row of ``session_id``, or ``None``."""
-        return await self._read(rules.get_session(_DIALECT, check_text(session_id, "session_id")))
+        return await self._read(rules.get_session(self._dialect, check_text(session_id, "session_id")))
 
     async def session_exists(self, session_id: str) -> bool:
         """``True`` when ``session_id`` has a registry row."""
-        return await self._read(rules.session_exists(_DIALECT, check_text(session_id, "session_id")))
+        return await self._read(rules.session_exists(self._dialect, check_text(session_id, "session_id")))
 
     async def list_sessions(self) -> list[Row]:
         """Every registry row, most recently updated first (ties: the later write first)."""
-        return await self._read(rules.list_sessions(_DIALECT))
+        return await self._read(rules.list_sessions(self._dialect))
 
     async def count_sessions(self) -> int:
         """Number of registered sessions."""
-        return await self._read(rules.count_sessions(_DIALECT))
+        return await self._read(rules.count_sessions(self._dialect))
 
     async def search_messages(self, query: ParsedQuery, limit: int) -> list[Row]:
         """Stored messages of registered sessions matching ``query``, best first (ties: oldest first).
@@ -154,7 +216,7 @@ class PostgresRegistry:
             (``""`` for a message found through its tool calls alone).
         """
         found = match(query)
-        sql = _SEARCH.format(where=found.where, rank=found.rank)
+        sql = self._dialect.SEARCH.format(where=found.where, rank=found.rank)
         params = {"limit": check_int(limit, "limit"), **found.params}
         return [dict(row) for row in await self._runner.run(_rows(sql, params), write=False)]
 
@@ -195,21 +257,21 @@ class PostgresRegistry:
         rows = check_messages(messages, MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes)
         if end is not None:
             end = (check_text(end[0], "session_id"), check_text(end[1], "reason"))
-        return await self._write(rules.insert_session(_DIALECT, POSTGRES, *checked, rows, end))
+        return await self._write(rules.insert_session(self._dialect, POSTGRES, *checked, rows, end))
 
     async def touch_session(self, session_id: str) -> bool:
         """Set ``updated_at`` to now (and take the next ``updated_seq``); ``False`` if unknown."""
-        return await self._write(rules.touch_session(_DIALECT, check_text(session_id, "session_id")))
+        return await self._write(rules.touch_session(self._dialect, check_text(session_id, "session_id")))
 
     async def rename_session(self, session_id: str, name: str) -> Row | None:
         """Set the name and touch the row; the new row, ``None`` if unknown."""
         session_id, name = check_text(session_id, "session_id"), check_text(name, "name")
-        return await self._write(rules.rename_session(_DIALECT, session_id, name))
+        return await self._write(rules.rename_session(self._dialect, session_id, name))
 
     async def end_session(self, session_id: str, reason: str) -> Row | None:
         """Set ``end_reason`` and touch the row; the new row, ``None`` if unknown."""
         session_id, reason = check_text(session_id, "session_id"), check_text(reason, "reason")
-        return await self._write(rules.end_session(_DIALECT, session_id, reason))
+        return await self._write(rules.end_session(self._dialect, session_id, reason))
 
     async def add_usage(
         self,
@@ -226,7 +288,7 @@ class PostgresRegistry:
         and may raise to write nothing (e.g. a counter that would overflow).
         """
         op = rules.add_usage(
-            _DIALECT,
+            self._dialect,
             check_text(session_id, "session_id"),
             check_int(input_tokens, "input_tokens"),
             check_int(output_tokens, "output_tokens"),
@@ -240,7 +302,7 @@ class PostgresRegistry:
 
         Returns ``False`` (and deletes nothing) when ``session_id`` is not registered.
         """
-        return await self._write(rules.delete_session(_DIALECT, check_text(session_id, "session_id")))
+        return await self._write(rules.delete_session(self._dialect, check_text(session_id, "session_id")))
 
 
 def _rows(sql: str, params: dict[str, Any]) -> Operation[list[Row]]:

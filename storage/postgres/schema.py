@@ -44,7 +44,13 @@ processes may run it at once):
    * ``assistant_sessions``, the SessionManager's registry (the SQLite
      file's columns; ``updated_seq`` from the sequence
      ``assistant_sessions_updated_seq`` orders writes within one
-     millisecond), added in version 2;
+     millisecond), added in version 2; its ``owner`` (version 3, ``''``
+     for rows before) scopes a registry to one manager actor
+     (:class:`~storage.postgres.registry.OwnedRegistryDialect`);
+   * ``durable_sessions_catalog`` (version 3): one row per session with its
+     name, counts and times, kept by triggers in the same transaction as
+     every write (:mod:`storage.postgres.catalog`); a database written by
+     version 2 or the original gets its rows from its tables once;
    * ``durable_sessions_meta``: ``schema_version``. A database of a newer
      version is refused (:class:`~common.errors.SchemaTooNewError`).
 
@@ -66,10 +72,11 @@ from common.errors import DatabaseError, SchemaTooNewError
 from ..fts import _CJK_RANGES
 from ..tree import postgres as POSTGRES
 from ..tree.places import place_subtrees
+from .catalog import CATALOG_BACKFILL, CATALOG_SCHEMA
 from .connection import Operation, Query, on_postgres, runner_for
 
 #: Version of the schema this code writes; stored in ``durable_sessions_meta``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Our text search configuration (English stemming, no stop words).
 TS_CONFIG = "durable_sessions_english"
@@ -205,6 +212,8 @@ CREATE TABLE IF NOT EXISTS assistant_sessions (
 );
 CREATE SEQUENCE IF NOT EXISTS assistant_sessions_updated_seq;
 CREATE INDEX IF NOT EXISTS idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);
+ALTER TABLE assistant_sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS idx_assistant_sessions_owner ON assistant_sessions (owner, updated_at, updated_seq);
 
 CREATE TABLE IF NOT EXISTS durable_sessions_meta (
   key TEXT PRIMARY KEY,
@@ -240,6 +249,7 @@ def _migrate() -> Operation[None]:
             f"database {info['db']!r} has encoding {info['encoding']}; durable-sessions needs UTF8"
         )
     [meta] = yield Query(_HAS_META)
+    found = 0
     if meta["present"]:
         rows = yield Query(_VERSION)
         found = int(rows[0]["value"]) if rows else 0
@@ -250,6 +260,9 @@ def _migrate() -> Operation[None]:
     for session in (yield Query(_UNPLACED_SESSIONS)):
         tops = [row["id"] for row in (yield Query(_TOPS, {"s": session["session_id"]}))]
         yield from on_postgres(place_subtrees(POSTGRES, session["session_id"], tops))
+    yield Query(CATALOG_SCHEMA)  # after the placing above: moving rows is no write a caller made
+    if found < 3:
+        yield Query(CATALOG_BACKFILL)
     yield Query(_SET_VERSION, {"v": str(SCHEMA_VERSION)})
 
 

@@ -17,6 +17,7 @@ the cached prompt               row ``_system_prompt[_<sid>]``              :met
 searchable entries of a label   ``AgentSearchProvider``                     :meth:`PostgresStorage.search`
 loaded skills, active leaf      ``assistant_config`` rows                   the same rows (per session)
 the SessionManager registry     :mod:`storage.registry`                     :attr:`PostgresStorage.registry`
+a listing's row per session     the host catalog (``_catalog.sqlite3``)     :meth:`PostgresStorage.catalog_page`
 ==============================  ==========================================  ========================================
 
 One ``PostgresStorage`` is cheap (it holds the connection's runner); make
@@ -27,10 +28,13 @@ so that a stalled database answers 503, never a hang.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 from ..tree.context import delete_blocks
+from . import catalog
+from .catalog import CatalogRow
 from .connection import Runner, on_postgres, runner_for
 from .context import POSTGRES_CONTEXT, PostgresContextProvider, PostgresSearchProvider
 from .messages import PostgresSessionProvider
@@ -65,6 +69,17 @@ class PostgresStorage:
     def __repr__(self) -> str:
         return f"PostgresStorage({type(self.conn).__name__})"
 
+    def for_owner(self, owner: str) -> PostgresStorage:
+        """This storage (same connection, runner and limits) with :attr:`registry` scoped to the rows of
+        ``owner`` (e.g. a manager actor's hex id): a SessionManager on it sees only its own sessions.
+
+        Raises:
+            ValueError: ``owner`` is not 1-128 characters of ``[0-9A-Za-z_.:-]``.
+        """
+        scoped = copy.copy(self)
+        scoped.registry = PostgresRegistry(self, owner=owner)
+        return scoped
+
     def messages(self, session_id: str = "") -> PostgresSessionProvider:
         """The message store of ``session_id`` (a new provider object; all of them see the same rows)."""
         return PostgresSessionProvider(self, session_id, max_value_bytes=self.max_value_bytes)
@@ -82,3 +97,33 @@ class PostgresStorage:
         labels = [check_text(label, "labels") for label in labels]
         op = delete_blocks(POSTGRES_CONTEXT, labels)
         return await self.runner.run(on_postgres(op), write=True) if labels else 0
+
+    # -- the catalog (storage.postgres.catalog) -------------------------------------------------
+
+    async def written(self, session_id: str) -> bool:
+        """Whether session ``session_id`` was ever written or named here (one primary-key read).
+
+        Raises:
+            StorageUnavailableError: Postgres cannot be reached or does not answer in time.
+        """
+        key = check_text(session_id, "session_id")
+        return await self.runner.run(catalog.written(key), write=False)
+
+    async def catalog_entry(self, session_id: str) -> CatalogRow | None:
+        """The catalog row of ``session_id``, or ``None`` (one primary-key read)."""
+        key = check_text(session_id, "session_id")
+        return await self.runner.run(catalog.entry(key), write=False)
+
+    async def catalog_page(
+        self, limit: int, below: tuple[int, str] | None = None, prefix: str | None = None
+    ) -> list[CatalogRow]:
+        """Up to ``limit`` named sessions, newest ``updated_ms`` first, after the keyset key ``below``
+        (``(updated_ms, session_id)``), names starting with ``prefix`` (see :func:`storage.postgres.catalog.page`).
+
+        Raises:
+            InvalidInputError: ``prefix`` is not text Postgres can hold.
+            StorageUnavailableError: Postgres cannot be reached or does not answer in time.
+        """
+        if prefix is not None:
+            prefix = check_text(prefix, "prefix")
+        return await self.runner.run(catalog.page(limit, below, prefix), write=False)

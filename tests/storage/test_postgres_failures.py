@@ -139,12 +139,19 @@ def test_connections_psycopg_cannot_run_under_trio_are_refused(pg_dsn):
 # -- failures inside a write: all or nothing -----------------------------------------------------
 
 
+def hold_m500(dsn: str) -> psycopg.Connection:
+    """A connection holding an uncommitted row ``m500`` of session ``s``, and with it the session's
+    catalog row (schema v3): a write of session ``s`` by another transaction waits for it, with
+    its first rows written."""
+    conn = psycopg.connect(dsn)
+    conn.execute("INSERT INTO assistant_messages (session_id, id, role, content) VALUES ('s', 'm500', 'user', '{}')")
+    return conn
+
+
 @pytest.fixture
 def blocker(pg_dsn):
-    """A connection holding an uncommitted row ``m500`` of session ``s``: an insert of the
-    same key by another transaction waits for it, mid-batch."""
-    conn = psycopg.connect(pg_dsn)
-    conn.execute("INSERT INTO assistant_messages (session_id, id, role, content) VALUES ('s', 'm500', 'user', '{}')")
+    """:func:`hold_m500` for the whole test."""
+    conn = hold_m500(pg_dsn)
     yield conn
     conn.close()
 
@@ -228,13 +235,15 @@ async def test_a_failing_statement_rolls_the_batch_back(pg_dsn, pg_conn, store):
 # -- a restarted server ---------------------------------------------------------------------------
 
 
-async def test_a_pool_rides_out_a_server_restart(pg_server, pg_dsn, blocker):
+async def test_a_pool_rides_out_a_server_restart(pg_server, pg_dsn):
     pool = psycopg_pool.ConnectionPool(
         pg_dsn, min_size=1, max_size=2, timeout=2, check=psycopg_pool.ConnectionPool.check_connection, open=True
     )
+    blocker = None
     try:
         store = PostgresSessionProvider(pool, "s")
         await store.append("kept", "user", doc("kept"), "acknowledged before the crash")
+        blocker = hold_m500(pg_dsn)
         failed: list[BaseException] = []
 
         async def write() -> None:
@@ -257,6 +266,8 @@ async def test_a_pool_rides_out_a_server_restart(pg_server, pg_dsn, blocker):
         assert await store.count() == 2
     finally:
         pool.close()
+        if blocker is not None:
+            blocker.close()
         if not pg_server.is_running():
             pg_server.start()
 

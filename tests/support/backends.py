@@ -49,6 +49,7 @@ TABLES = (
     "cf_agents_context_blocks",
     "cf_agents_search_entries",
     "assistant_sessions",
+    "durable_sessions_catalog",
 )
 
 def to_postgres_sql(query: str) -> str:

@@ -175,22 +175,6 @@ async def test_an_empty_host_lists_nothing(tmp_path, nursery):
     assert os.path.exists(tmp_path / "data" / CATALOG_FILE)
 
 
-async def test_sessions_kept_in_postgres_are_not_listed_and_say_why(tmp_path, nursery):
-    from actors.session_agent_postgres import PostgresSessionAgent
-
-    async with open_host(tmp_path / "data") as host:
-        bind_sessions(host, agent_class=PostgresSessionAgent)  # the listing refuses before any session call
-        urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
-                                                             task_status=task_status))
-        async with httpx.AsyncClient(base_url=urls[0], headers=AUTH) as http:
-            listed = await http.get("/v1/sessions")
-            one = await http.get("/v1/sessions/chat")
-    assert listed.status_code == one.status_code == 501
-    assert listed.json() == {"error": {"type": "NotSupportedError", "message": (
-        "listing sessions is not supported with the sessions in Postgres (serve --postgres): it reads the host "
-        "catalog of actor files")}}
-
-
 def wall_ms():
     return time.time_ns() // 1_000_000
 
