@@ -12,7 +12,7 @@ PACKAGES = ("common", "storage", "actors", "runtime")
 
 def test_the_license_file_is_the_license_pyproject_names():
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["license"] == {"text": "MIT"}
+    assert (project["license"], project["license-files"]) == ("MIT", ["LICENSE"])  # an SPDX expression (PEP 639)
     text = (REPO_ROOT / "LICENSE").read_text(encoding="utf-8")
     assert text.startswith("MIT License\n")
     assert "Permission is hereby granted, free of charge" in text
@@ -30,4 +30,4 @@ def test_the_wheel_ships_the_license_and_the_typed_markers(tmp_path):
     assert {f"{package}/py.typed" for package in PACKAGES} <= set(names)
     assert any(".dist-info/" in name and name.endswith("/LICENSE") for name in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "License: MIT" in metadata.splitlines()
+    assert "License-Expression: MIT" in metadata.splitlines()

@@ -124,8 +124,12 @@ async def test_on_a_cluster_host_the_short_way_answers_its_active_sessions_as_th
         server = SessionsServer(host, namespace="sessions", token=TOKEN, max_body_bytes=64 * 1024, forwarder=forwarder)
         client = server.app.test_client()
         taken = []
-        original = server.app.asgi_app.app.app.app  # BrowserGate > _EncodedPaths > ForwardingShortcut > SessionShortcut
-        assert type(original).__name__ == "SessionShortcut"
+        original = server.app.asgi_app  # the outermost middleware; SessionShortcut sits below ForwardingShortcut
+        layers = []
+        while type(original).__name__ != "SessionShortcut":
+            layers.append(type(original).__name__)
+            original = original.app
+        assert layers.index("ForwardingShortcut") == len(layers) - 1
         real_answer = original._answer
 
         async def counted(*args):
