@@ -107,6 +107,7 @@ from common.wire import (
     unquote_segment,
 )
 from runtime.mcp_http import McpMount
+from runtime.telemetry import TraceRequests
 from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
@@ -257,6 +258,7 @@ class SessionsServer:
         asgi = HopGate(asgi, secret, cluster=self.forwarder is not None)  # hop headers of the cluster only
         if self.max_requests is not None:
             asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
+        asgi = TraceRequests(asgi, self.route_template)  # a span per request while tracing is on (runtime.telemetry)
         # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
         # take the scope as the plain dict it is (hypercorn's stubs describe it as TypedDicts).
         app.asgi_app = asgi  # type: ignore[method-assign, assignment]
@@ -356,6 +358,19 @@ class SessionsServer:
 
     #: The headers of an error answer (:meth:`~runtime.server.responder.Responder.error_headers`).
     error_headers = staticmethod(Responder.error_headers)
+
+    def route_template(self, method: str, path: str) -> str | None:
+        """The route template of a request to ``path`` (as sent), e.g. ``/v1/sessions/{id}/messages``;
+        ``None`` when no route has the path."""
+        if path.startswith(SESSIONS_PREFIX):
+            route, _ = match(method, path[len(SESSIONS_PREFIX):].split("/")[1:])
+            if route is not None:
+                return route.name.partition(" ")[2]
+        try:
+            rule, _ = self.app.url_map.bind("localhost").match(path, method, return_rule=True)
+        except Exception:  # no route (404, 405) or a redirect: no template
+            return None
+        return str(rule.rule)
 
     def _released(self, actor_id: ActorId, reason: str) -> None:
         """Cluster mode: this host stopped owning ``actor_id`` (``reason``): its WebSockets go, with 1012.
