@@ -72,6 +72,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -363,14 +364,17 @@ class SessionsServer:
         """The route template of a request to ``path`` (as sent), e.g. ``/v1/sessions/{id}/messages``;
         ``None`` when no route has the path."""
         if path.startswith(SESSIONS_PREFIX):
-            route, _ = match(method, path[len(SESSIONS_PREFIX):].split("/")[1:])
+            segments = path[len(SESSIONS_PREFIX):].split("/")[1:]
+            if segments == ["ws"]:
+                return f"{SESSIONS_PREFIX}{{id}}/ws"
+            route, _ = match(method, segments)
             if route is not None:
                 return route.name.partition(" ")[2]
         try:
             rule, _ = self.app.url_map.bind("localhost").match(path, method, return_rule=True)
         except Exception:  # no route (404, 405) or a redirect: no template
             return None
-        return str(rule.rule)
+        return _PLACEHOLDER.sub(r"{\1}", str(rule.rule))  # werkzeug's <converter:name> -> {name}
 
     def _released(self, actor_id: ActorId, reason: str) -> None:
         """Cluster mode: this host stopped owning ``actor_id`` (``reason``): its WebSockets go, with 1012.
@@ -496,6 +500,9 @@ class SessionsServer:
             return Response(answer.content, status=answer.status, headers=answer.headers)
 
         return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
+
+
+_PLACEHOLDER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 
 
 def _raw_path() -> str:

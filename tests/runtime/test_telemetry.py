@@ -94,6 +94,38 @@ async def test_a_request_is_a_server_span_and_its_turn_a_child(tmp_path, spans):
     assert_nothing_secret(finished)
 
 
+async def test_a_websocket_is_a_server_span_and_its_frames_turns_under_it(tmp_path, spans):
+    async with open_host(tmp_path / "data") as host:
+        bind_sessions(host)
+        client = create_app(host, token=TOKEN, max_body_bytes=64 * 1024).test_client()
+        async with client.websocket("/v1/sessions/s1/ws", headers=AUTH) as ws:
+            await ws.send(json.dumps({"id": 1, "method": "append_message", "params": message("m1")}))
+            reply = json.loads(await ws.receive())
+            while reply.get("id") != 1:  # frames pushed to the session's sockets come first
+                reply = json.loads(await ws.receive())
+            assert reply == {"id": 1, "result": True}
+    finished = spans.get_finished_spans()
+    [connection] = by_name(finished, "GET /v1/sessions/{id}/ws")
+    assert connection.kind is trace.SpanKind.SERVER and connection.attributes["url.scheme"] == "ws"
+    assert connection.attributes["http.route"] == "/v1/sessions/{id}/ws"
+    turns = [span for span in by_name(finished, "actor turn")
+             if span.context.trace_id == connection.context.trace_id]
+    assert turns
+    assert_nothing_secret(finished)
+
+
+async def test_route_templates_name_no_session(tmp_path):
+    async with open_host(tmp_path / "data") as host:
+        bind_sessions(host)
+        server = create_app(host, token=TOKEN, max_body_bytes=64 * 1024).extensions["durable_sessions"]
+        assert server.route_template("POST", "/v1/sessions/caf%C3%A9/messages") == "/v1/sessions/{id}/messages"
+        assert server.route_template("GET", "/v1/sessions/s1/ws") == "/v1/sessions/{id}/ws"
+        assert server.route_template("GET", "/v1/health") == "/v1/health"
+        assert server.route_template("GET", "/no/such/path") is None
+        assert "{" in server.route_template("GET", "/v1/sessions/s1/no-such-route")  # the catch-all, templated
+        assert "s1" not in server.route_template("GET", "/v1/sessions/s1/no-such-route")
+
+
 async def test_an_incoming_traceparent_is_continued(tmp_path, spans):
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     async with open_host(tmp_path / "data") as host:
