@@ -194,6 +194,27 @@ async def test_a_forwarded_call_continues_the_trace_on_the_owner_host(tmp_path, 
     assert_nothing_secret(finished)
 
 
+async def test_the_client_carries_the_callers_trace_to_a_real_server(tmp_path, spans):
+    from runtime.client import SessionsClient
+
+    sock, address = bind_socket("127.0.0.1:0")
+    async with open_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+        bind_sessions(host)
+        app = create_app(host, token=TOKEN, max_body_bytes=64 * 1024)
+        config = Config()
+        config.bind = [f"fd://{sock.fileno()}"]
+        await nursery.start(serve, app, config)
+        caller = TracerProvider().get_tracer("caller")  # the application's own tracing, not the server's
+        async with SessionsClient(f"http://{address}", token=TOKEN) as client:
+            with caller.start_as_current_span("agent step") as step:
+                assert await client.session("s1").append_message(message("m1")["message"]) is True
+        nursery.cancel_scope.cancel()
+    sock.detach()  # hypercorn closed the socket it was given
+    [server] = by_name(spans.get_finished_spans(), "POST /v1/sessions/{id}/messages")
+    assert server.context.trace_id == step.get_span_context().trace_id
+    assert server.parent.span_id == step.get_span_context().span_id
+
+
 def test_the_client_sends_the_traceparent_of_the_current_span_only():
     provider = TracerProvider()
     assert telemetry.outgoing_headers(None) is None  # no span current
