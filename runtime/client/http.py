@@ -77,6 +77,7 @@ from runtime.client.failover import (
     parse_urls,
 )
 from runtime.manager_api import MANAGERS_PREFIX
+from runtime.telemetry import outgoing_headers
 from runtime.wsclient import ConnectionClosed, WebSocketConnection
 
 if TYPE_CHECKING:
@@ -228,6 +229,7 @@ class SessionsClient:
             raise RuntimeError("use the client inside `async with SessionsClient(...) as client:`")
         content = None if body is None else encode_body(body, self._media)
         headers = {"Content-Type": self._media} if content is not None else None
+        headers = outgoing_headers(headers)  # the caller's traceparent, when it traces (runtime.telemetry)
         query = {k: v for k, v in (params or {}).items() if v is not None}
         if retry_safe is None:
             retry_safe = method.upper() in IDEMPOTENT_HTTP

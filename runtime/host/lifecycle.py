@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from common.errors import HostClosedError, NotOwnerError, StorageFullError
+from runtime import telemetry
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
@@ -318,16 +319,17 @@ class Lifecycle:
         Returns:
             an event set once the file is closed, or ``None`` when it already is.
         """
-        storage = self._drop_slot(slot, "hibernations", "hibernated")
-        if storage is None:
-            return None
-        if storage.wal_file_bytes <= WAL_KEEP_BYTES:
-            self._close_file(slot.id, storage)
-            return None
-        slot.detach(storage)  # the worker thread must not call back into trio objects
-        closed = self._closing[slot.key] = trio.Event()
-        self._nursery.start_soon(self._checkpoint_and_close, slot.id, storage, closed)
-        return closed
+        with telemetry.hibernation(slot.id):  # a span while tracing is on
+            storage = self._drop_slot(slot, "hibernations", "hibernated")
+            if storage is None:
+                return None
+            if storage.wal_file_bytes <= WAL_KEEP_BYTES:
+                self._close_file(slot.id, storage)
+                return None
+            slot.detach(storage)  # the worker thread must not call back into trio objects
+            closed = self._closing[slot.key] = trio.Event()
+            self._nursery.start_soon(self._checkpoint_and_close, slot.id, storage, closed)
+            return closed
 
     async def _checkpoint_and_close(self, actor_id: ActorId, storage: ActorStorage, closed: trio.Event) -> None:
         """Checkpoint a hibernated actor's WAL off the trio thread, then close its file.

@@ -31,6 +31,7 @@ import trio
 
 from actors.agent import Agent
 from common.errors import ActorBusyError, ActorOverloadedError, HostClosedError
+from runtime import telemetry
 from runtime.host.alarms import HostAlarms
 from runtime.host.file_guard import FileGuard
 from runtime.host.ids import ActorId
@@ -79,6 +80,7 @@ class Turns:
         self._alarms = alarms
         self._nursery = nursery
         self._waiting_for_ready: dict[ActorKey, list[trio.CancelScope]] = {}
+        telemetry.from_environment()  # traces, if OTEL_* asks for them (runtime.telemetry)
 
     async def run_turn(
         self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False
@@ -148,7 +150,8 @@ class Turns:
 
     async def _activate(self, slot: ActorSlot) -> None:
         try:
-            await self._lifecycle.activate(slot)
+            with telemetry.activation(slot.id):
+                await self._lifecycle.activate(slot)
         finally:
             self._start_queue_clocks(slot)
 
@@ -157,7 +160,8 @@ class Turns:
         admitted: float | None,
     ) -> None:
         try:
-            reply.value = await self._run(slot, invoke, touches_alarm, admitted)
+            with telemetry.turn(slot.id):
+                reply.value = await self._run(slot, invoke, touches_alarm, admitted)
         except Exception as exc:
             reply.error = self._lifecycle.fault(slot, exc)
         except BaseException:

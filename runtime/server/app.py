@@ -72,6 +72,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -107,6 +108,7 @@ from common.wire import (
     unquote_segment,
 )
 from runtime.mcp_http import McpMount
+from runtime.telemetry import TraceRequests
 from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
@@ -257,6 +259,7 @@ class SessionsServer:
         asgi = HopGate(asgi, secret, cluster=self.forwarder is not None)  # hop headers of the cluster only
         if self.max_requests is not None:
             asgi = self.request_limit = RequestLimit(asgi, self.max_requests, self._early_refusal)
+        asgi = TraceRequests(asgi, self.route_template)  # a span per request while tracing is on (runtime.telemetry)
         # Quart's way to add ASGI middleware is to replace the app's asgi_app method; the middlewares
         # take the scope as the plain dict it is (hypercorn's stubs describe it as TypedDicts).
         app.asgi_app = asgi  # type: ignore[method-assign, assignment]
@@ -356,6 +359,22 @@ class SessionsServer:
 
     #: The headers of an error answer (:meth:`~runtime.server.responder.Responder.error_headers`).
     error_headers = staticmethod(Responder.error_headers)
+
+    def route_template(self, method: str, path: str) -> str | None:
+        """The route template of a request to ``path`` (as sent), e.g. ``/v1/sessions/{id}/messages``;
+        ``None`` when no route has the path."""
+        if path.startswith(SESSIONS_PREFIX):
+            segments = path[len(SESSIONS_PREFIX):].split("/")[1:]
+            if segments == ["ws"]:
+                return f"{SESSIONS_PREFIX}{{id}}/ws"
+            route, _ = match(method, segments)
+            if route is not None:
+                return route.name.partition(" ")[2]
+        try:
+            rule, _ = self.app.url_map.bind("localhost").match(path, method, return_rule=True)
+        except Exception:  # no route (404, 405) or a redirect: no template
+            return None
+        return _PLACEHOLDER.sub(r"{\1}", str(rule.rule))  # werkzeug's <converter:name> -> {name}
 
     def _released(self, actor_id: ActorId, reason: str) -> None:
         """Cluster mode: this host stopped owning ``actor_id`` (``reason``): its WebSockets go, with 1012.
@@ -481,6 +500,9 @@ class SessionsServer:
             return Response(answer.content, status=answer.status, headers=answer.headers)
 
         return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
+
+
+_PLACEHOLDER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 
 
 def _raw_path() -> str:

@@ -84,6 +84,7 @@ from common.wire import (
     encode_body,
     unquote_segment,
 )
+from runtime import telemetry
 from runtime.host.ids import ActorId
 from runtime.server.routes import describe_error, match
 
@@ -346,22 +347,25 @@ class Forwarder:
                 for name in FORWARDED_REQUEST_HEADERS if name in headers]
         sent.append((HOP_HEADER.encode("latin-1"), self.hop.encode("latin-1")))
         target = url + path + (("?" + query.decode("latin-1")) if query else "")
-        with trio.CancelScope() as scope:
-            key = id(scope)
-            if actor_id is not None:
-                self._in_flight[key] = (actor_id, url, trio.current_time(), scope)
-            try:
-                response = await self._pool.request(method, target, headers=sent, content=body,
-                                                    extensions={"timeout": self._timeouts})
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                raise OwnerGone(f"{url}: {exc or type(exc).__name__}") from None
-            except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
-                raise OwnerUnreachableError(
-                    f"the session's owner {url} stopped answering during the call ({type(exc).__name__}); "
-                    "it may or may not have run"
-                ) from None
-            finally:
-                self._in_flight.pop(key, None)
+        with telemetry.forward(method, url) as span:  # a CLIENT span while tracing is on
+            sent.extend(span.headers)  # its traceparent: the owner continues the trace
+            with trio.CancelScope() as scope:
+                key = id(scope)
+                if actor_id is not None:
+                    self._in_flight[key] = (actor_id, url, trio.current_time(), scope)
+                try:
+                    response = await self._pool.request(method, target, headers=sent, content=body,
+                                                        extensions={"timeout": self._timeouts})
+                    span.status(response.status)
+                except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                    raise OwnerGone(f"{url}: {exc or type(exc).__name__}") from None
+                except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
+                    raise OwnerUnreachableError(
+                        f"the session's owner {url} stopped answering during the call ({type(exc).__name__}); "
+                        "it may or may not have run"
+                    ) from None
+                finally:
+                    self._in_flight.pop(key, None)
         if scope.cancelled_caught:
             if actor_id is not None:
                 self.forget(actor_id)

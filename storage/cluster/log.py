@@ -50,6 +50,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,18 @@ logger = logging.getLogger(__name__)
 ALARM_KEEP, ALARM_SET, ALARM_DELETE = 0, 1, 2
 
 _HOOK_KEY = "storage.cluster.log"
+
+_NO_SPAN: AbstractContextManager[object] = nullcontext()
+
+
+def no_append_span(entries: int) -> AbstractContextManager[object]:
+    """The append hook while tracing is off: a shared do-nothing context manager."""
+    return _NO_SPAN
+
+
+#: ``(entries) -> context manager`` around one group-commit statement of ``entries`` actors;
+#: :func:`runtime.telemetry.configure` sets a span here (Postgres attributes, no statement text).
+append_span: Callable[[int], AbstractContextManager[object]] = no_append_span
 
 #: Most actors in one group-commit statement.
 MAX_BATCH = 256
@@ -453,7 +466,8 @@ class GroupCommitAppender:
                             self._wakeup = anyio.Event()
                         await self._wakeup.wait()
                     continue
-                conn = await self._send(conn, batch)
+                with append_span(len(batch)):  # a span while tracing is on (runtime.telemetry)
+                    conn = await self._send(conn, batch)
         finally:
             if conn is not None:
                 conn.close_nowait()
