@@ -61,7 +61,7 @@ def address_of(server) -> str:
 
 def test_the_session_walk_through_runs_and_its_python_part_runs_twice_alike(server, tmp_path):
     address = address_of(server)
-    shell = [block("sh", marker) for marker in ("S=http://127.0.0.1:8787/v1/sessions/", "$S/system-prompt:refresh",
+    shell = [block("sh", marker) for marker in ("S=http://127.0.0.1:8787/v1/sessions/chat-42", "$S/system-prompt:refresh",
                                                  "/v1/actors:hibernate")]
     out = bash("".join(shell), address, tmp_path)  # one terminal: $S carries over
     assert out.startswith('{"id":"m1","inserted":true}')
@@ -76,7 +76,7 @@ def test_the_session_walk_through_runs_and_its_python_part_runs_twice_alike(serv
 
 def test_the_listing_and_paging_walk_through_runs(server, tmp_path):
     address = address_of(server)
-    setup = block("sh", "S=http://127.0.0.1:8787/v1/sessions/") + block("sh", "/v1/actors:hibernate")
+    setup = block("sh", "S=http://127.0.0.1:8787/v1/sessions/chat-42") + block("sh", "/v1/actors:hibernate")
     listing = "".join(line + "\necho\n" for line in block("sh", "/v1/sessions?limit=10").splitlines())  # one per line
     answers = [json.loads(line) for line in bash(setup + "echo\n" + listing, address, tmp_path).splitlines()[-7:]]
     assert answers[0]["cursor"] is None and [e["id"] for e in answers[0]["sessions"]] == ["chat-42"]
