@@ -18,9 +18,11 @@ POST        ``/v1/host:backup``                   ``{"to": DIR}`` -> ``{"to", "s
 
 In cluster mode ``DELETE`` reaches the actor's owner like any session call, which
 erases its working copy and its rows in Postgres (``HostCluster.erase``); every
-other live host then drops its copy. The other routes answer 501
-:class:`~common.errors.NotSupportedError` in cluster mode and with the sessions in
-Postgres (``serve --postgres``).
+other live host then drops its copy. With the sessions in Postgres (``serve
+--postgres``) ``DELETE`` deletes the session's rows in one transaction
+(``PostgresSessionAgent.erase_session``) and then the actor's file. The other
+routes answer 501 :class:`~common.errors.NotSupportedError` in cluster mode and
+with the sessions in Postgres.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
     actor_id = server.actor_id(session_id)
     if method == "DELETE" and server.forwarder is not None:
         return await _delete_in_cluster(server, session_id, actor_id)
+    if method == "DELETE" and getattr(server.namespace.agent_class, "erase_session", None) is not None:
+        return await _delete_in_postgres(server, session_id, actor_id)
     refuse_other_modes(server)
     if method == "POST":
         return await _import(server, session_id, actor_id)
@@ -113,6 +117,18 @@ async def _delete_in_cluster(server: SessionsServer, session_id: str, actor_id: 
         return answer
     if not forwarded:
         await _drop_working_copies(server, actor_id)
+    return Response(b"", status=204)
+
+
+async def _delete_in_postgres(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Sessions in Postgres (``serve --postgres``): delete the session's rows in one transaction
+    (``PostgresSessionAgent.erase_session``), then erase the actor's own file (``host.erase``)."""
+    host, namespace = server.host, server.namespace
+    erase_rows = getattr(namespace.agent_class, "erase_session")
+    existed = await erase_rows(namespace.env, actor_id)
+    if not (existed or host.knows(actor_id)):
+        raise SessionNotFoundError(session_id)
+    await host.erase(namespace, actor_id)
     return Response(b"", status=204)
 
 
@@ -163,7 +179,7 @@ def refuse_other_modes(server: SessionsServer) -> None:
     from actors.session_agent_postgres import PostgresSessionAgent
 
     if issubclass(server.namespace.agent_class, PostgresSessionAgent):
-        raise NotSupportedError("deleting, exporting, importing, retention and backups are not supported with "
+        raise NotSupportedError("exporting, importing, retention and backups are not supported with "
                                 "the sessions in Postgres (serve --postgres) yet: they work on actor files")
 
 

@@ -1,6 +1,6 @@
-"""Cluster mode refuses export, import, gc and backup (delete works there: test_erase_cluster.py) and
-``serve --postgres`` refuses delete, export, import, gc and backup with 501 by name; a host whose
-placement has no erase hook refuses ``erase`` before it changes anything."""
+"""Cluster mode and ``serve --postgres`` refuse export, import, gc and backup with 501 by name (delete works
+there: test_erase_cluster.py, test_erase_postgres.py); a host whose placement has no erase hook refuses
+``erase`` before it changes anything."""
 
 import httpx
 import pytest
@@ -15,16 +15,16 @@ from tests.support.cluster_hosts import run_cluster
 
 TOKEN = "other-modes-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-REQUESTS = (("DELETE", "/v1/sessions/chat", None), ("GET", "/v1/sessions/chat/export", None),
+REQUESTS = (("GET", "/v1/sessions/chat/export", None),
             ("POST", "/v1/sessions/chat/import", b'{"type":"header"}\n'), ("POST", "/v1/host:gc", b"{}"),
             ("POST", "/v1/host:backup", b'{"to": "/tmp/nowhere-backup"}'))
 
 
-async def refusals(url, requests=REQUESTS):
+async def refusals(url):
     async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
         return [await http.request(method, path, content=body,
                                    headers={"Content-Type": "application/json"} if body else None)
-                for method, path, body in requests]
+                for method, path, body in REQUESTS]
 
 
 async def test_cluster_mode_answers_501_naming_what_is_missing(tmp_path, pg_empty_dsn):
@@ -34,7 +34,7 @@ async def test_cluster_mode_answers_501_naming_what_is_missing(tmp_path, pg_empt
             stored = await http.post(f"{url}/v1/sessions/chat/messages", json={
                 "message": {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}})
             assert stored.status_code == 201
-        answers = await refusals(url, [request for request in REQUESTS if request[0] != "DELETE"])  # delete works
+        answers = await refusals(url)
         async with httpx.AsyncClient(headers=AUTH) as http:
             still = await http.get(f"{url}/v1/sessions/chat/messages")
     for answer in answers:
