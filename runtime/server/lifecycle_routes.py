@@ -16,13 +16,14 @@ POST        ``/v1/host:backup``                   ``{"to": DIR}`` -> ``{"to", "s
                                                   online copy of every actor file and the host's own files
 ==========  ====================================  ======================================================
 
-In cluster mode ``DELETE`` reaches the actor's owner like any session call, which
-erases its working copy and its rows in Postgres (``HostCluster.erase``); every
-other live host then drops its copy. With the sessions in Postgres (``serve
---postgres``) ``DELETE`` deletes the session's rows in one transaction
+In cluster mode ``DELETE`` and ``GET .../export`` reach the actor's owner like any
+session call; a delete there erases its working copy and its rows in Postgres
+(``HostCluster.erase``), and the host the client asked then has every other live
+host drop its copy. With the sessions in Postgres (``serve --postgres``)
+``DELETE`` deletes the session's rows in one transaction
 (``PostgresSessionAgent.erase_session``) and then the actor's file. The other
 routes answer 501 :class:`~common.errors.NotSupportedError` in cluster mode and
-with the sessions in Postgres.
+with the sessions in Postgres (export too there).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -74,6 +76,8 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
     actor_id = server.actor_id(session_id)
     if method == "DELETE" and server.forwarder is not None:
         return await _delete_in_cluster(server, session_id, actor_id)
+    if method == "GET" and server.forwarder is not None:
+        return await _export_in_cluster(server, session_id, actor_id)
     if method == "DELETE" and getattr(server.namespace.agent_class, "erase_session", None) is not None:
         return await _delete_in_postgres(server, session_id, actor_id)
     refuse_other_modes(server)
@@ -85,11 +89,48 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
         await server.host.erase(server.namespace, actor_id)
         return Response(b"", status=204)
 
+    return await _export(server, session_id, actor_id)
+
+
+async def _export(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
     async def export(agent: Agent) -> list[str]:
         return export_lines(agent.storage, session_id)
 
     lines = await server.host.run_turn(actor_id, export)
     return Response(("\n".join(lines) + "\n").encode("utf-8"), status=200, content_type="application/x-ndjson")
+
+
+async def _in_cluster(server: SessionsServer, actor_id: ActorId, here: Callable[[], Awaitable[Response]]) -> Response:
+    """Cluster mode: ``here()`` when this host owns ``actor_id`` (it raises ``NotOwnerError`` otherwise),
+    else the owner's answer to this very request (bodiless: ``DELETE``, ``GET``), passed on unchanged."""
+    forwarder = server.forwarder
+    assert forwarder is not None
+
+    async def remote(url: str) -> Response:
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        path = request.scope.get("raw_path") or request.path.encode("latin-1")  # as sent, still encoded
+        answer = await forwarder.forward(url, request.method, path.decode("latin-1"), request.query_string, headers,
+                                         b"", actor_id)
+        return Response(answer.content, status=answer.status, headers=answer.headers)
+
+    return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
+
+
+async def _written_in_cluster(server: SessionsServer, actor_id: ActorId) -> bool:
+    cluster = server.host.cluster
+    assert cluster is not None
+    return server.host.is_active(server.namespace, actor_id) or await cluster.written(actor_id)
+
+
+async def _export_in_cluster(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Cluster mode: the owner exports the session (a turn of the actor), reached like any session call."""
+
+    async def here() -> Response:
+        if not await _written_in_cluster(server, actor_id):
+            raise SessionNotFoundError(session_id)
+        return await _export(server, session_id, actor_id)
+
+    return await _in_cluster(server, actor_id, here)
 
 
 async def _delete_in_cluster(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
@@ -104,20 +145,17 @@ async def _delete_in_cluster(server: SessionsServer, session_id: str, actor_id: 
         if not host.is_active(server.namespace, actor_id):  # awake here: a new session since the erase
             await host.erase(server.namespace, actor_id, working_copy_only=True)
         return Response(b"", status=204)
-    cluster = host.cluster
 
-    async def local() -> tuple[int, Any]:
-        if not host.is_active(server.namespace, actor_id) and not await cluster.written(actor_id):
+    async def here() -> Response:
+        if not await _written_in_cluster(server, actor_id):
             raise SessionNotFoundError(session_id)
         await host.erase(server.namespace, actor_id)
-        return 204, None
+        return Response(b"", status=204)
 
-    answer = await server.in_cluster(actor_id, local)
-    if answer.status_code != 204:
-        return answer
-    if not forwarded:
+    answer = await _in_cluster(server, actor_id, here)
+    if answer.status_code == 204 and not forwarded:
         await _drop_working_copies(server, actor_id)
-    return Response(b"", status=204)
+    return answer
 
 
 async def _delete_in_postgres(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
@@ -174,7 +212,7 @@ async def _import(server: SessionsServer, session_id: str, actor_id: ActorId) ->
 def refuse_other_modes(server: SessionsServer) -> None:
     """Raise :class:`NotSupportedError` in cluster mode or with the sessions in Postgres."""
     if server.forwarder is not None or server.host.cluster is not None:
-        raise NotSupportedError("exporting, importing, retention and backups are not supported in cluster mode "
+        raise NotSupportedError("importing, retention and backups are not supported in cluster mode "
                                 "yet: they work on actor files, and the cluster keeps sessions in Postgres")
     from actors.session_agent_postgres import PostgresSessionAgent
 

@@ -71,6 +71,15 @@ async def test_delete_through_a_non_owner_erases_every_row_and_file(tmp_path, pg
             assert before["ds_log"] + before["ds_snapshots"] >= 1 and before["ds_actors"] == 1, before
             assert sum(rows_holding(cluster.dsn, marker).values()) >= 1  # the check below can find the marker
 
+            # Export works from any host (forwarded to the owner like any session call).
+            exported = [await http.get(f"{host.url}/v1/sessions/{doomed}/export") for host in cluster.hosts]
+            for answer in exported:
+                assert answer.status_code == 200, answer.text
+                assert answer.headers["content-type"].startswith("application/x-ndjson")
+                assert answer.text.count(marker) >= 4 and answer.text.endswith("\n")
+            missing = await http.get(f"{other.url}/v1/sessions/never-written/export")
+            assert missing.status_code == 404 and missing.json()["error"]["type"] == "SessionNotFoundError"
+
             deleted = await http.delete(f"{other.url}/v1/sessions/{doomed}")
             assert deleted.status_code == 204, deleted.text
             assert deleted.content == b""
@@ -95,6 +104,8 @@ async def test_delete_through_a_non_owner_erases_every_row_and_file(tmp_path, pg
                 assert history.status_code == 200 and history.json()["messages"] == [], history.text
                 kept_history = (await http.get(f"{host.url}/v1/sessions/{kept}/messages")).json()["messages"]
                 assert [m["id"] for m in kept_history] == ["m0", "m1", "m2"]
+                gone = await http.get(f"{host.url}/v1/sessions/{doomed}/export")
+                assert gone.status_code == 404, gone.text
 
             again = await http.delete(f"{first.url}/v1/sessions/{doomed}")
             assert again.status_code == 404, again.text
