@@ -369,7 +369,8 @@ class ActorHost:
         actor erased in Postgres by another host).
 
         Raises:
-            NotSupportedError: the placement cannot erase (cluster mode keeps the actor in Postgres).
+            NotSupportedError: the placement has no ``erase`` hook (nothing was changed).
+            NotOwnerError: (cluster) another live host owns the actor: the call belongs there.
         """
         from runtime.host.eraser import erase_actor
 
