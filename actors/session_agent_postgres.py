@@ -150,6 +150,17 @@ class PostgresSessionAgent(SessionAgent):
         """
         return bool(await env.storage.written(actor_id.hex))
 
+    @classmethod
+    async def erase_session(cls, env: PostgresSessionEnv, actor_id: Any) -> bool:
+        """Delete every row of the session of ``actor_id`` in Postgres, in one transaction
+        (:meth:`storage.postgres.PostgresStorage.erase_session`); ``True`` when it was written or named.
+        The actor's own file is the host's to erase (``host.erase``).
+
+        Raises:
+            StorageUnavailableError: Postgres cannot be reached or does not answer in time (nothing deleted).
+        """
+        return bool(await env.storage.erase_session(actor_id.hex))
+
     async def on_start(self) -> None:
         """Record a name the actor is addressed by for the first time (``assistant_config``)."""
         if self._new_name is not None:

@@ -352,7 +352,6 @@ class SessionsClient:
 
         Raises:
             SessionNotFoundError: the host has no session with this id.
-            NotSupportedError: cluster mode, or the sessions are in Postgres.
         """
         await self.request("DELETE", SESSIONS_PREFIX + quote_segment(session_id))
 
@@ -361,6 +360,7 @@ class SessionsClient:
 
         Raises:
             SessionNotFoundError: the host has no session with this id.
+            NotSupportedError: the sessions are in Postgres (``serve --postgres``).
         """
         text = await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id) + "/export")
         return text if isinstance(text, str) else json.dumps(text)

@@ -354,7 +354,8 @@ class ActorHost:
         await self._lifecycle.wait_checkpoints()
         return count
 
-    async def erase(self, namespace: str | Namespace, actor_id: ActorId | str) -> bool:
+    async def erase(self, namespace: str | Namespace, actor_id: ActorId | str, *,
+                    working_copy_only: bool = False) -> bool:
         """Erase the actor: close it, remove its files (database, WAL, ``-shm``, quarantined copies) and
         forget its catalog and alarm-index rows, leaving none of its bytes in the data folder.
 
@@ -364,15 +365,19 @@ class ActorHost:
         does, doing nothing); see :mod:`runtime.host.eraser`.
 
         Returns ``True`` if the actor existed (a file, a catalog row or a live instance).
+        ``working_copy_only``: skip the placement's hook (a cluster member dropping its copy of an
+        actor erased in Postgres by another host).
 
         Raises:
-            NotSupportedError: the placement cannot erase (cluster mode keeps the actor in Postgres).
+            NotSupportedError: the placement has no ``erase`` hook (nothing was changed).
+            NotOwnerError: (cluster) another live host owns the actor: the call belongs there.
         """
         from runtime.host.eraser import erase_actor
 
         key = self._key(namespace, actor_id)
         parsed = actor_id if isinstance(actor_id, ActorId) else self.namespace(key[0]).id_from_string(actor_id)
-        return await erase_actor(self, self._lifecycle, self._guard, self._alarms.index, parsed)
+        return await erase_actor(self, self._lifecycle, self._guard, self._alarms.index, parsed,
+                                 working_copy_only=working_copy_only)
 
     async def backup_actor(self, actor_id: ActorId, target: Path) -> int | None:
         """Copy the actor's file, consistent as of now, into the new file ``target`` (see

@@ -633,6 +633,25 @@ class HostCluster:
             self.release_soon(held[1])
             self._notify(actor_id, "hibernated")
 
+    async def erase(self, actor_id: ActorId) -> None:
+        """The actor's local files were erased (``host.erase``, :mod:`runtime.host.eraser`): delete its rows
+        in Postgres -- ``ds_log``, ``ds_snapshots``, ``ds_actors``, ``ds_alarms``, ``ds_catalog`` -- in one
+        transaction, under its fence: the lease is taken first (re-taken when this host owned it, which
+        bumps the epoch, so a write of the closed instance still in flight is refused), and the delete
+        matches only that epoch. Afterwards the actor reads as never written anywhere.
+
+        Raises:
+            NotOwnerError: a live host owns the actor (nothing in Postgres changed): the call goes there.
+            StorageUnavailableError: Postgres cannot be reached, or the lease was lost to another host
+                between taking it and the delete (nothing changed; retry).
+        """
+        self._trackers.pop((actor_id.namespace, actor_id.hex), None)
+        lease = await self._take_lease(actor_id)
+        removed = await self.ownership.erase(lease)
+        if removed is None:
+            raise StorageUnavailableError(f"actor {lease.actor} was taken over while it was being erased; retry")
+        logger.info("cluster: erased %s: %d log entries, %d snapshots", lease.actor, *removed)
+
     def gate_peers(self, slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
         """``conns`` as the live actor must use them: each frame waits until the writes committed
         before it are durable (:class:`~runtime.host.frames.GatedConnection`)."""

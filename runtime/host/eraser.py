@@ -8,11 +8,11 @@ meanwhile, so no activation can race it), removes its database, WAL,
 space zeroed and the catalog's WAL cut, :meth:`storage.catalog.HostCatalog.erase`)
 and its alarm-index row, and forgets what the host kept of it in memory.
 Last it awaits the placement's ``erase(actor_id)`` hook: nothing on a single
-host; a placement without the hook (a cluster member, whose truth is the
-actor's log and snapshots in Postgres) is refused before anything changes
-with :class:`~common.errors.NotSupportedError` -- a cluster would implement
-it by deleting the actor's ``ds_log``, ``ds_snapshots``, ``ds_actors`` and
-``ds_alarms`` rows under its fence.
+host; in a cluster (:meth:`runtime.host.cluster.HostCluster.erase`) the
+actor's ``ds_log``, ``ds_snapshots``, ``ds_actors``, ``ds_alarms`` and
+``ds_catalog`` rows, in one transaction under its fence. A placement without
+the hook is refused before anything changes with
+:class:`~common.errors.NotSupportedError`.
 
 :func:`backup_actor` copies one actor's file through SQLite's online backup
 API. A sleeping actor's closed file is copied in a worker thread while its
@@ -50,13 +50,16 @@ logger = logging.getLogger(__name__)
 
 
 async def erase_actor(host: ActorHost, lifecycle: Lifecycle, guard: FileGuard, index: AlarmIndex,
-                      actor_id: ActorId) -> bool:
+                      actor_id: ActorId, *, working_copy_only: bool = False) -> bool:
     """Erase ``actor_id`` (see the module docstring); ``True`` if it existed.
+
+    ``working_copy_only``: remove only what this host keeps of the actor, without the placement's hook
+    (a cluster member dropping its copy of an actor another host erased in Postgres).
 
     Raises:
         NotSupportedError: the host's placement has no ``erase`` hook (nothing was changed).
     """
-    hook = getattr(host.placement, "erase", None)
+    hook = _keep_placement if working_copy_only else getattr(host.placement, "erase", None)
     if hook is None:
         raise NotSupportedError(
             f"deleting a session is not supported by this host's placement ({type(host.placement).__name__}): "
@@ -77,6 +80,10 @@ async def erase_actor(host: ActorHost, lifecycle: Lifecycle, guard: FileGuard, i
         logger.info("erased %s/%s (%s): %d files, %d quarantined copies", actor_id.namespace, actor_id.hex,
                     actor_id.name or "no name", len(removed), len(quarantined))
     return bool(existed or removed or quarantined)
+
+
+async def _keep_placement(_actor_id: ActorId) -> None:
+    """The hook of a working-copy-only erase: the placement keeps what it has."""
 
 
 async def backup_actor(host: ActorHost, lifecycle: Lifecycle, actor_id: ActorId, target: Path) -> int | None:

@@ -420,6 +420,10 @@ class PartitionedCluster:
     def peers_gone(self, actor_id: ActorId) -> None:
         self.member(actor_id).peers_gone(actor_id)
 
+    async def erase(self, actor_id: ActorId) -> None:
+        """Erase the actor's rows in its database (:meth:`HostCluster.erase`)."""
+        await self.member(actor_id).erase(actor_id)
+
     def gate_peers(self, slot: ActorSlot, conns: Sequence[ConnectionLike]) -> Sequence[ConnectionLike]:
         return self.member(slot.id).gate_peers(slot, conns)
 

@@ -16,7 +16,7 @@ hook                when                                                 in a cl
 ``release``         the instance is dropped (hibernated, evicted, ...)   mark the file clean, release the lease
 ``peers_gone``      the host's last WebSocket peer of the actor left     release a lease kept for the peers
 ``gate_peers``      the actor asks for its WebSocket peers               wrap them: frames wait for durability
-``erase``           (optional) the actor's local files were erased       not offered yet: delete is refused (501)
+``erase``           (optional) the actor's local files were erased       delete its rows under the fence
 ==================  ===================================================  =========================================
 
 :class:`LocalPlacement` -- a single host whose files are the truth -- does

@@ -16,9 +16,14 @@ POST        ``/v1/host:backup``                   ``{"to": DIR}`` -> ``{"to", "s
                                                   online copy of every actor file and the host's own files
 ==========  ====================================  ======================================================
 
-Every route answers 501 :class:`~common.errors.NotSupportedError` in cluster mode
-and with the sessions in Postgres (``serve --postgres``): erasing there means
-deleting the session's rows in Postgres, which these hosts do not do yet.
+In cluster mode ``DELETE`` and ``GET .../export`` reach the actor's owner like any
+session call; a delete there erases its working copy and its rows in Postgres
+(``HostCluster.erase``), and the host the client asked then has every other live
+host drop its copy. With the sessions in Postgres (``serve --postgres``)
+``DELETE`` deletes the session's rows in one transaction
+(``PostgresSessionAgent.erase_session``) and then the actor's file. The other
+routes answer 501 :class:`~common.errors.NotSupportedError` in cluster mode and
+with the sessions in Postgres (export too there).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -35,6 +41,7 @@ from actors.agent import Agent
 from actors.session_archive import export_lines, import_records
 from common.archive import ArchiveError, parse_archive
 from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
+from common.wire import HOP_HEADER
 from runtime.server.client_io import read_body
 from storage.catalog import CATALOG_FILE, actor_files
 
@@ -47,6 +54,8 @@ __all__ = ["RETENTION_LOGGER", "answer_session", "handles", "install"]
 logger = logging.getLogger(__name__)
 #: The logger every retention deletion is logged on (one line per session).
 RETENTION_LOGGER = "durable_sessions.retention"
+#: The query argument of a host-to-host ``DELETE`` (with the hop header): drop only this host's working copy.
+WORKING_COPY_ARG = "workingCopy"
 _DAY_MS = 86_400_000
 
 
@@ -64,8 +73,14 @@ def handles(method: str, segments: list[str]) -> bool:
 
 async def answer_session(server: SessionsServer, session_id: str, method: str, segments: list[str]) -> Response:
     """Answer ``DELETE /v1/sessions/{id}``, ``GET .../export`` or ``POST .../import``."""
-    refuse_other_modes(server)
     actor_id = server.actor_id(session_id)
+    if method == "DELETE" and server.forwarder is not None:
+        return await _delete_in_cluster(server, session_id, actor_id)
+    if method == "GET" and server.forwarder is not None:
+        return await _export_in_cluster(server, session_id, actor_id)
+    if method == "DELETE" and getattr(server.namespace.agent_class, "erase_session", None) is not None:
+        return await _delete_in_postgres(server, session_id, actor_id)
+    refuse_other_modes(server)
     if method == "POST":
         return await _import(server, session_id, actor_id)
     if not server.namespace.exists(actor_id):
@@ -74,11 +89,106 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
         await server.host.erase(server.namespace, actor_id)
         return Response(b"", status=204)
 
+    return await _export(server, session_id, actor_id)
+
+
+async def _export(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
     async def export(agent: Agent) -> list[str]:
         return export_lines(agent.storage, session_id)
 
     lines = await server.host.run_turn(actor_id, export)
     return Response(("\n".join(lines) + "\n").encode("utf-8"), status=200, content_type="application/x-ndjson")
+
+
+async def _in_cluster(server: SessionsServer, actor_id: ActorId, here: Callable[[], Awaitable[Response]]) -> Response:
+    """Cluster mode: ``here()`` when this host owns ``actor_id`` (it raises ``NotOwnerError`` otherwise),
+    else the owner's answer to this very request (bodiless: ``DELETE``, ``GET``), passed on unchanged."""
+    forwarder = server.forwarder
+    assert forwarder is not None
+
+    async def remote(url: str) -> Response:
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        path = request.scope.get("raw_path") or request.path.encode("latin-1")  # as sent, still encoded
+        answer = await forwarder.forward(url, request.method, path.decode("latin-1"), request.query_string, headers,
+                                         b"", actor_id)
+        return Response(answer.content, status=answer.status, headers=answer.headers)
+
+    return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
+
+
+async def _written_in_cluster(server: SessionsServer, actor_id: ActorId) -> bool:
+    cluster = server.host.cluster
+    assert cluster is not None
+    return server.host.is_active(server.namespace, actor_id) or await cluster.written(actor_id)
+
+
+async def _export_in_cluster(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Cluster mode: the owner exports the session (a turn of the actor), reached like any session call."""
+
+    async def here() -> Response:
+        if not await _written_in_cluster(server, actor_id):
+            raise SessionNotFoundError(session_id)
+        return await _export(server, session_id, actor_id)
+
+    return await _in_cluster(server, actor_id, here)
+
+
+async def _delete_in_cluster(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Cluster mode: the owner erases the actor (its files, then its rows in Postgres under its fence,
+    :meth:`~runtime.host.cluster.HostCluster.erase`); a host that does not own it forwards the call like any
+    other. Then the host the client asked tells every other live host to drop its working copy (a former
+    owner keeps a clean copy of the actor): ``DELETE`` with the hop header and ``?workingCopy=true``."""
+    host, forwarder = server.host, server.forwarder
+    assert forwarder is not None and host.cluster is not None
+    forwarded = HOP_HEADER in request.headers
+    if forwarded and request.args.get(WORKING_COPY_ARG) == "true":
+        if not host.is_active(server.namespace, actor_id):  # awake here: a new session since the erase
+            await host.erase(server.namespace, actor_id, working_copy_only=True)
+        return Response(b"", status=204)
+
+    async def here() -> Response:
+        if not await _written_in_cluster(server, actor_id):
+            raise SessionNotFoundError(session_id)
+        await host.erase(server.namespace, actor_id)
+        return Response(b"", status=204)
+
+    answer = await _in_cluster(server, actor_id, here)
+    if answer.status_code == 204 and not forwarded:
+        await _drop_working_copies(server, actor_id)
+    return answer
+
+
+async def _delete_in_postgres(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Sessions in Postgres (``serve --postgres``): delete the session's rows in one transaction
+    (``PostgresSessionAgent.erase_session``), then erase the actor's own file (``host.erase``)."""
+    host, namespace = server.host, server.namespace
+    erase_rows = getattr(namespace.agent_class, "erase_session")
+    existed = await erase_rows(namespace.env, actor_id)
+    if not (existed or host.knows(actor_id)):
+        raise SessionNotFoundError(session_id)
+    await host.erase(namespace, actor_id)
+    return Response(b"", status=204)
+
+
+async def _drop_working_copies(server: SessionsServer, actor_id: ActorId) -> None:
+    """Ask every other live host to drop its copy of the erased actor (a host that does not answer keeps
+    its copy until it is asked again: docs/cluster.md)."""
+    forwarder, cluster = server.forwarder, server.host.cluster
+    assert forwarder is not None and cluster is not None
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    for _host_id, url in await cluster.live_hosts():
+        if url.rstrip("/") == forwarder.advertise_url:
+            continue
+        try:
+            path = request.scope.get("raw_path") or request.path.encode("latin-1")  # as sent, still encoded
+            answer = await forwarder.forward(url.rstrip("/"), "DELETE", path.decode("latin-1"), f"{WORKING_COPY_ARG}=true".encode(),
+                                             headers, b"")
+        except Exception as exc:  # noqa: BLE001 - a host that cannot be reached keeps its copy; logged
+            logger.warning("erase of %s: host %s did not drop its working copy (%s)", actor_id.hex, url, exc)
+            continue
+        if answer.status != 204:
+            logger.warning("erase of %s: host %s answered %d to dropping its working copy", actor_id.hex, url,
+                           answer.status)
 
 
 async def _import(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
@@ -102,13 +212,12 @@ async def _import(server: SessionsServer, session_id: str, actor_id: ActorId) ->
 def refuse_other_modes(server: SessionsServer) -> None:
     """Raise :class:`NotSupportedError` in cluster mode or with the sessions in Postgres."""
     if server.forwarder is not None or server.host.cluster is not None:
-        raise NotSupportedError("deleting, exporting, importing, retention and backups are not supported in "
-                                "cluster mode yet: the cluster keeps sessions in Postgres, and its placement "
-                                "has no erase hook")
+        raise NotSupportedError("importing, retention and backups are not supported in cluster mode "
+                                "yet: they work on actor files, and the cluster keeps sessions in Postgres")
     from actors.session_agent_postgres import PostgresSessionAgent
 
     if issubclass(server.namespace.agent_class, PostgresSessionAgent):
-        raise NotSupportedError("deleting, exporting, importing, retention and backups are not supported with "
+        raise NotSupportedError("exporting, importing, retention and backups are not supported with "
                                 "the sessions in Postgres (serve --postgres) yet: they work on actor files")
 
 

@@ -166,6 +166,18 @@ class Ownership:
             await self.pool.execute(sql.RELEASE, self._params(
                 actors=[lease.actor for lease in leases], epochs=[lease.epoch for lease in leases]))
 
+    async def erase(self, lease: Lease) -> tuple[int, int] | None:
+        """Delete every row of the actor ``lease`` holds (:data:`~storage.cluster.statements.ERASE`, one
+        transaction); ``(log rows, snapshots)`` removed, or ``None`` when the lease was lost (nothing removed).
+        The lease is spent either way.
+
+        Raises:
+            StorageUnavailableError, DatabaseError: see :class:`~storage.cluster.driver.PgConnection`.
+        """
+        lease.lost = True
+        rows = await self.pool.execute(sql.ERASE, self._params(actor=lease.actor, epoch=lease.epoch))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
     async def written(self, actor: str) -> bool:
         """``True`` when the actor has at least one durable log entry anywhere in the cluster."""
         rows = await self.pool.execute(sql.WRITTEN, {"actor": actor}, prepare=True)

@@ -247,6 +247,25 @@ SELECT al.actor_id, al.scheduled_ms FROM ds_alarms al JOIN ds_actors a USING (ac
  ORDER BY al.scheduled_ms LIMIT %(limit)s
 """
 
+#: Erase an actor (a deleted session): its lease row, log, snapshots, alarm and catalog rows, in this one
+#: statement (one transaction), fenced like :data:`APPEND` by the lease the erasing host holds (owner,
+#: epoch). The ``ds_actors`` row goes too, so the actor reads as never written and its next write starts
+#: a fresh one (epoch 1, seq 1). Returns ``(log rows, snapshots)`` removed, or no row when the fence failed.
+ERASE = """
+WITH fence AS (
+  DELETE FROM ds_actors WHERE actor_id = %(actor)s AND owner = %(me)s AND epoch = %(epoch)s
+  RETURNING actor_id),
+log_del AS (
+  DELETE FROM ds_log WHERE actor_id = %(actor)s AND EXISTS (SELECT 1 FROM fence) RETURNING seq),
+snapshots_del AS (
+  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND EXISTS (SELECT 1 FROM fence) RETURNING seq),
+alarm_del AS (
+  DELETE FROM ds_alarms WHERE actor_id = %(actor)s AND EXISTS (SELECT 1 FROM fence)),
+catalog_del AS (
+  DELETE FROM ds_catalog WHERE actor_id = %(actor)s AND EXISTS (SELECT 1 FROM fence))
+SELECT (SELECT count(*) FROM log_del), (SELECT count(*) FROM snapshots_del) FROM fence
+"""
+
 #: Whether the actor was ever written anywhere in the cluster.
 WRITTEN = "SELECT last_seq > 0 FROM ds_actors WHERE actor_id = %(actor)s"
 

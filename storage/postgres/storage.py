@@ -35,11 +35,31 @@ from typing import Any
 from ..tree.context import delete_blocks
 from . import catalog
 from .catalog import CatalogRow
-from .connection import Runner, on_postgres, runner_for
+from .connection import Operation, Query, Runner, on_postgres, runner_for
 from .context import POSTGRES_CONTEXT, PostgresContextProvider, PostgresSearchProvider
 from .messages import PostgresSessionProvider
 from .registry import PostgresRegistry
 from .values import MAX_VALUE_BYTES, check_text
+
+
+#: Everything of one session (``%(s)s``) in one statement: messages, compactions, ``assistant_config`` rows
+#: (name, active leaf, metadata, loaded skills), the block rows and search entries filed under
+#: ``<label>_<session id>`` (the cached prompt ``_system_prompt_<session id>`` too) and the catalog row.
+#: The catalog's triggers only update existing rows, so none comes back. Returns the catalog row's id.
+_ERASE_SESSION = """
+WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(s)s),
+compactions AS (DELETE FROM assistant_compactions WHERE session_id = %(s)s),
+config AS (DELETE FROM assistant_config WHERE session_id = %(s)s),
+blocks AS (DELETE FROM cf_agents_context_blocks WHERE length(label) > %(n)s AND right(label, %(n)s) = %(suffix)s),
+entries AS (DELETE FROM cf_agents_search_entries WHERE length(label) > %(n)s AND right(label, %(n)s) = %(suffix)s)
+DELETE FROM durable_sessions_catalog WHERE session_id = %(s)s RETURNING session_id
+"""
+
+
+def _erase_session(session_id: str) -> Operation[bool]:
+    suffix = "_" + session_id
+    rows = yield Query(_ERASE_SESSION, {"s": session_id, "n": len(suffix), "suffix": suffix})
+    return bool(rows)
 
 
 class PostgresStorage:
@@ -97,6 +117,20 @@ class PostgresStorage:
         labels = [check_text(label, "labels") for label in labels]
         op = delete_blocks(POSTGRES_CONTEXT, labels)
         return await self.runner.run(on_postgres(op), write=True) if labels else 0
+
+    async def erase_session(self, session_id: str) -> bool:
+        """Delete every row of session ``session_id`` in one transaction (see ``_ERASE_SESSION``): its
+        messages, compactions, config rows, catalog row, and the block rows and search entries filed under
+        ``<label>_<session_id>``. Returns ``True`` when it had a catalog row (it was written or named).
+
+        Deleted rows stay in Postgres' files until (auto)vacuum reclaims them (docs/postgres.md).
+
+        Raises:
+            InvalidInputError: ``session_id`` is not text Postgres can hold.
+            StorageUnavailableError: Postgres cannot be reached or does not answer in time (nothing deleted).
+        """
+        key = check_text(session_id, "session_id")
+        return await self.runner.run(_erase_session(key), write=True)
 
     # -- the catalog (storage.postgres.catalog) -------------------------------------------------
 
