@@ -21,13 +21,14 @@ The order of a start, and why:
 3. **Serve** on the bound socket with a
    :class:`~runtime.server.forwarding.Forwarder` (requests and WebSockets for
    sessions other hosts own go to them) until SIGINT or SIGTERM; then the
-   host stops accepting, lets running requests finish, closes its
-   WebSockets with 1012 (clients connect again elsewhere) and leaves the
-   cluster, releasing its actors so other hosts take them at once.
+   host refuses new requests, hands its actors over (their writes durable,
+   their leases released together: ``ActorHost.drain``), closes its
+   WebSockets with 1012 (clients connect again elsewhere), lets the
+   connections still open finish and leaves the cluster.
 
-Claude Agent SDK transcripts (``/v1/transcripts``) are not served in cluster
-mode: their host-level catalog is local to one host; the routes answer 501
-:class:`~common.errors.NotSupportedError` (docs/cluster.md says why).
+Claude Agent SDK transcripts (``/v1/transcripts``) are served too: each
+``(project, session)`` pair is an actor, and the listings read the catalog in
+Postgres that each actor's log entries keep (docs/cluster.md).
 """
 
 from __future__ import annotations

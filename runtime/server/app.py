@@ -271,7 +271,7 @@ class SessionsServer:
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
         app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
-        transcript_routes.install(app, self)  # with the "transcripts" namespace (501 in a cluster without)
+        transcript_routes.install(app, self)  # with the "transcripts" namespace (single host and cluster)
         managers.install(app, self)  # with the "managers" namespace
         checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace
         add_docs_routes(app, self)

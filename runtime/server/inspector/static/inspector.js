@@ -322,7 +322,7 @@
 
   /** Whether the session exists, asked before anything else: the page's other reads (the RPC ones, the
    *  frozen prompt) would wake an actor for a mistyped id and leave an empty session behind. A server that
-   *  cannot tell (no such route, 501 in cluster mode or with Postgres) is taken at its word on each read. */
+   *  cannot tell (no such route, or 501 from a server of another release) is taken at its word on each read. */
   async function checkExists(view) {
     if (view.exists) return;
     try {
