@@ -389,9 +389,13 @@ class ActorHost:
     # -- calls -----------------------------------------------------------------
 
     async def run_turn(
-        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False
+        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False,
+        exempt: bool = False,
     ) -> T:
         """Run ``await invoke(agent)`` as one turn of the actor (waking it if needed).
+
+        ``exempt``: not refused for load (no mailbox or queue-time bound), e.g. a WebSocket's
+        ``on_connect`` and ``on_close``.
 
         This is what stub calls, alarms and WebSocket events go through
         (:mod:`runtime.host.turns`); tests use it via ``runtime.testing.run_in_actor``.
@@ -401,7 +405,7 @@ class ActorHost:
             ActorOverloadedError: the actor's mailbox is full.
             Whatever ``on_start`` or ``invoke`` raised.
         """
-        return await self._turns.run_turn(actor_id, invoke, touches_alarm=touches_alarm)
+        return await self._turns.run_turn(actor_id, invoke, touches_alarm=touches_alarm, exempt=exempt)
 
     def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:
         """The error a new call to the actor would get at once for want of room, else ``None``.
