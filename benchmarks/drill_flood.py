@@ -146,13 +146,7 @@ async def one_upgrade(host: str, port: int, path: str, results: list, start: tri
             stream = await connect(host, port)
             async with stream:
                 await stream.send_all(head)
-                buffer = b""
-                while b"\r\n\r\n" not in buffer:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        raise EOFError("closed before the answer")
-                    buffer += chunk
-                outcome = int(buffer.split(b" ", 2)[1])
+                outcome = (await read_response(stream))[0]
     except trio.TooSlowError:
         outcome = "no answer"
     except (EOFError, OSError, trio.BrokenResourceError) as exc:

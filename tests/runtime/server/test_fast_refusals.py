@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import resource
 
 import pytest
 import trio
@@ -28,6 +27,7 @@ from runtime.client.websocket import WebSocketConnection
 from runtime.host.turns import ARRIVED
 from runtime.server.listener import _is_upgrade
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
+from tests.runtime.server.test_faults_floods import connect, many_files, read_answer  # noqa: F401 (fixture)
 from tests.support.processes import server_process
 
 
@@ -99,40 +99,6 @@ def test_the_listener_tells_an_upgrade_from_a_call():
 
 CALLS = 600
 UPGRADES = 40
-
-
-@pytest.fixture
-def many_files():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 4 * CALLS:
-        pytest.skip(f"the open-files limit ({hard}) is too low for {CALLS} connections")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-async def connect(host, port):
-    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
-    await sock.connect((host, port))
-    return trio.SocketStream(sock)
-
-
-async def read_answer(stream):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError("closed without an answer")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", 0)):
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
 
 
 @pytest.mark.slow
