@@ -19,7 +19,9 @@ its stubs route calls to actors by id. The host guarantees:
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
   actor; the next one gets :class:`~common.errors.ActorOverloadedError` at once.
   With ``max_queue_s``, a call that cannot start within that many seconds of
-  reaching a ready actor gets :class:`~common.errors.ActorBusyError` and never runs.
+  reaching a ready actor (of its request's arrival, when the server tells it:
+  :data:`runtime.host.turns.ARRIVED`) gets :class:`~common.errors.ActorBusyError`
+  and never runs.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
@@ -516,8 +518,10 @@ async def open_host(
             single host whose files are the truth; nothing of the cluster
             is imported or run.
         max_queue_s: seconds (trio time) a call may wait for its turn once its
-            actor is ready; past that it gets ``ActorBusyError`` (429) and never
-            runs. ``None`` (default): calls wait as long as it takes.
+            actor is ready (counted from its request's arrival where the server
+            set :data:`runtime.host.turns.ARRIVED`); past that it gets
+            ``ActorBusyError`` (429) and never runs. ``None`` (default): calls
+            wait as long as it takes.
         placement: where actors live, instead of what ``cluster`` decides
             (:class:`~runtime.host.placement.Placement`; e.g. a test's own). It is
             joined, started and closed with the host.
