@@ -27,7 +27,10 @@ request), not from when the host saw it: a flood delays a request on its way
 in (the event loop is busy), and that wait is part of what its client
 waits. So a call whose queue, at its pace, would not reach it within what is
 left of ``max_queue_s`` since its arrival is refused at once, and one that
-is waiting is refused ``max_queue_s`` after it arrived.
+is waiting is refused ``max_queue_s`` after it arrived. A call that reached
+the host later than that still gets :data:`LATE_GRACE` of ``max_queue_s`` to
+start: under a flood every call comes late, and refusing each that must wait
+at all would leave the actor refusing everything and running nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from runtime.host.table import ActorKey, SlotTable
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
 
-__all__ = ["ARRIVED", "READMISSIONS", "Turns"]
+__all__ = ["ARRIVED", "LATE_GRACE", "READMISSIONS", "Turns"]
 
 T = TypeVar("T")
 
@@ -61,6 +64,9 @@ READMISSIONS = 3
 #: unknown (the call is timed from when it reached the host). The first call of a request reads and clears it,
 #: so calls its turn makes (and later calls of the request) are timed from when they reached the host.
 ARRIVED: ContextVar[float | None] = ContextVar("durable_sessions_arrived", default=None)
+#: Share of ``max_queue_s`` a call always has to start, counted from when it reached the host, however long
+#: ago its request arrived (so the actor goes on running calls while a flood makes every call late).
+LATE_GRACE = 0.5
 
 
 class _Reply:
@@ -138,20 +144,19 @@ class Turns:
         The expected wait is the calls queued times the recent pace of the
         queue (an average of the gaps between turns starting while calls wait);
         "that far" is what is left of ``max_queue_s`` since ``arrived`` (the
-        request's arrival, ``trio.current_time()`` seconds; ``None``: now). A call
-        that arrived ``max_queue_s`` ago or more and would have to wait is refused.
+        request's arrival, ``trio.current_time()`` seconds; ``None``: now), and
+        at least :data:`LATE_GRACE` of it.
         """
         host = self._host
         if slot.pending >= host.max_pending_calls:
             return ActorOverloadedError(describe(slot.id), host.max_pending_calls)
         if not bounded or host.max_queue_s is None or slot.state is not SlotState.ACTIVE:
             return None
-        left = host.max_queue_s
-        if arrived is not None:
-            left -= max(0.0, trio.current_time() - arrived)
+        now = trio.current_time()
+        left = _deadline(host.max_queue_s, now, arrived) - now
         pace = slot.pace[1]
         queued = slot.pending - slot.running
-        if queued > 0 and (left <= 0 or (pace is not None and (queued + 1) * pace > left)):
+        if pace is not None and queued > 0 and (queued + 1) * pace > left:
             return ActorBusyError(describe(slot.id), host.max_queue_s)
         return None
 
@@ -240,7 +245,7 @@ class Turns:
             await slot.enter()
             _note_start(slot, reached)
             return
-        scope = trio.CancelScope(deadline=arrived + max_queue_s)
+        scope = trio.CancelScope(deadline=_deadline(max_queue_s, reached, arrived))
         if slot.state is SlotState.ACTIVATING:  # the clock starts once the actor is ready (_start_queue_clocks)
             scope.deadline = float("inf")
             self._waiting_for_ready.setdefault(slot.key, []).append(scope)
@@ -265,6 +270,15 @@ class Turns:
             self._lifecycle.retire_damaged(slot)
         if slot.pending == 0 and slot.state is SlotState.ACTIVE:
             self._table.went_idle(slot)
+
+
+def _deadline(max_queue_s: float, reached: float, arrived: float | None) -> float:
+    """When a call that reached the host at ``reached`` must have started (``trio.current_time()`` seconds):
+    ``max_queue_s`` after its request ``arrived`` (``None``: after ``reached``), but not before
+    :data:`LATE_GRACE` of it after ``reached``."""
+    if arrived is None:
+        return reached + max_queue_s
+    return max(arrived + max_queue_s, reached + LATE_GRACE * max_queue_s)
 
 
 def _note_start(slot: ActorSlot, admitted: float) -> None:

@@ -17,8 +17,8 @@ behind them. :class:`AdmittingListener` keeps that bounded:
 * at most ``max_waiting`` connections whose head arrived may be **waiting
   for that request to reach the app** (the app wrapper of
   :func:`serve_admitting` frees the place when it does; so does the
-  connection closing). One that finds no place within ``max_wait_s`` of its
-  arrival is answered ``503`` ``ServerBusyError`` with ``Retry-After``. Idle keep-alive
+  connection closing). One that finds no place within ``max_wait_s`` is
+  answered ``503`` ``ServerBusyError`` with ``Retry-After``. Idle keep-alive
   connections and WebSockets hold no place once their first request was
   dispatched.
 * a connection whose request is for a session the host would refuse at
@@ -177,7 +177,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         room = self._upgrade_room if upgrade else self._room
         refusal = None if upgrade else self._refusal(conn, head, arrived)
         if refusal is None and not head.startswith(EXEMPT_REQUESTS):
-            if not await self._take_place(room, arrived):
+            if not await self._take_place(room):
                 refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
             elif not upgrade and (refusal := self._refusal(conn, head, arrived)) is not None:
                 room.release()  # its actor's queue grew while it waited for the place: refused all the same
@@ -230,11 +230,10 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.timed_out += 1
         return None
 
-    async def _take_place(self, room: trio.Semaphore, arrived: float) -> bool:
-        """A place in ``room`` (``max_waiting`` places, or :data:`MAX_UPGRADING`) within ``max_wait_s`` of the
-        request's arrival (places held that long without a request reaching the app are taken back);
-        ``False`` when none came."""
-        with trio.move_on_after(self.max_wait_s - max(0.0, trio.current_time() - arrived)):
+    async def _take_place(self, room: trio.Semaphore) -> bool:
+        """A place in ``room`` (``max_waiting`` places, or :data:`MAX_UPGRADING`) within ``max_wait_s``
+        (places held that long without a request reaching the app are taken back); ``False`` when none came."""
+        with trio.move_on_after(self.max_wait_s):
             await room.acquire()
             return True
         stale = trio.current_time() - self.max_wait_s

@@ -24,7 +24,7 @@ from common.errors import ActorBusyError
 from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.client.websocket import WebSocketConnection
-from runtime.host.turns import ARRIVED
+from runtime.host.turns import ARRIVED, LATE_GRACE
 from runtime.server.listener import _is_upgrade
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
 from tests.runtime.server.test_faults_floods import connect, many_files, read_answer  # noqa: F401 (fixture)
@@ -47,7 +47,7 @@ async def call(stub, results, label, seconds, arrived=None):
         results[label] = (exc, trio.current_time())
 
 
-async def test_a_call_that_arrived_before_the_bound_and_must_wait_is_refused_at_once(autojump_clock, actor_data_dir):
+async def test_a_call_that_must_wait_is_refused_the_bound_after_its_arrival_or_after_the_grace(autojump_clock, actor_data_dir):
     env = {}
     async with open_host(actor_data_dir, max_queue_s=1.0) as host:
         stub = host.bind("w", Worker, env=env).get_by_name("a")
@@ -57,17 +57,43 @@ async def test_a_call_that_arrived_before_the_bound_and_must_wait_is_refused_at_
             nursery.start_soon(call, stub, results, "slow", 3.0)
             await trio.sleep(0.1)
             now = trio.current_time()
-            nursery.start_soon(call, stub, results, "old", 0, now - 1.2)  # arrived 1.2 s ago: no time left
-            nursery.start_soon(call, stub, results, "aged", 0, now - 0.7)  # 0.3 s left
+            nursery.start_soon(call, stub, results, "old", 0, now - 1.2)  # arrived 1.2 s ago: only the grace left
+            nursery.start_soon(call, stub, results, "aged", 0, now - 0.3)  # 0.7 s left (more than the grace)
             nursery.start_soon(call, stub, results, "fresh", 0)  # arrival unknown: timed from now
         refusal, refused_at = results["old"]
-        assert isinstance(refusal, ActorBusyError) and refused_at == pytest.approx(now)
+        assert isinstance(refusal, ActorBusyError) and refused_at == pytest.approx(now + LATE_GRACE * 1.0)
         refusal, refused_at = results["aged"]
-        assert isinstance(refusal, ActorBusyError) and refused_at == pytest.approx(now + 0.3)
+        assert isinstance(refusal, ActorBusyError) and refused_at == pytest.approx(now + 0.7)
         refusal, refused_at = results["fresh"]
         assert isinstance(refusal, ActorBusyError) and refused_at == pytest.approx(now + 1.0)
         assert env["ran"] == ["warm", "slow"]  # no refused call ran
         assert ARRIVED.get() is None
+
+
+async def test_a_queue_that_cannot_reach_a_call_in_what_is_left_since_its_arrival_refuses_it_at_once(
+        autojump_clock, actor_data_dir):
+    env = {}
+    async with open_host(actor_data_dir, max_queue_s=1.0) as host:
+        stub = host.bind("w", Worker, env=env).get_by_name("a")
+        await stub.work("warm", 0)
+        results = {}
+        async with trio.open_nursery() as nursery:
+            for i in range(3):  # each holds the gate 0.3 s: the queue moves one call per 0.3 s
+                nursery.start_soon(call, stub, results, f"q{i}", 0.3)
+            await trio.sleep(0.65)  # q0, q1 done, q2 running: the pace is known, nothing waits
+            nursery.start_soon(call, stub, results, "q3", 0.3)
+            await trio.sleep(0.01)  # q3 waits: a new call would start in about 0.6 s
+            now = trio.current_time()
+            ARRIVED.set(now - 0.2)  # 0.8 s left: room
+            assert host.admission_refusal(stub.id) is None
+            ARRIVED.set(now - 0.5)  # 0.5 s left: none (asked, not counted)
+            assert isinstance(host.admission_refusal(stub.id), ActorBusyError)
+            await call(stub, results, "late", 0, now - 0.5)
+            assert trio.current_time() == now  # refused at once
+            ARRIVED.set(None)
+        assert isinstance(results["late"][0], ActorBusyError)
+        assert [results[f"q{i}"][0] for i in range(4)] == ["q0", "q1", "q2", "q3"]
+        assert "late" not in env["ran"]
 
 
 async def test_a_call_that_arrived_long_ago_runs_when_it_need_not_wait(autojump_clock, actor_data_dir):
