@@ -9,6 +9,11 @@ so two versions can be compared), then:
   session every 50 ms on their own keep-alive connections. Reports the
   answers by status, connections reset or never answered, the slowest
   refusal (429/503) and the slowest success, and the probers' p50/p99.
+* **upgrades during the burst** (``--upgrades``, default 100): that many
+  WebSocket upgrades to the flooded session, sent with the burst; reports how
+  many were accepted (101) and how the others were answered.
+* **refusal latency by status**: p50/p99/p100 of the 429, 503 and 507
+  answers, from the moment the request was sent (goal: p100 under 1 s).
 * **WebSocket flood** (``--ws``): one socket sends ``--requests``
   ``append_message`` RPC frames without waiting while it reads the
   replies; reports replies received and how the socket ended.
@@ -17,7 +22,10 @@ Targets (issue 16): every request answered, none reset, every refusal
 within 1 s, no success waiting more than 5 s, the probers' p99 low; every
 WebSocket call answered, the socket still open.
 
-Run: ``.venv/bin/python benchmarks/drill_flood.py [--requests 2000] [--ws] [--repo PATH] [--config FILE]``
+``--repo`` may be given more than once (e.g. a checkout of ``main`` and this
+one): the drill runs against each in turn, in one invocation.
+
+Run: ``.venv/bin/python benchmarks/drill_flood.py [--requests 2000] [--upgrades 100] [--ws] [--repo PATH]... [--config FILE]``
 """
 
 from __future__ import annotations
@@ -126,6 +134,26 @@ async def one_request(host: str, port: int, index: int, results: list, start: tr
     results.append((outcome, time.monotonic() - began, None))
 
 
+async def one_upgrade(host: str, port: int, path: str, results: list, start: trio.Event) -> None:
+    """A WebSocket upgrade to ``path`` sent with the burst: its status (101: accepted), then closed."""
+    head = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    await start.wait()
+    began = time.monotonic()
+    outcome: object = "?"
+    try:
+        with trio.fail_after(ANSWER_TIMEOUT_S):
+            stream = await connect(host, port)
+            async with stream:
+                await stream.send_all(head)
+                outcome = (await read_response(stream))[0]
+    except trio.TooSlowError:
+        outcome = "no answer"
+    except (EOFError, OSError, trio.BrokenResourceError) as exc:
+        outcome = f"error: {type(exc).__name__}"
+    results.append((outcome, time.monotonic() - began))
+
+
 async def prober(host: str, port: int, method: str, path: str, body_of, latencies: list, stop: trio.Event) -> None:
     """One request every 50 ms on a keep-alive connection (reconnecting when the server closes it)."""
     i = 0
@@ -163,10 +191,12 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def http_flood(url: str, count: int, path: str, server_pid: int) -> None:
+async def http_flood(url: str, count: int, path: str, server_pid: int, upgrades: int = 0) -> None:
     host, port = url[len("http://"):].rsplit(":", 1)
     port = int(port)
     results: list = []
+    upgraded: list = []
+    ws_path = "/".join(path.split("/")[:4]) + "/ws"  # the flooded session's WebSocket
     health: list = []
     other: list = []
     start, stop = trio.Event(), trio.Event()
@@ -179,6 +209,8 @@ async def http_flood(url: str, count: int, path: str, server_pid: int) -> None:
         async with trio.open_nursery() as flood:
             for i in range(count):
                 flood.start_soon(one_request, host, port, i, results, start, path)
+                if upgrades and i % max(1, count // upgrades) == 0 and i // max(1, count // upgrades) < upgrades:
+                    flood.start_soon(one_upgrade, host, port, ws_path, upgraded, start)
             await trio.sleep(0.2)
             began = time.monotonic()
             cpu = cpu_seconds(server_pid), cpu_seconds(os.getpid())
@@ -201,6 +233,17 @@ async def http_flood(url: str, count: int, path: str, server_pid: int) -> None:
           f"never answered {by_outcome.get('no answer', 0)}")
     print(f"  slowest refusal {max(refusals, default=0):.2f} s (p50 {pct(refusals, .5):.2f}); "
           f"refusals without Retry-After {without_retry_after}")
+    for status in (429, 503, 507):
+        times = [t for o, t, _ in results if o == status]
+        if times:
+            print(f"  {status} refusals: {len(times)}, p50 {pct(times, .5):.2f} s, p99 {pct(times, .99):.2f} s, "
+                  f"p100 {max(times):.2f} s")
+    if upgraded:
+        kinds: dict = {}
+        for outcome, _ in upgraded:
+            kinds[str(outcome)] = kinds.get(str(outcome), 0) + 1
+        print(f"  WebSocket upgrades to {ws_path} during the burst: {kinds.get('101', 0)}/{len(upgraded)} accepted; "
+              f"answers {dict(sorted(kinds.items()))}; slowest {max(t for _, t in upgraded):.2f} s")
     print(f"  slowest success {max(successes, default=0):.2f} s (p50 {pct(successes, .5):.2f})")
     during_h = [t for _, t in health[quiet:]]
     during_o = [t for _, t in other]
@@ -246,25 +289,31 @@ async def main(args: argparse.Namespace) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory(prefix="drill_flood_") as folder:
-        process, url = start_server(Path(args.repo).resolve(), Path(folder) / "data",
-                                    Path(args.config).resolve() if args.config else None, args.profile)
+        for n, repo in enumerate(args.repo or [str(Path(__file__).resolve().parent.parent)]):
+            await drill(args, repo, Path(folder) / str(n))
+
+
+async def drill(args: argparse.Namespace, repo: str, folder: Path) -> None:
+    folder.mkdir()
+    process, url = start_server(Path(repo).resolve(), folder / "data",
+                                Path(args.config).resolve() if args.config else None, args.profile)
+    try:
+        print(f"server: {repo} ({url})")
+        if not args.ws_only:
+            await http_flood(url, args.requests, args.path, process.pid, args.upgrades)
+        if args.ws or args.ws_only:
+            await ws_flood(url, args.requests)
+    finally:
+        process.send_signal(signal.SIGTERM)
         try:
-            print(f"server: {args.repo} ({url})")
-            if not args.ws_only:
-                await http_flood(url, args.requests, args.path, process.pid)
-            if args.ws or args.ws_only:
-                await ws_flood(url, args.requests)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            log = (Path(folder) / "server.log").read_text().splitlines()
-            errors = [i for i, line in enumerate(log) if " ERROR " in line or line.startswith("Traceback")]
-            print(f"server log: {len(errors)} error lines")
-            if errors and args.show_errors:
-                print("\n".join(log[errors[0]:errors[0] + 40]))
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log = (Path(folder) / "server.log").read_text().splitlines()
+        errors = [i for i, line in enumerate(log) if " ERROR " in line or line.startswith("Traceback")]
+        print(f"server log: {len(errors)} error lines")
+        if errors and args.show_errors:
+            print("\n".join(log[errors[0]:errors[0] + 40]))
 
 
 if __name__ == "__main__":
@@ -274,8 +323,10 @@ if __name__ == "__main__":
     parser.add_argument("--path", default="/v1/sessions/flood/messages",
                         help="what the flood asks for (default: appends to one session; GET for other paths)")
     parser.add_argument("--ws-only", action="store_true", dest="ws_only", help="only the WebSocket flood")
-    parser.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent),
-                        help="the code to run the server from (default: this checkout)")
+    parser.add_argument("--upgrades", type=int, default=100,
+                        help="WebSocket upgrades to the flooded session sent with the burst (0: none)")
+    parser.add_argument("--repo", action="append",
+                        help="the code to run the server from (default: this checkout); repeat to compare")
     parser.add_argument("--config", help="a sessions.toml for the server")
     parser.add_argument("--profile", help=argparse.SUPPRESS)  # cProfile the server into this file
     parser.add_argument("--show-errors", action="store_true", dest="show_errors", help="print the first error logged")

@@ -19,7 +19,9 @@ its stubs route calls to actors by id. The host guarantees:
 * **Bounded mailboxes.** At most ``max_pending_calls`` unanswered calls per
   actor; the next one gets :class:`~common.errors.ActorOverloadedError` at once.
   With ``max_queue_s``, a call that cannot start within that many seconds of
-  reaching a ready actor gets :class:`~common.errors.ActorBusyError` and never runs.
+  reaching a ready actor (of its request's arrival, when the server tells it:
+  :data:`runtime.host.turns.ARRIVED`) gets :class:`~common.errors.ActorBusyError`
+  and never runs.
 * **Hibernation.** An actor with no pending call for ``idle_timeout_s`` (trio
   time) is dropped and its file closed, without a goodbye hook. Idle actors
   sit in one least-recently-idle queue served by one reaper task; touching
@@ -389,9 +391,13 @@ class ActorHost:
     # -- calls -----------------------------------------------------------------
 
     async def run_turn(
-        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False
+        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False,
+        exempt: bool = False,
     ) -> T:
         """Run ``await invoke(agent)`` as one turn of the actor (waking it if needed).
+
+        ``exempt``: not refused for load (no mailbox or queue-time bound), e.g. a WebSocket's
+        ``on_connect`` and ``on_close``.
 
         This is what stub calls, alarms and WebSocket events go through
         (:mod:`runtime.host.turns`); tests use it via ``runtime.testing.run_in_actor``.
@@ -401,7 +407,7 @@ class ActorHost:
             ActorOverloadedError: the actor's mailbox is full.
             Whatever ``on_start`` or ``invoke`` raised.
         """
-        return await self._turns.run_turn(actor_id, invoke, touches_alarm=touches_alarm)
+        return await self._turns.run_turn(actor_id, invoke, touches_alarm=touches_alarm, exempt=exempt)
 
     def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:
         """The error a new call to the actor would get at once for want of room, else ``None``.
@@ -512,8 +518,10 @@ async def open_host(
             single host whose files are the truth; nothing of the cluster
             is imported or run.
         max_queue_s: seconds (trio time) a call may wait for its turn once its
-            actor is ready; past that it gets ``ActorBusyError`` (429) and never
-            runs. ``None`` (default): calls wait as long as it takes.
+            actor is ready (counted from its request's arrival where the server
+            set :data:`runtime.host.turns.ARRIVED`); past that it gets
+            ``ActorBusyError`` (429) and never runs. ``None`` (default): calls
+            wait as long as it takes.
         placement: where actors live, instead of what ``cluster`` decides
             (:class:`~runtime.host.placement.Placement`; e.g. a test's own). It is
             joined, started and closed with the host.

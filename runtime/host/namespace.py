@@ -178,7 +178,8 @@ class Namespace:
         actor_id = self.check_id(actor_id)
         self.host.register_connection(actor_id, conn)
         try:
-            await self.host.run_turn(actor_id, lambda agent: agent.on_connect(_peer(agent, conn)))
+            # not refused for load: a peer costs the actor nothing until it sends a frame (whose call is bounded)
+            await self.host.run_turn(actor_id, lambda agent: agent.on_connect(_peer(agent, conn)), exempt=True)
         except BaseException:
             self.host.unregister_connection(actor_id, conn)
             raise
@@ -192,7 +193,8 @@ class Namespace:
         """Forget ``conn`` and run ``on_close(conn, code, reason)``; nothing if it was not held."""
         actor_id = self.check_id(actor_id)
         if self.host.unregister_connection(actor_id, conn):
-            await self.host.run_turn(actor_id, lambda agent: agent.on_close(_peer(agent, conn), code, reason))
+            await self.host.run_turn(actor_id, lambda agent: agent.on_close(_peer(agent, conn), code, reason),
+                                     exempt=True)
 
 
 def _bounded(signature: inspect.Signature) -> bool:

@@ -20,11 +20,23 @@ waiting does not cancel the actor's work):
 A call whose actor the placement dropped before it started
 (:class:`~runtime.host.slots.CallNotStarted`) is admitted again, up to
 :data:`READMISSIONS` times.
+
+**Arrival.** The queue bound counts from when the request *arrived* (the
+server's listener read its head: :data:`ARRIVED`, set by the server around a
+request), not from when the host saw it: a flood delays a request on its way
+in (the event loop is busy), and that wait is part of what its client
+waits. So a call whose queue, at its pace, would not reach it within what is
+left of ``max_queue_s`` since its arrival is refused at once, and one that
+is waiting is refused ``max_queue_s`` after it arrived. A call that reached
+the host later than that still gets :data:`LATE_GRACE` of ``max_queue_s`` to
+start: under a flood every call comes late, and refusing each that must wait
+at all would leave the actor refusing everything and running nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -42,12 +54,19 @@ from runtime.host.table import ActorKey, SlotTable
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
 
-__all__ = ["READMISSIONS", "Turns"]
+__all__ = ["ARRIVED", "LATE_GRACE", "READMISSIONS", "Turns"]
 
 T = TypeVar("T")
 
 #: Times a call is admitted again when the placement dropped its actor before it started.
 READMISSIONS = 3
+#: When the request being answered arrived (``trio.current_time()`` seconds), set by the server; ``None``:
+#: unknown (the call is timed from when it reached the host). The first call of a request reads and clears it,
+#: so calls its turn makes (and later calls of the request) are timed from when they reached the host.
+ARRIVED: ContextVar[float | None] = ContextVar("durable_sessions_arrived", default=None)
+#: Share of ``max_queue_s`` a call always has to start, counted from when it reached the host, however long
+#: ago its request arrived (so the actor goes on running calls while a flood makes every call late).
+LATE_GRACE = 0.5
 
 
 class _Reply:
@@ -83,16 +102,25 @@ class Turns:
         telemetry.from_environment()  # traces, if OTEL_* asks for them (runtime.telemetry)
 
     async def run_turn(
-        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False
+        self, actor_id: ActorId, invoke: Callable[[Agent], Awaitable[T]], *, touches_alarm: bool = False,
+        exempt: bool = False,
     ) -> T:
         """:meth:`ActorHost.run_turn <runtime.host.actor_host.ActorHost.run_turn>`: admit the call
-        (again, when its actor was dropped before it started), run it, return its reply."""
-        bounded = not touches_alarm  # an alarm is never refused for load
+        (again, when its actor was dropped before it started), run it, return its reply.
+
+        ``exempt``: no bound applies (neither the mailbox nor the queue time), e.g. a WebSocket's
+        ``on_connect``, which costs the actor nothing worth refusing.
+        """
+        arrived = ARRIVED.get()
+        if arrived is not None:
+            ARRIVED.set(None)  # read once: the turn's own calls are timed from when they reach the host
+        bounded = not touches_alarm and not exempt  # an alarm is never refused for load
         for admission in range(READMISSIONS + 1):
-            slot = self._admit(actor_id, bounded=bounded)
+            slot = self._admit(actor_id, bounded=bounded, exempt=exempt, arrived=arrived)
             reply = _Reply()
+            now = trio.current_time()
             self._nursery.start_soon(self._turn, slot, invoke, reply, touches_alarm,
-                                     trio.current_time() if bounded else None)
+                                     (now, min(now, arrived) if arrived is not None else now) if bounded else None)
             await reply.done.wait()
             if reply.error is not None:
                 error, reply.error = reply.error, None
@@ -106,28 +134,34 @@ class Turns:
 
     def admission_refusal(self, actor_id: ActorId) -> ActorOverloadedError | None:
         """The error a new call to the actor would get at once for want of room, else ``None``
-        (nothing is admitted or counted)."""
+        (nothing is admitted or counted; the call's request arrived at :data:`ARRIVED`, when set)."""
         slot = self._table.slots.get((actor_id.namespace, actor_id.hex))
-        return None if slot is None else self._overload(slot, True)
+        return None if slot is None else self._overload(slot, True, ARRIVED.get())
 
-    def _overload(self, slot: ActorSlot, bounded: bool) -> ActorOverloadedError | None:
+    def _overload(self, slot: ActorSlot, bounded: bool, arrived: float | None = None) -> ActorOverloadedError | None:
         """A full mailbox; or, with ``max_queue_s``, a queue that will not move that far in time.
 
         The expected wait is the calls queued times the recent pace of the
-        queue (an average of the gaps between turns starting while calls wait).
+        queue (an average of the gaps between turns starting while calls wait);
+        "that far" is what is left of ``max_queue_s`` since ``arrived`` (the
+        request's arrival, ``trio.current_time()`` seconds; ``None``: now), and
+        at least :data:`LATE_GRACE` of it.
         """
         host = self._host
         if slot.pending >= host.max_pending_calls:
             return ActorOverloadedError(describe(slot.id), host.max_pending_calls)
         if not bounded or host.max_queue_s is None or slot.state is not SlotState.ACTIVE:
             return None
+        now = trio.current_time()
+        left = _deadline(host.max_queue_s, now, arrived) - now
         pace = slot.pace[1]
         queued = slot.pending - slot.running
-        if pace is not None and queued > 0 and (queued + 1) * pace > host.max_queue_s:
+        if pace is not None and queued > 0 and (queued + 1) * pace > left:
             return ActorBusyError(describe(slot.id), host.max_queue_s)
         return None
 
-    def _admit(self, actor_id: ActorId, bounded: bool = True) -> ActorSlot:
+    def _admit(self, actor_id: ActorId, bounded: bool = True, exempt: bool = False,
+               arrived: float | None = None) -> ActorSlot:
         if self._host.closed:
             raise HostClosedError("the actor host is closed")
         if self._host.draining:
@@ -140,7 +174,7 @@ class Turns:
         if slot is None:
             slot = self._table.slots[key] = ActorSlot(actor_id)
             self._nursery.start_soon(self._activate, slot)
-        elif (overloaded := self._overload(slot, bounded)) is not None:
+        elif not exempt and (overloaded := self._overload(slot, bounded, arrived)) is not None:
             self._table.counts["overloads"] += 1
             raise overloaded
         if slot.pending == 0:
@@ -157,7 +191,7 @@ class Turns:
 
     async def _turn(
         self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[Any]], reply: _Reply, touches_alarm: bool,
-        admitted: float | None,
+        admitted: tuple[float, float] | None,
     ) -> None:
         try:
             with telemetry.turn(slot.id):
@@ -173,7 +207,8 @@ class Turns:
             self._release(slot)
 
     async def _run(
-        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool, admitted: float | None
+        self, slot: ActorSlot, invoke: Callable[[Agent], Awaitable[T]], touches_alarm: bool,
+        admitted: tuple[float, float] | None,
     ) -> T:
         placement = self._host.placement
         await self._enter(slot, admitted)
@@ -190,9 +225,10 @@ class Turns:
                 self._guard.mark_after_turn(slot.id, slot.storage)  # a crash after the reply cannot hide damage
             await placement.barrier(slot)  # e.g. the writes before the reply are durable
 
-    async def _enter(self, slot: ActorSlot, admitted: float | None) -> None:
+    async def _enter(self, slot: ActorSlot, admitted: tuple[float, float] | None) -> None:
         """Wait for the call's turn; past ``max_queue_s`` of waiting for a ready actor, give up
-        (``admitted`` is when the call arrived; ``None``: wait as long as it takes).
+        (``admitted``: when the call reached the host and when its request arrived, ``trio.current_time()``
+        seconds; ``None``: wait as long as it takes).
 
         Time spent waiting for the actor to activate does not count: the bound
         is on queueing behind other calls, not on opening a big file.
@@ -204,17 +240,18 @@ class Turns:
         if max_queue_s is None or admitted is None:
             await slot.enter()
             return
+        reached, arrived = admitted
         if slot.ready():  # the turn starts at once (no checkpoint): there is no wait to bound
             await slot.enter()
-            _note_start(slot, admitted)
+            _note_start(slot, reached)
             return
-        scope = trio.CancelScope(deadline=admitted + max_queue_s)
+        scope = trio.CancelScope(deadline=_deadline(max_queue_s, reached, arrived))
         if slot.state is SlotState.ACTIVATING:  # the clock starts once the actor is ready (_start_queue_clocks)
             scope.deadline = float("inf")
             self._waiting_for_ready.setdefault(slot.key, []).append(scope)
         with scope:
             await slot.enter()
-            _note_start(slot, admitted)
+            _note_start(slot, reached)
             return
         self._table.counts["overloads"] += 1
         raise ActorBusyError(describe(slot.id), max_queue_s)
@@ -233,6 +270,15 @@ class Turns:
             self._lifecycle.retire_damaged(slot)
         if slot.pending == 0 and slot.state is SlotState.ACTIVE:
             self._table.went_idle(slot)
+
+
+def _deadline(max_queue_s: float, reached: float, arrived: float | None) -> float:
+    """When a call that reached the host at ``reached`` must have started (``trio.current_time()`` seconds):
+    ``max_queue_s`` after its request ``arrived`` (``None``: after ``reached``), but not before
+    :data:`LATE_GRACE` of it after ``reached``."""
+    if arrived is None:
+        return reached + max_queue_s
+    return max(arrived + max_queue_s, reached + LATE_GRACE * max_queue_s)
 
 
 def _note_start(slot: ActorSlot, admitted: float) -> None:

@@ -13,11 +13,15 @@ everyone else):
   routing, body reading or decoding. Health and metrics are never refused;
 * the host's **queue-time bound** (``ServerSettings.max_queue_s``, see
   ``open_host(max_queue_s=...)``): a call that cannot start its actor turn
-  within that many seconds of reaching the actor (activation not counted)
-  is answered ``429`` :class:`~common.errors.ActorBusyError` and never runs;
-  one that the actor's queue, at its recent pace, would not reach in time
+  within that many seconds of its request's arrival (the listener's time,
+  :data:`runtime.host.turns.ARRIVED`; activation not counted) is answered
+  ``429`` :class:`~common.errors.ActorBusyError` and never runs; one that the
+  actor's queue, at its recent pace, would not reach in what is left of that
   is refused at once, as is one past the mailbox bound (``max_pending_calls``,
   :class:`~common.errors.ActorOverloadedError`).
+
+WebSocket upgrades are not counted here (:class:`RequestLimit` bounds HTTP
+requests): the listener admits them through places of their own.
 
 :class:`RequestLimit` asks the host about a session request's actor
 (``early_refusal``) before anything else is done for it, so a flood on one

@@ -163,9 +163,10 @@ class ServerSettings:
             at once; the next is answered 503 ``ServerBusyError`` with
             ``Retry-After``. Behind a reverse proxy every client has the proxy's
             address: raise it to what the proxy opens.
-        max_queue_s: seconds a call may wait for its actor's turn (activation
-            not counted); then 429 ``ActorBusyError``, the call not run. A call
-            the actor's queue would not reach in time is refused at once.
+        max_queue_s: seconds a call may wait for its actor's turn, counted from
+            its request's arrival (activation not counted); then 429
+            ``ActorBusyError``, the call not run. A call the actor's queue would
+            not reach in time is refused at once.
         cors_origins: web page origins (``https://app.example``, ``http://localhost:5173``)
             whose scripts may call the server and open its WebSockets
             (:mod:`runtime.server.browsers`); ``"*"`` allows any. Empty (the

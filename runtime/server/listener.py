@@ -25,6 +25,17 @@ behind them. :class:`AdmittingListener` keeps that bounded:
   once (its actor's mailbox is full, or its queue would not reach the call
   within the queue bound: ``early_refusal``) is answered ``429`` from its
   head, before hypercorn parses anything.
+* a **WebSocket upgrade** (a ``GET`` with ``Upgrade: websocket``) is admitted
+  apart from calls: it is not asked about its actor's queue (an upgrade costs
+  the actor nothing until a frame arrives, and each frame's call is bounded
+  like any call) and waits for one of its own :data:`MAX_UPGRADING` places,
+  not the ``max_waiting`` places of calls, so a burst of calls does not
+  refuse it.
+* the moment the request head arrived (from the kernel's record of the
+  connection's last data, so time in the accept queue counts) is handed to
+  the app with the request (:data:`runtime.host.turns.ARRIVED`): the host's
+  queue bound counts from it, so a refusal comes within the bound of the
+  request's arrival, however long the flood kept it on its way in.
 
 Refusals are written straight to the socket (no parsing); the request is
 read and dropped first so the close is clean (no reset). Health and metrics
@@ -55,6 +66,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 
 from common.errors import ServerBusyError
 from common.wire import JSON, encode_body, payload_for, status_of
+from runtime.host.turns import ARRIVED
 from runtime.server.client_io import client_gone
 from runtime.server.routes import retry_headers
 
@@ -76,6 +88,9 @@ DEFAULT_HEAD_TIMEOUT_S = 3.0
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 512
 #: Most connections waiting for their request head at once; past it the one waiting longest is closed.
 MAX_HEADS_WAITING = 2048
+#: Most WebSocket upgrades waiting at once for their request to reach the app (their own places, apart
+#: from the ``max_waiting`` places of calls).
+MAX_UPGRADING = 64
 #: Seconds a refused connection is given to finish sending its request before it is closed.
 REFUSAL_DRAIN_S = 1.0
 _TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in Linux's struct tcp_info
@@ -90,6 +105,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
     Attributes:
         refused: connections answered 503 at the socket since the start.
         timed_out: connections closed because their request head did not arrive within ``head_timeout_s``.
+        upgrades: WebSocket upgrades admitted (through their own places) since the start.
     """
 
     def __init__(self, sock: stdlib_socket.socket, *, max_waiting: int, max_wait_s: float,
@@ -103,6 +119,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.head_timeout_s = head_timeout_s
         self.max_per_peer = max_per_peer
         self._room = trio.Semaphore(max_waiting)
+        self._upgrade_room = trio.Semaphore(MAX_UPGRADING)
         self.closer = _Closer()
         self._waiting: dict[tuple[str, int], _Admitted] = {}
         self._heads: dict[tuple[str, int], trio.CancelScope] = {}  # connections reading their head, oldest first
@@ -110,6 +127,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self._closing = False
         self.refused = 0
         self.timed_out = 0
+        self.upgrades = 0
 
     async def accept(self) -> trio.abc.HalfCloseableStream:
         """Not used: :meth:`accept_batch` and :meth:`admit` are what the server uses."""
@@ -154,16 +172,24 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         if head is None:
             conn.close()
             return None
-        refusal = self._refusal(conn, head)
-        if refusal is None and not head.startswith(EXEMPT_REQUESTS) and not await self._take_place():
-            refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
+        arrived = trio.current_time() - _waited_s(conn)
+        upgrade = _is_upgrade(head)
+        room = self._upgrade_room if upgrade else self._room
+        refusal = None if upgrade else self._refusal(conn, head, arrived)
+        if refusal is None and not head.startswith(EXEMPT_REQUESTS):
+            if not await self._take_place(room):
+                refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
+            elif not upgrade and (refusal := self._refusal(conn, head, arrived)) is not None:
+                room.release()  # its actor's queue grew while it waited for the place: refused all the same
         if refusal is not None:
             self.refused += 1
             _refuse(conn, refusal, self.closer)
             return None
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+        if upgrade:
+            self.upgrades += 1
         if not head.startswith(EXEMPT_REQUESTS):
-            self._waiting[client] = _Admitted(self._room, trio.current_time())
+            self._waiting[client] = _Admitted(room, trio.current_time(), arrived)
         return _ReleasingStream(stream, partial(self._closed, client), head)
 
     def gone(self, address: Any) -> None:
@@ -204,27 +230,34 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.timed_out += 1
         return None
 
-    async def _take_place(self) -> bool:
-        """A place among ``max_waiting`` within ``max_wait_s`` (places held that long without a
-        request reaching the app are taken back); ``False`` when none came."""
+    async def _take_place(self, room: trio.Semaphore) -> bool:
+        """A place in ``room`` (``max_waiting`` places, or :data:`MAX_UPGRADING`) within ``max_wait_s``
+        (places held that long without a request reaching the app are taken back); ``False`` when none came."""
         with trio.move_on_after(self.max_wait_s):
-            await self._room.acquire()
+            await room.acquire()
             return True
         stale = trio.current_time() - self.max_wait_s
         for admitted in list(self._waiting.values()):
             if admitted.since <= stale:
                 admitted.release()
         try:
-            self._room.acquire_nowait()
+            room.acquire_nowait()
         except trio.WouldBlock:
             return False
         return True
 
-    def _refusal(self, conn: stdlib_socket.socket, head: bytes) -> bytes | None:
-        """The answer refusing the connection, or ``None`` to admit it (see the module docstring)."""
+    def _refusal(self, conn: stdlib_socket.socket, head: bytes, arrived: float) -> bytes | None:
+        """The answer refusing the connection, or ``None`` to admit it (see the module docstring);
+        ``arrived``: when its head arrived (the host's queue bound counts from it)."""
         if head.startswith(EXEMPT_REQUESTS):
             return None
-        error = self.early_refusal(head) if self.early_refusal is not None else None
+        error = None
+        if self.early_refusal is not None:
+            token = ARRIVED.set(arrived)
+            try:
+                error = self.early_refusal(head)
+            finally:
+                ARRIVED.reset(token)
         if error is None and _waited_s(conn) > self.max_wait_s:
             error = ServerBusyError("the server is too busy to take this connection now; retry shortly")
         return None if error is None else _answer(error)
@@ -240,12 +273,15 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             conn.setblocking(False)
             return conn, address
 
-    def dispatched(self, client: Any) -> None:
-        """The first request of the connection from ``client`` (``scope["client"]``) reached the app."""
+    def dispatched(self, client: Any) -> float | None:
+        """The first request of the connection from ``client`` (``scope["client"]``) reached the app: when
+        it arrived (``trio.current_time()`` seconds), or ``None`` (not the first, or not this listener's)."""
         if isinstance(client, (list, tuple)) and len(client) == 2:
             admitted = self._waiting.pop((str(client[0]), int(client[1])), None)
             if admitted is not None:
                 admitted.release()
+                return admitted.arrived
+        return None
 
     def _closed(self, client: tuple[str, int]) -> None:
         admitted = self._waiting.pop(client, None)
@@ -263,11 +299,12 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
 
 
 class _Admitted:
-    __slots__ = ("_room", "since")
+    __slots__ = ("_room", "arrived", "since")
 
-    def __init__(self, room: trio.Semaphore, since: float) -> None:
+    def __init__(self, room: trio.Semaphore, since: float, arrived: float) -> None:
         self._room: trio.Semaphore | None = room
         self.since = since
+        self.arrived = arrived
 
     def release(self) -> None:
         room, self._room = self._room, None
@@ -309,6 +346,17 @@ class _ReleasingStream(trio.abc.HalfCloseableStream):
 
     def __getattr__(self, name: str) -> Any:  # setsockopt, getsockopt, ...; no do_handshake
         return getattr(self._stream, name)
+
+
+def _is_upgrade(head: bytes) -> bool:
+    """Whether a request head asks for a WebSocket (``GET`` with an ``Upgrade: websocket`` header)."""
+    if not head.startswith(b"GET "):
+        return False
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and value.strip().lower() == b"websocket":
+            return True
+    return False
 
 
 def _client(address: Any) -> tuple[str, int]:
@@ -444,7 +492,9 @@ class _Dispatched:
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "http" or scope["type"] == "websocket":
             for listener in self.listeners:
-                listener.dispatched(scope.get("client"))
+                arrived = listener.dispatched(scope.get("client"))
+                if arrived is not None:
+                    ARRIVED.set(arrived)  # this request's task (and those it starts): the host times its call from it
         await self.app(scope, receive, send)
 
 
