@@ -27,7 +27,7 @@ def common_modules() -> list[str]:
 
 def test_the_module_list_is_what_common_holds():
     assert common_modules() == [
-        "common", "common.errors", "common.openai_items", "common.openai_session", "common.shapes",
+        "common", "common.archive", "common.errors", "common.openai_items", "common.openai_session", "common.shapes",
         "common.transcript_summary", "common.wire",
     ]
 

@@ -17,6 +17,7 @@ from runtime.host.cluster import ClusterOptions
 from runtime.host.partitions import cluster_placement
 from runtime.server.config import ClusterSettings, ConfigError, HostConfig, load_config
 from storage.cluster.driver import describe_dsn
+from storage.cluster.schema import CLUSTER_SCHEMA_VERSION
 from tests.support.processes import cli_command, cli_env
 
 # -- the configuration --------------------------------------------------------------------------------
@@ -119,12 +120,13 @@ def test_a_database_of_a_newer_cluster_schema_is_named(tmp_path, pg_server, data
     dsn = pg_server.dsn(database)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE ds_cluster_meta (key text PRIMARY KEY, value text NOT NULL)")
-        conn.execute("INSERT INTO ds_cluster_meta VALUES ('schema_version', '2'), ('cluster_id', 'x')")
+        conn.execute("INSERT INTO ds_cluster_meta VALUES ('schema_version', %s), ('cluster_id', 'x')",
+                     (str(CLUSTER_SCHEMA_VERSION + 1),))
     status, stderr = serve(tmp_path, dsn)
     assert status == 2, stderr
     assert only_line(stderr) == (f"durable-sessions serve: Postgres at 127.0.0.1:{pg_server.port}/{database} "
-                                 "holds cluster tables of schema version 2, newer than this release's 1: upgrade "
-                                 "durable-sessions on this host")
+                                 f"holds cluster tables of schema version {CLUSTER_SCHEMA_VERSION + 1}, newer than "
+                                 f"this release's {CLUSTER_SCHEMA_VERSION}: upgrade durable-sessions on this host")
 
 
 def test_a_host_with_another_list_of_databases_is_refused_with_one_line(tmp_path, pg_server, database):
