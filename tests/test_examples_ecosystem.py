@@ -65,3 +65,20 @@ async def test_langgraph_checkpointer_example_embedded_on_a_data_folder(tmp_path
     assert len(files) == 1  # one thread, one actor file
     with SqlStorage.open(tmp_path / "graph-data" / "checkpoints" / files[0][:2] / files[0]) as storage:
         assert storage.scalar("SELECT count(*) FROM langgraph_checkpoints") == 5
+
+
+async def test_tracing_example_prints_each_requests_spans_with_the_turns_under_them():
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
+    out = await run_example("tracing.py")
+    assert out.splitlines() == [
+        "POST /v1/sessions/{id}/messages (http.request.method=POST, http.route=/v1/sessions/{id}/messages, "
+        "http.response.status_code=201)",
+        "  actor activation",
+        "  actor turn",
+        "GET /v1/sessions/{id}/messages (http.request.method=GET, http.route=/v1/sessions/{id}/messages, "
+        "http.response.status_code=200)",
+        "  actor turn",
+        "actor hibernation",
+        "6 spans, 3 traces",
+    ]
+    assert "private note" not in out
