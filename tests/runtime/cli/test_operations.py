@@ -152,8 +152,11 @@ def many_conversations(path: Path, source: Path, copies: int) -> Path:
 def test_ctrl_c_during_an_import_exits_130_without_a_traceback(tmp_path, test_data):
     source = many_conversations(tmp_path / "many.json", test_data / "openai_chat" / "tau-bench-airline-3.json", 400)
     data = tmp_path / "data"
+    # Ctrl-C reaches it as it reaches a command typed at a terminal: a test run in a background job (a
+    # shell's `&`) has SIGINT ignored, which the child would inherit and Python then respect.
     process = subprocess.Popen([*cli_command(), "import", str(source), "--data", str(data), "--concurrency", "2"],
-                               env=cli_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=cli_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not list(data.glob("sessions/*/*.sqlite3")):  # it is importing
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
