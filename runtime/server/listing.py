@@ -210,7 +210,8 @@ class SessionListing:
         return _Candidate(updated, actor, row, awake=True, storage=storage)
 
     async def _rescan(self, namespace: str) -> None:
-        """Once per server and namespace: record the files the catalog has no row for."""
+        """Once per server and namespace: record the files the catalog has no row for, or a row a crash
+        left ``unclosed`` (stale counts); awake actors are left to their own close."""
         done = self._rescans.get(namespace)
         if done is not None:
             await done.wait()
@@ -218,13 +219,14 @@ class SessionListing:
         done = self._rescans[namespace] = trio.Event()
         try:
             unlisted = list(self.server.host.catalog.unlisted(namespace))
+            recorded = 0
             for index, hex_id in enumerate(unlisted):
-                self._record(ActorId(namespace, hex_id))
+                recorded += self._record(ActorId(namespace, hex_id))
                 if index % RESCAN_BATCH == RESCAN_BATCH - 1:
                     await trio.lowlevel.checkpoint()
-            if unlisted:
-                logger.info("listing: recorded %d actor files of %r the catalog had no row for",
-                            len(unlisted), namespace)
+            if recorded:
+                logger.info("listing: recorded %d actor files of %r the catalog had no row for, or a stale one",
+                            recorded, namespace)
         finally:
             done.set()
 
