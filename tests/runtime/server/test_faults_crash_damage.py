@@ -11,38 +11,23 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
+from functools import partial
 
 import httpx
 import pytest
 import trio
 
 from tests.runtime.server.test_faults_damage import (BYSTANDER, MESSAGES, VICTIM, actor_path, assert_refused,
-                                                     msg, run_doctor)
+                                                     msg, run_doctor, write_sessions)
 from tests.support.processes import server_process
 
 pytestmark = pytest.mark.slow
 
 
-async def write_then_crash(data):
-    """The two sessions of test_faults_damage, then ``kill -9``: nothing hibernated, nothing closed."""
-    with server_process(data) as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
-            for start in range(0, MESSAGES, 250):
-                batch = [msg(f"m{i}", f"fact number {i} about the flight to Lisbon") for i in range(start, start + 250)]
-                reply = await http.post(f"/v1/sessions/{VICTIM}/messages:batch", json={"messages": batch})
-                assert reply.status_code == 201, reply.text
-            for i in range(10):
-                reply = await http.post(f"/v1/sessions/{BYSTANDER}/messages", json={"message": msg(f"b{i}", "hi")})
-                assert reply.status_code == 201
-        server.process.send_signal(signal.SIGKILL)
-        server.process.wait()
-
-
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory):
     data = tmp_path_factory.mktemp("crashed") / "data"
-    trio.run(write_then_crash, data)
+    trio.run(partial(write_sessions, crash=True), data)
     return data
 
 

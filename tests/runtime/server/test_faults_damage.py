@@ -16,6 +16,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 
 import apsw
@@ -41,8 +42,9 @@ def actor_path(data, session_id):
     return data / "sessions" / actor.shard / f"{actor.hex}.sqlite3"
 
 
-async def write_sessions(data):
-    """3,000 messages in the victim, 10 in the bystander; the server stops cleanly (the catalog is written)."""
+async def write_sessions(data, *, crash=False):
+    """3,000 messages in the victim, 10 in the bystander; the server stops cleanly (the catalog is written),
+    or with ``crash`` is killed with ``kill -9`` (nothing hibernated, nothing closed)."""
     with server_process(data) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
             for start in range(0, MESSAGES, 250):
@@ -52,6 +54,9 @@ async def write_sessions(data):
             for i in range(10):
                 reply = await http.post(f"/v1/sessions/{BYSTANDER}/messages", json={"message": msg(f"b{i}", "hi")})
                 assert reply.status_code == 201
+        if crash:
+            server.process.send_signal(signal.SIGKILL)
+            server.process.wait()
 
 
 @pytest.fixture(scope="module")
