@@ -85,7 +85,7 @@ async def test_a_planned_move_rebuilds_the_actor_row_for_row(hosts, rich_config,
         assert before["skills"] == ["skills:pirate"] and before["alarm"] == 4_102_444_800_000
         assert before["search"] and before["search_cjk"] and "Gate B12" in before["knowledge"]
         await a.hibernate(na, stub.id)
-        with trio.fail_after(2):
+        with trio.fail_after(30):
             while pg("SELECT owner FROM ds_actors")[0][0] is not None:
                 await trio.sleep(0.01)
         moved = nb.get(stub.id)
@@ -109,7 +109,7 @@ async def test_a_takeover_after_the_lease_lapsed_has_every_acknowledged_write(ho
         pg("UPDATE ds_actors SET owner = NULL, lease_expires = now()")
         moved = nb.get(stub.id)
         assert await observe(moved) == before
-        with trio.fail_after(1.5):  # A stops answering within its lease (its next renewal is refused)
+        with trio.fail_after(30):  # A stops answering: its next renewal is refused (generous: a loaded machine)
             while True:
                 try:
                     await stub.get_history()
@@ -145,7 +145,7 @@ async def test_a_user_table_created_by_an_actor_moves_with_it(hosts, pg):
             await stub.add(word)
         assert pg("SELECT count(*) FROM ds_snapshots") == [(1,)]  # the CREATE TABLE shipped the file
         await a.hibernate(na, stub.id)
-        with trio.fail_after(2):
+        with trio.fail_after(30):
             while pg("SELECT owner FROM ds_actors")[0][0] is not None:
                 await trio.sleep(0.01)
         assert await nb.get(stub.id).all() == ["one", "two", "three"]
@@ -179,7 +179,7 @@ async def test_a_file_migrated_on_open_ships_a_snapshot_before_serving(hosts, pg
         await stub.append_message(text(1, "written after the upgrade"))
         assert pg("SELECT seq, schema_version FROM ds_snapshots") == [(2, SCHEMA_VERSION)]
         await a.hibernate(na, stub.id)
-        with trio.fail_after(2):
+        with trio.fail_after(30):
             while pg("SELECT owner FROM ds_actors")[0][0] is not None:
                 await trio.sleep(0.01)
         assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1"]
@@ -225,7 +225,7 @@ async def test_a_log_begun_by_an_older_release_without_a_snapshot_is_rebuilt_at_
         assert pg("SELECT seq, schema_version FROM ds_snapshots") == [(2, SCHEMA_VERSION)]
         await stub.append_message(text(2, "and back on Friday"))
         await a.hibernate(na, stub.id)
-        with trio.fail_after(2):
+        with trio.fail_after(30):
             while pg("SELECT owner FROM ds_actors")[0][0] is not None:
                 await trio.sleep(0.01)
         assert [m["id"] for m in await nb.get(stub.id).get_history()] == ["m1", "m2"]
