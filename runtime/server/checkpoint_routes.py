@@ -32,7 +32,7 @@ from common.wire import MSGPACK, check_session_id, decode_body, encode_body, unq
 from runtime.checkpoint_api import CHECKPOINTS_PREFIX, ROUTES, CheckpointRoute
 from runtime.server.client_io import quiet_send
 from runtime.server.routes import describe_error
-from runtime.server.shortcut import read_body
+from runtime.server.shortcut import read_body, scan_headers
 
 if TYPE_CHECKING:
     from runtime.host.actor_host import ActorHost
@@ -141,19 +141,10 @@ class CheckpointShortcut:
         route = _BY_PATH.get((scope.get("method", ""), path))
         if route is None:
             return None
-        authorization = length = accept = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                authorization = value.decode("latin-1") if authorization is None else authorization
-            elif name == b"content-length":
-                length = value if length is None else length
-            elif name == b"transfer-encoding":
-                return None
-            elif name == b"accept":
-                accept = value if accept is None else accept
-        if accept != _MSGPACK or not server.authorized(authorization):
+        heads = scan_headers(scope)
+        if heads is None or heads.accept != MSGPACK or not server.authorized(heads.authorization):
             return None
-        if length is not None and length != b"0" and not (length.isdigit() and int(length) <= server.max_body_bytes):
+        if not heads.body_fits(server.max_body_bytes):
             return None
         try:
             namespace = server.host.namespace(CHECKPOINTS_NAMESPACE)

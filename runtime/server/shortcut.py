@@ -128,24 +128,12 @@ class SessionShortcut:
         if server.forwarder is not None and not server.host.is_active(actor_id.namespace, actor_id):
             return None  # cluster: owned elsewhere, or not activated yet (the app finds the owner)
         route, values = found
-        authorization = length = content_type = accept = None
-        for name, value in scope.get("headers", ()):  # the first of each, as the app reads them
-            if name == b"authorization":
-                authorization = value.decode("latin-1") if authorization is None else authorization
-            elif name == b"content-length":
-                length = value if length is None else length
-            elif name == b"transfer-encoding":
-                return None
-            elif name == b"content-type":
-                content_type = value.decode("latin-1") if content_type is None else content_type
-            elif name == b"accept":
-                accept = value.decode("latin-1") if accept is None else accept
-        if not server.authorized(authorization):
+        heads = scan_headers(scope)
+        if heads is None or not server.authorized(heads.authorization):
             return None
-        if length is not None and length != b"0" and not (
-                route.has_body and length.isdigit() and int(length) <= server.max_body_bytes):
+        if not heads.body_fits(server.max_body_bytes if route.has_body else -1):
             return None
-        return _Taken(actor_id, route, values, content_type, accept)
+        return _Taken(actor_id, route, values, heads.content_type, heads.accept)
 
     async def _answer(self, scope: dict[str, Any], receive: Any, send: Any, taken: _Taken) -> None:
         server = self.server
@@ -189,6 +177,44 @@ class SessionShortcut:
     async def _read_body(self, receive: Any) -> bytes | None:
         """The whole body, ``None`` when the client went away (:func:`read_body`)."""
         return await read_body(receive, self.server.body_timeout_s, self.server.max_body_bytes)
+
+
+class Heads:
+    """The request headers a short way reads: the first of each, as the app reads them."""
+
+    __slots__ = ("accept", "authorization", "content_type", "length")
+
+    def __init__(self) -> None:
+        self.authorization: str | None = None
+        self.content_type: str | None = None
+        self.accept: str | None = None
+        self.length: bytes | None = None  # Content-Length as sent
+
+    def body_fits(self, limit: int) -> bool:
+        """``True`` when the declared body is absent, empty or at most ``limit`` bytes (``-1``: none allowed)."""
+        length = self.length
+        return length is None or length == b"0" or (length.isdigit() and int(length) <= limit)
+
+
+def scan_headers(scope: dict[str, Any]) -> Heads | None:
+    """The :class:`Heads` of an ASGI request; ``None`` for a chunked body (the app reads those)."""
+    heads = Heads()
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            if heads.authorization is None:
+                heads.authorization = value.decode("latin-1")
+        elif name == b"content-length":
+            if heads.length is None:
+                heads.length = value
+        elif name == b"transfer-encoding":
+            return None
+        elif name == b"content-type":
+            if heads.content_type is None:
+                heads.content_type = value.decode("latin-1")
+        elif name == b"accept":
+            if heads.accept is None:
+                heads.accept = value.decode("latin-1")
+    return heads
 
 
 async def read_body(receive: Any, timeout: float, limit: int) -> bytes | None:
