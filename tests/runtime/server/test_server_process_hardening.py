@@ -105,7 +105,9 @@ async def test_every_acknowledged_append_survives_kill_9(tmp_path):
             async with trio.open_nursery() as nursery:
                 for w in range(10):
                     nursery.start_soon(writer, f"w{w}")
-                await trio.sleep(1.5)
+                with trio.fail_after(120):  # the writers are well under way, however slow the machine
+                    while sum(map(len, acknowledged.values())) <= 50:
+                        await trio.sleep(0.01)
                 kill_hard(server)
     assert sum(map(len, acknowledged.values())) > 50
     with server_process(tmp_path / "data") as server:
