@@ -404,15 +404,19 @@ class Session:
         owner runs after the write, off the write path: the session actor's
         alarm) computes the vectors. ``on_pending()`` is called after each
         committed write that marked messages (the owner schedules that run).
-        A SQLite session only (:class:`storage.embeddings.EmbeddingMessageStore`).
+        A session in a SQLite file (:class:`storage.embeddings.EmbeddingMessageStore`)
+        or in Postgres (:class:`storage.postgres.embeddings.PostgresEmbeddingProvider`).
 
         Raises:
-            NotSupportedError: the session is not in a SQLite file (Postgres: not built yet).
+            NotSupportedError: the session was made from a provider (its storage is not known here).
         """
-        if not isinstance(self._storage, SqlStorage):
-            raise NotSupportedError("semantic search is not built for Postgres sessions yet")
         storage = self._storage
-        self._store_for = partial(EmbeddingMessageStore, storage)
+        if isinstance(storage, SqlStorage):
+            self._store_for = partial(EmbeddingMessageStore, storage)
+        elif callable(getattr(storage, "embedding_messages", None)):
+            self._store_for = storage.embedding_messages
+        else:
+            raise NotSupportedError("semantic search needs a Session on a SQLite file or a PostgresStorage")
         self._embedder = embedder
         self._on_pending = on_pending
         self._bind(self._compaction.spec)
@@ -919,7 +923,6 @@ class Session:
             InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0,
                 ``mode`` unknown, or (``field="embedder"``) semantic/hybrid with no
                 embedder configured or with one whose dimension differs from the stored vectors'.
-            NotSupportedError: semantic/hybrid on a Postgres session (not built yet).
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
             actors.embedding.EmbedderError: the embedder failed (503).
         """
@@ -953,8 +956,6 @@ class Session:
         """The vectors a ``mode`` search needs, or the error saying why there are none."""
         if self._vectors is not None:
             return self._vectors
-        if not isinstance(self._storage, SqlStorage):
-            raise NotSupportedError(f"{mode} search is not built for Postgres sessions yet (text search is)")
         raise InvalidInputError(
             f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
             "of the config file", field="embedder")
@@ -965,18 +966,14 @@ class Session:
         returns :meth:`search_status` (everything ``pending``; the owner's next embedding run does
         the work). Without an embedder nothing changes and the status says ``embedder: None``.
 
-        Raises:
-            NotSupportedError: a Postgres session.
         """
         if self._vectors is None:
-            if not isinstance(self._storage, SqlStorage):
-                raise NotSupportedError("reembed is not built for Postgres sessions yet")
             return await self.search_status()
         vectors = self._vectors
-        vectors.reset()
+        await vectors.reset()
         if self._on_pending is not None:
             self._on_pending()
-        return vectors.status()
+        return await vectors.status()
 
     async def search_status(self) -> dict[str, Any]:
         """How far semantic search has got: ``{"embedder", "dimension", "embedded", "pending"}``.
@@ -989,7 +986,7 @@ class Session:
         """
         if self._vectors is None:
             return {"embedder": None, "dimension": None, "embedded": 0, "pending": 0}
-        return self._vectors.status()
+        return await self._vectors.status()
 
     # -- compaction overlays ---------------------------------------------------
 
