@@ -41,6 +41,7 @@ __all__ = [
     "SEARCH_MODES",
     "EmbedderConfig",
     "EmbeddingMismatchError",
+    "ManagerVectors",
     "SessionVectors",
     "VectorSearchProvider",
     "embedder_for",
@@ -417,3 +418,76 @@ class SessionVectors:
                     f"embedder {self.model} gives {dimension}-dimension vectors but this session stores "
                     f"{stored}-dimension ones: run `durable-sessions reembed` (vectors are never mixed)",
                     field="embedder")
+
+
+class _SqliteManagerRows:
+    """A SessionManager's vectors in its SQLite file (:mod:`storage.embeddings`), with the methods of
+    :class:`storage.postgres.embeddings.PostgresManagerVectors`."""
+
+    def __init__(self, storage: SqlStorage) -> None:
+        self.storage = storage
+
+    async def sessions_pending(self, limit: int) -> list[str]:
+        return rows.sessions_pending(self.storage, limit)
+
+    async def vectors(self, model: str) -> list[tuple[int, bytes]]:
+        return rows.registered_vectors(self.storage, model)
+
+    async def hits(self, seqs: list[int]) -> dict[int, dict[str, str]]:
+        return rows.registered_hits(self.storage, seqs)
+
+
+class ManagerVectors:
+    """The semantic ranking across a :class:`~actors.manager.SessionManager`'s sessions.
+
+    Brute force over the vectors of every registered session (read at each
+    search: a manager's sessions change from call to call, and any of them
+    may be written through its own :class:`~actors.session.Session`).
+
+    Args:
+        storage: the manager's SQLite file, or a :class:`storage.postgres.PostgresStorage`
+            (whose registry's owner scopes the sessions).
+        embedder: makes the query's vector (on a worker thread).
+    """
+
+    def __init__(self, storage: Any, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.rows = _SqliteManagerRows(storage) if isinstance(storage, SqlStorage) else storage.manager_vectors()
+
+    async def sessions_pending(self, limit: int) -> list[str]:
+        """Up to ``limit`` of the manager's sessions with messages waiting for a vector."""
+        return list(await self.rows.sessions_pending(limit))
+
+    async def ranking(self, query: str, limit: int) -> list[dict[str, str]]:
+        """The ``limit`` messages of every session most similar to ``query`` (cosine), best first:
+        ``{"id", "role", "content", "created_at", "session_id"}``.
+
+        Raises:
+            EmbeddingMismatchError: a session stores vectors of this model with another dimension.
+        """
+        import trio
+
+        from .vectors import cosine_top_k, decode_matrix
+
+        model = self.embedder.model
+        query_vector = (await trio.to_thread.run_sync(self.embedder.embed, [query]))[0]
+        dimension = self.embedder.dimension
+        stored = await self.rows.vectors(model)
+        for _, blob in stored:
+            if len(blob) != dimension * 4:
+                raise EmbeddingMismatchError(
+                    f"embedder {model} gives {dimension}-dimension vectors but a session stores "
+                    f"{len(blob) // 4}-dimension ones: run `durable-sessions reembed` on it (vectors are never mixed)",
+                    field="embedder")
+        if not stored or limit == 0:
+            return []
+        matrix = decode_matrix([blob for _, blob in stored], dimension)
+        want = limit
+        while True:
+            top = cosine_top_k(query_vector, matrix, want)
+            seqs = [stored[i][0] for i, _ in top]
+            found = await self.rows.hits(seqs)
+            ranked = [found[seq] for seq in seqs if seq in found]
+            if len(ranked) >= limit or want >= len(stored):
+                return ranked[:limit]
+            want *= 2  # some vectors belonged to messages deleted meanwhile

@@ -41,7 +41,7 @@ from .connection import Many, Operation, Query, on_postgres, runner_for
 from .messages import PostgresSessionProvider, check_message, check_messages
 from .values import check_text, lookup_key
 
-__all__ = ["PostgresEmbeddingProvider", "PostgresEntryVectors", "PostgresVectorRows"]
+__all__ = ["PostgresEmbeddingProvider", "PostgresEntryVectors", "PostgresManagerVectors", "PostgresVectorRows"]
 
 T = TypeVar("T")
 
@@ -328,3 +328,51 @@ class PostgresEntryVectors:
 
 def _many(sql: str, params: list[dict[str, Any]]) -> Operation[None]:
     yield Many(sql, params)
+
+
+_MINE = "EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = {alias}.session_id{owner})"
+_SESSIONS_PENDING = "SELECT DISTINCT p.session_id FROM assistant_embeddings_pending AS p WHERE {mine} LIMIT %(limit)s"
+_REGISTERED_VECTORS = "SELECT e.seq, e.vector FROM assistant_embeddings AS e WHERE e.model = %(model)s AND {mine} ORDER BY e.seq"
+_REGISTERED_HITS = f"""
+SELECT m.seq, m.id, m.role, m.text_content AS content, {stamp('m.created_at')} AS created_at, m.session_id
+FROM assistant_messages AS m WHERE m.seq = ANY(%(seqs)s) AND {{mine}}
+"""
+
+
+class PostgresManagerVectors:
+    """The vectors of a SessionManager's sessions: those with a registry row (of ``owner``, when given).
+
+    Args:
+        conn: as for :class:`PostgresVectorRows`.
+        owner: ``None``: every registered session of the database; else those of this registry owner
+            (:class:`storage.postgres.registry.OwnedRegistryDialect`).
+    """
+
+    def __init__(self, conn: Any, owner: str | None = None) -> None:
+        self._runner = runner_for(conn)
+        self._params: dict[str, Any] = {} if owner is None else {"owner": owner}
+        self._owner = "" if owner is None else " AND r.owner = %(owner)s"
+
+    def _mine(self, alias: str) -> str:
+        return _MINE.format(alias=alias, owner=self._owner)
+
+    async def sessions_pending(self, limit: int) -> list[str]:
+        """Up to ``limit`` of the manager's sessions holding pending markers."""
+        sql = _SESSIONS_PENDING.format(mine=self._mine("p"))
+        return [r["session_id"] for r in await self._runner.run(_one(sql, {"limit": limit, **self._params}),
+                                                                  write=False)]
+
+    async def vectors(self, model: str) -> list[tuple[int, bytes]]:
+        """``(seq, vector bytes)`` of every vector of ``model`` in the manager's sessions, in ``seq`` order."""
+        sql = _REGISTERED_VECTORS.format(mine=self._mine("e"))
+        rows = await self._runner.run(_one(sql, {"model": model, **self._params}), write=False)
+        return [(r["seq"], bytes(r["vector"])) for r in rows]
+
+    async def hits(self, seqs: list[int]) -> dict[int, dict[str, str]]:
+        """The messages of the manager's sessions among ``seqs``, by ``seq``: ``{"id", "role", "content",
+        "created_at", "session_id"}``."""
+        if not seqs:
+            return {}
+        sql = _REGISTERED_HITS.format(mine=self._mine("m"))
+        rows = await self._runner.run(_one(sql, {"seqs": seqs, **self._params}), write=False)
+        return {r.pop("seq"): r for r in (dict(row) for row in rows)}

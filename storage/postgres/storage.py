@@ -37,7 +37,7 @@ from . import catalog
 from .catalog import CatalogRow
 from .connection import Operation, Query, Runner, on_postgres, runner_for
 from .context import POSTGRES_CONTEXT, PostgresContextProvider, PostgresSearchProvider
-from .embeddings import PostgresEmbeddingProvider, PostgresEntryVectors, PostgresVectorRows
+from .embeddings import PostgresEmbeddingProvider, PostgresEntryVectors, PostgresManagerVectors, PostgresVectorRows
 from .messages import PostgresSessionProvider
 from .registry import PostgresRegistry
 from .values import MAX_VALUE_BYTES, check_text
@@ -114,6 +114,10 @@ class PostgresStorage:
     def vectors(self, session_id: str = "") -> PostgresVectorRows:
         """The message vectors and pending markers of ``session_id`` (:mod:`storage.postgres.embeddings`)."""
         return PostgresVectorRows(self, session_id)
+
+    def manager_vectors(self) -> PostgresManagerVectors:
+        """The message vectors of the sessions :attr:`registry` holds (its owner's, when scoped)."""
+        return PostgresManagerVectors(self, self.registry.owner)
 
     def entry_vectors(self) -> PostgresEntryVectors:
         """The vectors of searchable blocks' entries (:mod:`storage.postgres.embeddings`)."""
