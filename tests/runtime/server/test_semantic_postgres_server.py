@@ -1,4 +1,5 @@
-"""Semantic and hybrid search through real ``durable-sessions serve --postgres`` processes.
+"""Semantic and hybrid search through real ``durable-sessions serve --postgres`` processes
+(and a SessionManager's cross-session search, in both modes).
 
 The vectors are ``bytea`` rows in Postgres; the append answers before the
 model runs and the actor's alarm embeds after commit; ``search:status``
@@ -16,6 +17,7 @@ import time
 import httpx
 import psycopg
 import pytest
+import trio
 
 pytest.importorskip("wordllama")
 
@@ -144,3 +146,37 @@ def test_without_an_embedder_semantic_search_is_a_400_naming_the_setting(tmp_pat
             assert "embedder" in error["message"] and "[search]" in error["message"]
         assert search(http, "s1", "flight", "text") == ["flight"]
         assert status_of(http, "s1") == {"embedder": None, "dimension": None, "embedded": 0, "pending": 0}
+
+
+async def _manager_search(url):
+    from runtime.client import SessionsClient
+
+    async with SessionsClient(url) as client:
+        manager = client.manager("ana")
+        trip, home = await manager.create("trip"), await manager.create("home")
+        await manager.append(trip["id"], {"id": "flight", "role": "user",
+                                          "parts": [{"type": "text", "text": TEXTS["flight"]}]})
+        for mid in ("dog", "deploy"):
+            await manager.append(home["id"], {"id": mid, "role": "user", "parts": [{"type": "text", "text": TEXTS[mid]}]})
+        deadline = time.monotonic() + DEADLINE_S
+        while True:  # each managed session's own status route says when its messages are embedded
+            statuses = [await (await manager.get_session(row["id"])).search_status() for row in (trip, home)]
+            if [s["pending"] for s in statuses] == [0, 0] and [s["embedded"] for s in statuses] == [1, 2]:
+                break
+            assert time.monotonic() < deadline, statuses
+            await trio.sleep(0.1)
+        semantic = await manager.search("the trip that got called off", mode="semantic", limit=1)
+        hybrid = await manager.search("billing deploy", mode="hybrid", limit=3)
+        text = await manager.search("the trip that got called off")
+        return trip["id"], home["id"], semantic, hybrid, text
+
+
+@pytest.mark.parametrize("mode", ["sqlite", "postgres"])
+def test_a_manager_searches_its_sessions_by_meaning(tmp_path, pg_dsn, mode):
+    extra = ["--config", config(tmp_path, LOCAL)] + (["--postgres", pg_dsn] if mode == "postgres" else [])
+    with server_process(tmp_path / "data", extra=extra) as server:
+        trip, home, semantic, hybrid, text = trio.run(_manager_search, server.url)
+    assert [(h["sessionId"], h["id"]) for h in semantic] == [(trip, "flight")]
+    assert semantic[0]["content"] == TEXTS["flight"]
+    assert [(h["sessionId"], h["id"]) for h in hybrid][0] == (home, "deploy") and len(hybrid) == 3
+    assert text == []
