@@ -395,21 +395,28 @@ class SessionVectors:
 
     async def _loaded(self) -> VectorIndex:
         """The session's vectors in memory: read from storage on first use; in Postgres, also
-        those stored since the last read (by this host's alarm or by another host)."""
+        those stored since the last read (by this host's alarm or by another host).
+
+        A :meth:`forget` while this awaits storage leaves the index it was filling to this
+        search alone (the next search reads everything again)."""
         from .vectors import VectorIndex, decode_matrix
 
         dimension = self.embedder.dimension  # known: the query was embedded
-        if self._index is None:
+        index = self._index
+        if index is None:
             await self._check_dimension(dimension)
-            self._index, self._stamp = VectorIndex(self.model, dimension), 0
+            index = self._index = VectorIndex(self.model, dimension)
+            self._stamp = 0
         elif not self.rows.refresh:
-            return self._index
-        stored = await self.rows.vectors(self.model, self._stamp)
+            return index
+        after = self._stamp
+        stored = await self.rows.vectors(self.model, after)
         if stored:
             await self._check_dimension(dimension)
-            self._index.add([seq for seq, _, _ in stored], decode_matrix([blob for _, _, blob in stored], dimension))
-            self._stamp = max(stamp for _, stamp, _ in stored)
-        return self._index
+            index.add([seq for seq, _, _ in stored], decode_matrix([blob for _, _, blob in stored], dimension))
+            if self._index is index:
+                self._stamp = max(self._stamp, max(stamp for _, stamp, _ in stored))
+        return index
 
     async def _check_dimension(self, dimension: int) -> None:
         for model, stored, _ in await self.rows.stored_dimensions():

@@ -152,3 +152,22 @@ async def test_a_searchable_block_ranks_entries_by_meaning(storage):
     assert (await block.search("billing deploy")).startswith("[deploy]\n")
     await block.set("dog", "Quarterly tax forms are due to the accountant")  # replaced: embedded again
     assert (await block.search("paying taxes")).startswith("[dog]\nQuarterly tax")
+
+
+async def test_in_postgres_a_searched_session_sees_vectors_another_host_stored(storage):
+    """Two Sessions on one Postgres session (two hosts' activations): the first, already searched (its
+    vectors in memory), finds what the second stored since -- each search reads the newer stamps."""
+    from storage import SqlStorage
+
+    if isinstance(storage, SqlStorage):
+        pytest.skip("a SQLite file has one writer: its in-memory vectors never go stale")
+    first, _ = embedded(storage)
+    await first.append_message(msg("pasta", TEXTS["pasta"]))
+    await first.embed_pending()
+    assert ids(await first.search("the trip that got called off", mode="semantic")) == ["pasta"]
+    second, _ = embedded(storage)
+    await second.append_message(msg("flight", TEXTS["flight"]))
+    await second.update_message(msg("pasta", "Our puppy keeps chewing the sofa cushions"))
+    assert await second.embed_pending() == 2
+    assert ids(await first.search("the trip that got called off", mode="semantic", limit=1)) == ["flight"]
+    assert ids(await first.search("a young dog damaging furniture", mode="semantic", limit=1)) == ["pasta"]
