@@ -665,34 +665,13 @@ class SessionManager:
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
             actors.embedding.EmbedderError: the embedder failed (503).
         """
-        from .session_embeddings import FUSION_DEPTH, SEARCH_MODES
+        from .session_embeddings import ranked, vectors_for_mode
 
         _check_text(query, "query")
         limit = search_limit(limit)
-        if mode not in SEARCH_MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}", field="mode")
-        vectors = None if mode == "text" else self._vectors
-        if mode != "text" and vectors is None:
-            raise InvalidInputError(
-                f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
-                "of the config file", field="embedder")
-        parsed = parse_query(query)
-        if limit == 0 or (parsed is None and (vectors is None or not query.strip())):
-            return []
-        if vectors is None:
-            found = await self._registry.search_messages(parsed, limit) if parsed is not None else []
-        elif mode == "semantic":
-            found = await vectors.ranking(query, limit)
-        else:
-            from .vectors import reciprocal_rank_fusion
-
-            depth = max(limit, FUSION_DEPTH)
-            text = await self._registry.search_messages(parsed, depth) if parsed is not None else []
-            meaning = await vectors.ranking(query, depth)
-            by_key = {(hit["session_id"], hit["id"]): hit for hit in (*meaning, *text)}
-            fused = reciprocal_rank_fusion([[(h["session_id"], h["id"]) for h in text],
-                                            [(h["session_id"], h["id"]) for h in meaning]], limit=limit)
-            found = [by_key[key] for key, _ in fused]
+        vectors = vectors_for_mode(mode, self._vectors)
+        found = await ranked(query, parse_query(query), limit, mode, vectors, self._registry.search_messages,
+                             _hit_key)
         return [
             {
                 "id": hit["id"],
@@ -758,3 +737,8 @@ def _check_text(value: Any, name: str) -> str:
 
 def _check_optional_text(value: Any, name: str) -> str | None:
     return None if value is None else _check_text(value, name)
+
+
+def _hit_key(hit: Row) -> tuple[str, str]:
+    """A cross-session hit's key in the fusion of rankings: its session and message ids."""
+    return (hit["session_id"], hit["id"])

@@ -102,12 +102,13 @@ from storage import SqlStorage
 from storage.embeddings import EmbeddingMessageStore
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
+from storage.tree.rows import SearchRow
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
 from .history_pages import check_page_options, history_page
 from .session_compaction import BroadcastChannel, SessionCompaction
-from .session_embeddings import FUSION_DEPTH, SEARCH_MODES, SessionVectors
+from .session_embeddings import SessionVectors, ranked, vectors_for_mode
 from .session_messages import (
     apply_overlays,
     check_message,
@@ -928,37 +929,12 @@ class Session:
         """
         _check_str(query, "query")
         limit = search_limit(limit)
-        if mode not in SEARCH_MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}", field="mode")
-        vectors = None if mode == "text" else self._semantic(mode)
-        parsed = parse_query(query)
-        if limit == 0 or (parsed is None and (vectors is None or not query.strip())):
-            return []
-        if vectors is None:
-            found = await self._messages.search(parsed, limit) if parsed is not None else []
-        elif mode == "semantic":
-            found = await vectors.ranking(query, limit)
-        else:
-            from .vectors import reciprocal_rank_fusion
-
-            depth = max(limit, FUSION_DEPTH)
-            text = await self._messages.search(parsed, depth) if parsed is not None else []
-            meaning = await vectors.ranking(query, depth)
-            by_id = {r.id: r for r in (*meaning, *text)}
-            fused = reciprocal_rank_fusion([[r.id for r in text], [r.id for r in meaning]], limit=limit)
-            found = [by_id[key] for key, _ in fused]
+        vectors = vectors_for_mode(mode, self._vectors)
+        found = await ranked(query, parse_query(query), limit, mode, vectors, self._messages.search, _row_id)
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
             for r in found
         ]
-
-    def _semantic(self, mode: str) -> SessionVectors:
-        """The vectors a ``mode`` search needs, or the error saying why there are none."""
-        if self._vectors is not None:
-            return self._vectors
-        raise InvalidInputError(
-            f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
-            "of the config file", field="embedder")
 
     async def reembed(self) -> dict[str, Any]:
         """Drop every vector of this session and mark each message with text to be embedded again
@@ -1211,3 +1187,8 @@ def _check_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InvalidInputError(f"{name} must be a number, not {value!r}", field=name)
     return value
+
+
+def _row_id(row: SearchRow) -> str:
+    """A search hit's key in the fusion of rankings: its message id."""
+    return row.id

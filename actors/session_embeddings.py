@@ -23,13 +23,14 @@ numpy and the model are imported only when an embedder is configured.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from common.errors import InvalidInputError
 from storage import embeddings as rows
 from storage.sqlite import SqlStorage
+from storage.fts import ParsedQuery
 from storage.tree.rows import SearchRow
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ __all__ = [
     "SessionVectors",
     "VectorSearchProvider",
     "embedder_for",
+    "ranked",
+    "vectors_for_mode",
 ]
 
 #: The ``mode`` values of a message search.
@@ -498,3 +501,47 @@ class ManagerVectors:
             if len(ranked) >= limit or want >= len(stored):
                 return ranked[:limit]
             want *= 2  # some vectors belonged to messages deleted meanwhile
+
+
+R = TypeVar("R")
+V = TypeVar("V")
+
+
+def vectors_for_mode(mode: Any, vectors: V | None) -> V | None:
+    """The vectors a search of ``mode`` needs (``None`` for ``"text"``), or the error saying why there are none.
+
+    Raises:
+        InvalidInputError: ``mode`` is not one of :data:`SEARCH_MODES` (``field="mode"``), or
+            (``field="embedder"``) semantic/hybrid without an embedder, naming the ``[search]`` setting.
+    """
+    if mode not in SEARCH_MODES:
+        raise InvalidInputError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}", field="mode")
+    if mode == "text":
+        return None
+    if vectors is None:
+        raise InvalidInputError(
+            f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
+            "of the config file", field="embedder")
+    return vectors
+
+
+async def ranked(query: str, parsed: ParsedQuery | None, limit: int, mode: str, vectors: Any,
+                 text: Callable[[ParsedQuery, int], Awaitable[Sequence[R]]],
+                 key: Callable[[R], Hashable]) -> list[R]:
+    """The hits of a ``mode`` search, best first: ``text(parsed, n)`` (the full-text ranking), the
+    semantic ranking ``vectors.ranking(query, n)``, or both fused by reciprocal rank fusion (each cut
+    at :data:`FUSION_DEPTH` or ``limit``; ``key`` names a hit in both rankings)."""
+    if limit == 0 or (parsed is None and (vectors is None or not query.strip())):
+        return []
+    if vectors is None:
+        return list(await text(parsed, limit)) if parsed is not None else []
+    if mode == "semantic":
+        return list(await vectors.ranking(query, limit))
+    from .vectors import reciprocal_rank_fusion
+
+    depth = max(limit, FUSION_DEPTH)
+    words = list(await text(parsed, depth)) if parsed is not None else []
+    meaning = list(await vectors.ranking(query, depth))
+    by_key = {key(hit): hit for hit in (*meaning, *words)}
+    fused = reciprocal_rank_fusion([[key(hit) for hit in words], [key(hit) for hit in meaning]], limit=limit)
+    return [by_key[k] for k, _ in fused]

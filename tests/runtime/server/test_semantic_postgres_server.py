@@ -21,48 +21,25 @@ import trio
 
 pytest.importorskip("wordllama")
 
+from tests.runtime.server.test_semantic_search_server import (  # noqa: E402
+    DEADLINE_S,
+    TEXTS,
+    append_all,
+    config,
+    wait_embedded,
+)
 from tests.support.processes import cli_command, cli_env, kill_hard, server_process  # noqa: E402
 
-DEADLINE_S = 120.0
 MODEL = "wordllama/l2_supercat-256"
-TEXTS = {
-    "flight": "My flight to Lisbon was cancelled this morning",
-    "pasta": "The pasta recipe needs garlic, olive oil and basil",
-    "deploy": "The deploy of the billing service happens on Friday",
-    "dog": "Our puppy keeps chewing the sofa cushions",
-}
 LOCAL = '[search]\nembedder = "local"\n\n[[session.blocks]]\nlabel = "kb"\nkind = "searchable"\n'
 DEAD = ('[search]\nembedder = "openai"\nurl = "http://127.0.0.1:9/v1"\nmodel = "nowhere"\n'
         'api_key_env = ""\ndimension = 8\n')
-
-
-def config(tmp_path, body):
-    path = tmp_path / "sessions.toml"
-    path.write_text(body, encoding="utf-8")
-    return str(path)
-
-
-def append_all(http, session):
-    for mid, text in TEXTS.items():
-        reply = http.post(f"/v1/sessions/{session}/messages",
-                          json={"message": {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}})
-        assert reply.status_code == 201, reply.text
 
 
 def status_of(http, session):
     reply = http.get(f"/v1/sessions/{session}/search:status")
     assert reply.status_code == 200, reply.text
     return reply.json()["status"]
-
-
-def wait_embedded(http, session, count):
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        status = status_of(http, session)
-        if status["pending"] == 0 and status["embedded"] == count:
-            return status
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)
 
 
 def search(http, session, q, mode, limit=20):
