@@ -51,11 +51,14 @@ the cost of semantic search on the write path: the median time of one
 ``append_message`` without an embedder, with one (the pending marker only),
 and with one while the embedding worker runs beside the appends (a trio task
 embedding on a worker thread, as the actor's alarm does), as ratios of the
-first. Then hybrid search on large sessions (``--session-sizes``, default
+first (the three take turns, five chunks each, so a drifting base cost
+weighs on all alike). Then hybrid search on large sessions (``--session-sizes``, default
 10,000 messages: the corpus repeated under new ids): median time of
 ``search(mode="hybrid", limit=10)`` over the 62 queries, after one search
 has loaded the vectors (the first search of an activation pays that load,
-also reported).
+also reported). ``--postgres [DSN]``: the same with each session a session
+of a :class:`storage.postgres.PostgresStorage` (a throwaway server without a
+DSN), the vectors ``bytea`` rows there.
 
 Embedders (each needs its package; a missing one is reported and skipped):
 
@@ -489,32 +492,40 @@ def session_bench(sizes: list[int], appends: int, postgres: str | None = None) -
             # Append cost: off, marker only, marker with the worker embedding beside the appends.
             texts = [m["text"] for m in corpus]
 
-            async def appends_ms(name: str, embed: bool, worker: bool) -> float:
+            # The three variants take turns, ROUNDS chunks each, so that a drift of the base cost
+            # (a Postgres database growing, the machine's load) weighs on all three alike.
+            rounds = 5
+            sessions = {}
+            for name, embed in (("off", False), ("marker", True), ("worker", True)):
                 storage = open_storage(f"append-{name}.sqlite3")
                 session = session_on(storage)
-                if embed:
-                    session.with_embedder(embedder)
-                times = []
+                sessions[name] = (storage, session.with_embedder(embedder) if embed else session)
+            times: dict[str, list[float]] = {name: [] for name in sessions}
+
+            async def appends_chunk(name: str, first: int, count: int) -> None:
+                session = sessions[name][1]
                 async with trio.open_nursery() as nursery:
-                    if worker:
+                    if name == "worker":
                         async def embedding() -> None:
                             while True:
                                 await session.embed_pending()
                                 await trio.sleep(0)
                         nursery.start_soon(embedding)
-                    for i in range(appends):
+                    for i in range(first, first + count):
                         t0 = time.perf_counter()
                         await session.append_message(_message(f"a{i}", "user", texts[i % len(texts)]))
-                        times.append((time.perf_counter() - t0) * 1000)
+                        times[name].append((time.perf_counter() - t0) * 1000)
                         await trio.sleep(0)  # let the worker's results in, as between two requests
                     nursery.cancel_scope.cancel()
-                storage.close()
-                return statistics.median(times)
 
-            off = await appends_ms("off", False, False)
-            marker = await appends_ms("marker", True, False)
-            beside = await appends_ms("worker", True, True)
-            out["append"] = {"appends": appends, "off_ms": off, "marker_ms": marker, "worker_ms": beside,
+            chunk = max(1, appends // rounds)
+            for r in range(rounds):
+                for name in sessions:
+                    await appends_chunk(name, r * chunk, chunk)
+            for storage, _ in sessions.values():
+                storage.close()
+            off, marker, beside = (statistics.median(times[name]) for name in ("off", "marker", "worker"))
+            out["append"] = {"appends": chunk * rounds, "off_ms": off, "marker_ms": marker, "worker_ms": beside,
                              "marker_ratio": marker / off, "worker_ratio": beside / off}
 
             # Hybrid search on large sessions.
