@@ -157,3 +157,33 @@ def test_a_manager_searches_its_sessions_by_meaning(tmp_path, pg_dsn, mode):
     assert semantic[0]["content"] == TEXTS["flight"]
     assert [(h["sessionId"], h["id"]) for h in hybrid][0] == (home, "deploy") and len(hybrid) == 3
     assert text == []
+
+
+async def _manager_write(url):
+    from runtime.client import SessionsClient
+
+    async with SessionsClient(url) as client:
+        row = await client.manager("bo").create("trip")
+        await client.manager("bo").append(row["id"], {"id": "flight", "role": "user",
+                                                      "parts": [{"type": "text", "text": TEXTS["flight"]}]})
+        return row["id"]
+
+
+async def _manager_wait_and_search(url, session_id):
+    from runtime.client import SessionsClient
+
+    async with SessionsClient(url) as client:
+        manager = client.manager("bo")
+        assert await manager.search("the trip that got called off", mode="text") == []
+        deadline = time.monotonic() + DEADLINE_S
+        while not (found := await manager.search("the trip that got called off", mode="semantic")):
+            assert time.monotonic() < deadline, await (await manager.get_session(session_id)).search_status()
+            await trio.sleep(0.1)
+        return [(h["sessionId"], h["id"]) for h in found]
+
+
+def test_a_manager_written_before_the_embedder_was_configured_gets_embedded_at_its_next_wake(tmp_path):
+    with server_process(tmp_path / "data") as server:
+        session_id = trio.run(_manager_write, server.url)
+    with server_process(tmp_path / "data", extra=("--config", config(tmp_path, LOCAL))) as server:
+        assert trio.run(_manager_wait_and_search, server.url, session_id) == [(session_id, "flight")]
