@@ -56,7 +56,7 @@ import math
 import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import ConflictError, InvalidInputError, MessageNotFoundError, NotFoundError
 from storage.fts import parse_query
@@ -68,6 +68,10 @@ from .session import LATEST_LEAF, Session, target_parts
 from .session_messages import search_limit
 from .session_spec import SessionSpec, check_text
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .embedding import Embedder
+    from .session_embeddings import ManagerVectors
 
 __all__ = [
     "END_REASON_COMPACTION",
@@ -158,6 +162,9 @@ class SessionManager:
         self._spec = SessionSpec()
         self._sessions: dict[str, Session] = {}
         self._opened = False
+        self._embedder: Any = None
+        self._on_pending: Callable[[], object] | None = None
+        self._vectors: ManagerVectors | None = None
 
     @staticmethod  # bound to the class by _ClassOrInstanceMethod, not by Python
     def _create_manager(cls: type[SessionManager], target: Any) -> SessionManager:
@@ -276,6 +283,56 @@ class SessionManager:
             lambda spec: spec.with_history_block(label, description=HISTORY_DESCRIPTION, provider=provider),
         )
 
+    def with_embedder(self, embedder: Embedder, *, on_pending: Callable[[], object] | None = None) -> SessionManager:
+        """Switch on semantic and hybrid :meth:`search` (and each session's) with ``embedder``.
+        Returns ``self``.
+
+        Every session the manager opens gets :meth:`Session.with_embedder`: a
+        message stored with text gets a pending marker in its write's
+        transaction, and :meth:`embed_pending` (the owner runs it after the
+        write, off the write path: the manager actor's alarm) computes the
+        vectors. ``on_pending()`` is called after each committed write that marked messages.
+
+        Raises:
+            ConflictError: a session is open.
+        """
+        from .session_embeddings import ManagerVectors
+
+        if self._opened:
+            raise ConflictError("with_embedder() configures every managed session and must come before the first one opens")
+        self._embedder = embedder
+        self._on_pending = on_pending
+        self._vectors = ManagerVectors(self._storage, embedder)
+        return self
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder of :meth:`with_embedder`, or ``None``."""
+        return self._embedder
+
+    async def has_pending(self) -> bool:
+        """Whether any session holds messages waiting for a vector (``False`` without an embedder)."""
+        return self._vectors is not None and bool(await self._vectors.sessions_pending(1))
+
+    async def embed_pending(self) -> int:
+        """Embed the messages of every session waiting for a vector, a session at a time; returns how
+        many vectors were stored (0 without an embedder).
+
+        Raises:
+            actors.embedding.EmbedderError: the model or the endpoint failed (the markers stay).
+        """
+        if self._vectors is None:
+            return 0
+        stored = 0
+        while True:
+            pending = [sid for sid in await self._vectors.sessions_pending(16) if sid]
+            done = 0
+            for session_id in pending:
+                done += await self._open(session_id).embed_pending()
+            stored += done
+            if not pending or not done:
+                return stored
+
     # -- sessions ---------------------------------------------------------------------
 
     def _open(self, session_id: str) -> Session:
@@ -291,6 +348,8 @@ class SessionManager:
                 broadcaster=broadcaster,
                 on_history_changed=self._touch,
             )
+            if self._embedder is not None:
+                session.with_embedder(self._embedder, on_pending=self._on_pending)
             self._sessions[session_id] = session
         return session
 
@@ -580,12 +639,18 @@ class SessionManager:
 
     # -- search and tools ----------------------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 20) -> builtins.list[dict[str, str]]:
-        """Full-text search of the stored messages of every registered session.
+    async def search(self, query: str, *, limit: int = 20, mode: str = "text") -> builtins.list[dict[str, str]]:
+        """Search the stored messages of every registered session: by words (``mode="text"``, the
+        default), by meaning (``"semantic"``) or both (``"hybrid"``), as :meth:`Session.search` does
+        within one session.
 
-        Query rules as :meth:`Session.search`: every word must match, a
-        ``"quoted part"`` as a phrase, nothing is FTS5 syntax, CJK text is
-        found inside sentences; a blank query gives ``[]``.
+        Text: every word must match, a ``"quoted part"`` as a phrase, nothing
+        is FTS5 syntax, CJK text is found inside sentences; a blank query gives
+        ``[]``. ``semantic`` ranks the embedded messages of every session by
+        the cosine similarity of their vector to the query's (messages not yet
+        embedded are not found); ``hybrid`` merges the text and semantic
+        rankings (each cut at 50, or ``limit`` if larger) by reciprocal rank
+        fusion (k = 60). Both need :meth:`with_embedder`.
 
         Returns:
             Up to ``limit`` hits, best first: ``[{"id", "role", "content",
@@ -594,14 +659,19 @@ class SessionManager:
             stored (ISO-8601 UTC with ms), ``sessionId`` its session.
 
         Raises:
-            InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0.
+            InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0,
+                ``mode`` unknown, or (``field="embedder"``) semantic/hybrid without an
+                embedder, or with one whose dimension differs from a session's stored vectors.
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
+            actors.embedding.EmbedderError: the embedder failed (503).
         """
+        from .session_embeddings import ranked, vectors_for_mode
+
         _check_text(query, "query")
         limit = search_limit(limit)
-        parsed = parse_query(query)
-        if parsed is None or limit == 0:
-            return []
+        vectors = vectors_for_mode(mode, self._vectors)
+        found = await ranked(query, parse_query(query), limit, mode, vectors, self._registry.search_messages,
+                             _hit_key)
         return [
             {
                 "id": hit["id"],
@@ -610,7 +680,7 @@ class SessionManager:
                 "createdAt": to_iso8601(hit["created_at"]),
                 "sessionId": hit["session_id"],
             }
-            for hit in await self._registry.search_messages(parsed, limit)
+            for hit in found
         ]
 
     def tools(self) -> dict[str, Tool]:
@@ -667,3 +737,8 @@ def _check_text(value: Any, name: str) -> str:
 
 def _check_optional_text(value: Any, name: str) -> str | None:
     return None if value is None else _check_text(value, name)
+
+
+def _hit_key(hit: Row) -> tuple[str, str]:
+    """A cross-session hit's key in the fusion of rankings: its session and message ids."""
+    return (hit["session_id"], hit["id"])

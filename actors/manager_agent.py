@@ -42,10 +42,13 @@ from typing import Any, ClassVar
 
 from common.errors import InvalidArgumentsError, InvalidInputError, NotFoundError, UnknownMethodError
 
-from .agent import Agent, AgentContext
+from storage.context import read_config, write_config
+
+from .agent import Agent, AgentContext, AlarmInfo
 from .manager import SessionManager
 from .session import LATEST_LEAF, Session
 from .session_agent import TOOL_FORMATS, SessionAgent, SessionConfig
+from .session_embeddings import embedder_for
 from .session_metadata import read_metadata, write_metadata
 from .session_spec import SessionSpec
 from .tools import Tool, anthropic_tools, openai_tools
@@ -126,7 +129,7 @@ class ManagedSession:
     get_latest_leaf = SessionAgent.get_latest_leaf
     get_path_length = SessionAgent.get_path_length
     search = SessionAgent.search
-    search_status = SessionAgent.search_status  # no embedder in a manager's sessions yet: text search only
+    search_status = SessionAgent.search_status
     reembed = SessionAgent.reembed
     # -- context blocks, prompt, tools, skills, compaction
     get_context_blocks = SessionAgent.get_context_blocks
@@ -186,6 +189,45 @@ class ManagerAgent(Agent):
             raise TypeError(f"ManagerAgent needs a SessionConfig as env, not {type(env).__name__}")
         self.config = env or SessionConfig()
         self.manager = configure_manager(SessionManager.create(self), self.config.spec)
+        self._with_search()
+
+    # -- embedding after commit (semantic search) ----------------------------------------------------
+
+    def _with_search(self) -> None:
+        """With ``[search]``: every managed session marks its messages to embed, the alarm embeds them."""
+        self._embedding_scheduled = False
+        if self.config.search is not None:
+            self.manager.with_embedder(embedder_for(self.config.search), on_pending=self._schedule_embedding)
+
+    def _schedule_embedding(self) -> None:
+        """Make the actor's alarm due now (unless it already is), to embed the pending messages."""
+        SessionAgent._schedule_embedding(self)  # type: ignore[arg-type]  # uses ctx, storage and the flag only
+
+    async def on_start(self) -> None:
+        """With an embedder: mark the messages every session stored before it was configured (once
+        per model, recorded in the actor's file), and schedule the alarm when any are pending (a
+        restart or a wake finishes what an earlier activation left)."""
+        embedder = self.manager.embedder
+        if embedder is None:
+            return
+        key = f"embeddings_marked:{embedder.model}"
+        if read_config(self.storage, "", key) is None:
+            rows = await self.manager.list()
+            with self.ctx.quiet_writes():
+                for row in rows:
+                    vectors = (await self.manager.get_session(row["id"])).vectors
+                    if vectors is not None:
+                        await vectors.mark_missing()
+                write_config(self.storage, "", key, "1")
+        if await self.manager.has_pending():
+            self._schedule_embedding()
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        """Embed every session's pending messages (off the actor's loop, a batch per transaction).
+        A failing embedder raises, so the alarm is retried with backoff; the markers stay meanwhile."""
+        self._embedding_scheduled = False
+        with self.ctx.quiet_writes():
+            await self.manager.embed_pending()
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -279,9 +321,10 @@ class ManagerAgent(Agent):
 
     # -- search and tools -----------------------------------------------------------------------------
 
-    async def search(self, query: str, limit: int = 20) -> builtins.list[dict[str, str]]:
-        """Full-text search over every session: ``{id, role, content, createdAt, sessionId}``, best first."""
-        return await self.manager.search(query, limit=limit)
+    async def search(self, query: str, limit: int = 20, mode: str = "text") -> builtins.list[dict[str, str]]:
+        """Search every session by words (``text``), meaning (``semantic``) or both (``hybrid``):
+        ``{id, role, content, createdAt, sessionId}``, best first (:meth:`SessionManager.search`)."""
+        return await self.manager.search(query, limit=limit, mode=mode)
 
     async def tools(self, format: str = "raw") -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """The manager's tools (``session_search``), raw or as the OpenAI / Anthropic list.

@@ -77,6 +77,7 @@ class PostgresManagerAgent(ManagerAgent):
         self.config = env.config
         self.postgres = env.storage.for_owner(ctx.id.hex)
         self.manager = configure_manager(SessionManager(self.postgres, target=self), self.config.spec)
+        self._with_search()
 
     @classmethod
     async def session_written(cls, env: PostgresSessionEnv, actor_id: Any) -> bool:

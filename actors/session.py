@@ -102,12 +102,13 @@ from storage import SqlStorage
 from storage.embeddings import EmbeddingMessageStore
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
+from storage.tree.rows import SearchRow
 
 from .compaction import CompactResult, SessionCounter
 from .context import ContextBlock, ContextBlocks
 from .history_pages import check_page_options, history_page
 from .session_compaction import BroadcastChannel, SessionCompaction
-from .session_embeddings import FUSION_DEPTH, SEARCH_MODES, SessionVectors
+from .session_embeddings import SessionVectors, ranked, vectors_for_mode
 from .session_messages import (
     apply_overlays,
     check_message,
@@ -404,15 +405,19 @@ class Session:
         owner runs after the write, off the write path: the session actor's
         alarm) computes the vectors. ``on_pending()`` is called after each
         committed write that marked messages (the owner schedules that run).
-        A SQLite session only (:class:`storage.embeddings.EmbeddingMessageStore`).
+        A session in a SQLite file (:class:`storage.embeddings.EmbeddingMessageStore`)
+        or in Postgres (:class:`storage.postgres.embeddings.PostgresEmbeddingProvider`).
 
         Raises:
-            NotSupportedError: the session is not in a SQLite file (Postgres: not built yet).
+            NotSupportedError: the session was made from a provider (its storage is not known here).
         """
-        if not isinstance(self._storage, SqlStorage):
-            raise NotSupportedError("semantic search is not built for Postgres sessions yet")
         storage = self._storage
-        self._store_for = partial(EmbeddingMessageStore, storage)
+        if isinstance(storage, SqlStorage):
+            self._store_for = partial(EmbeddingMessageStore, storage)
+        elif callable(getattr(storage, "embedding_messages", None)):
+            self._store_for = storage.embedding_messages
+        else:
+            raise NotSupportedError("semantic search needs a Session on a SQLite file or a PostgresStorage")
         self._embedder = embedder
         self._on_pending = on_pending
         self._bind(self._compaction.spec)
@@ -919,45 +924,17 @@ class Session:
             InvalidInputError: ``query`` is not a string, ``limit`` not an int >= 0,
                 ``mode`` unknown, or (``field="embedder"``) semantic/hybrid with no
                 embedder configured or with one whose dimension differs from the stored vectors'.
-            NotSupportedError: semantic/hybrid on a Postgres session (not built yet).
             storage.SearchQueryError: SQLite failed (never hidden as ``[]``).
             actors.embedding.EmbedderError: the embedder failed (503).
         """
         _check_str(query, "query")
         limit = search_limit(limit)
-        if mode not in SEARCH_MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}", field="mode")
-        vectors = None if mode == "text" else self._semantic(mode)
-        parsed = parse_query(query)
-        if limit == 0 or (parsed is None and (vectors is None or not query.strip())):
-            return []
-        if vectors is None:
-            found = await self._messages.search(parsed, limit) if parsed is not None else []
-        elif mode == "semantic":
-            found = await vectors.ranking(query, limit)
-        else:
-            from .vectors import reciprocal_rank_fusion
-
-            depth = max(limit, FUSION_DEPTH)
-            text = await self._messages.search(parsed, depth) if parsed is not None else []
-            meaning = await vectors.ranking(query, depth)
-            by_id = {r.id: r for r in (*meaning, *text)}
-            fused = reciprocal_rank_fusion([[r.id for r in text], [r.id for r in meaning]], limit=limit)
-            found = [by_id[key] for key, _ in fused]
+        vectors = vectors_for_mode(mode, self._vectors)
+        found = await ranked(query, parse_query(query), limit, mode, vectors, self._messages.search, _row_id)
         return [
             {"id": r.id, "role": r.role, "content": r.content, "createdAt": to_iso8601(r.created_at)}
             for r in found
         ]
-
-    def _semantic(self, mode: str) -> SessionVectors:
-        """The vectors a ``mode`` search needs, or the error saying why there are none."""
-        if self._vectors is not None:
-            return self._vectors
-        if not isinstance(self._storage, SqlStorage):
-            raise NotSupportedError(f"{mode} search is not built for Postgres sessions yet (text search is)")
-        raise InvalidInputError(
-            f'{mode} search needs an embedder: set embedder = "local" (or "openai") in the [search] section '
-            "of the config file", field="embedder")
 
     async def reembed(self) -> dict[str, Any]:
         """Drop every vector of this session and mark each message with text to be embedded again
@@ -965,18 +942,14 @@ class Session:
         returns :meth:`search_status` (everything ``pending``; the owner's next embedding run does
         the work). Without an embedder nothing changes and the status says ``embedder: None``.
 
-        Raises:
-            NotSupportedError: a Postgres session.
         """
         if self._vectors is None:
-            if not isinstance(self._storage, SqlStorage):
-                raise NotSupportedError("reembed is not built for Postgres sessions yet")
             return await self.search_status()
         vectors = self._vectors
-        vectors.reset()
+        await vectors.reset()
         if self._on_pending is not None:
             self._on_pending()
-        return vectors.status()
+        return await vectors.status()
 
     async def search_status(self) -> dict[str, Any]:
         """How far semantic search has got: ``{"embedder", "dimension", "embedded", "pending"}``.
@@ -989,7 +962,7 @@ class Session:
         """
         if self._vectors is None:
             return {"embedder": None, "dimension": None, "embedded": 0, "pending": 0}
-        return self._vectors.status()
+        return await self._vectors.status()
 
     # -- compaction overlays ---------------------------------------------------
 
@@ -1214,3 +1187,8 @@ def _check_number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InvalidInputError(f"{name} must be a number, not {value!r}", field=name)
     return value
+
+
+def _row_id(row: SearchRow) -> str:
+    """A search hit's key in the fusion of rankings: its message id."""
+    return row.id

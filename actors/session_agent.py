@@ -415,11 +415,11 @@ class SessionAgent(Agent):
         if vectors is None:
             return
         key = f"embeddings_marked:{vectors.model}"
-        if read_config(self.storage, "", key) is None and vectors.has_messages():
+        if read_config(self.storage, "", key) is None and await vectors.has_messages():
             with self.ctx.quiet_writes():
-                vectors.mark_missing()
+                await vectors.mark_missing()
                 write_config(self.storage, "", key, "1")
-        if vectors.pending():
+        if await vectors.pending():
             self._schedule_embedding()
 
     def _schedule_embedding(self) -> None:

@@ -51,6 +51,7 @@ from storage.context import read_config
 from .agent import Agent, AgentContext, callable_method
 from .session import Session
 from .session_agent import _ACTOR_NAME_KEY, SessionAgent, SessionConfig, _remember_actor_name
+from .session_embeddings import VectorSearchProvider, embedder_for
 from .session_metadata import METADATA_KEY, encode_metadata
 from .session_spec import SessionSpec
 
@@ -85,7 +86,8 @@ class PostgresSessionEnv:
 
 
 def postgres_spec(config: SessionConfig, storage: Any, session_id: str) -> SessionSpec:
-    """``config.spec`` with each searchable block's entries filed under ``<label>_<session_id>``.
+    """``config.spec`` with each searchable block's entries filed under ``<label>_<session_id>``
+    (with ``[search]``: ranked by words and meaning, :class:`~actors.session_embeddings.VectorSearchProvider`).
 
     Everything else auto-wires through ``storage`` as on a SQLite file.
     """
@@ -93,9 +95,16 @@ def postgres_spec(config: SessionConfig, storage: Any, session_id: str) -> Sessi
     searchable = {b.label for b in config.blocks if b.kind == "searchable"}
     if not searchable:
         return spec
+    search = config.search
+
+    def provider(label: str) -> Any:
+        key = f"{label}_{session_id}"
+        if search is None:
+            return storage.search(key=key)
+        return VectorSearchProvider(storage, embedder_for(search), key=key)
+
     blocks = tuple(
-        replace(b, provider=storage.search(key=f"{b.label}_{session_id}")) if b.label in searchable else b
-        for b in spec.context.blocks
+        replace(b, provider=provider(b.label)) if b.label in searchable else b for b in spec.context.blocks
     )
     return replace(spec, context=replace(spec.context, blocks=blocks))
 
@@ -131,6 +140,9 @@ class PostgresSessionAgent(SessionAgent):
         spec = postgres_spec(self.config, self.postgres, self.session_key)
         self.session = Session(self.postgres, spec=spec, session_id=self.session_key, broadcaster=self.broadcast)
         self._store = self.postgres.messages(self.session_key)
+        self._embedding_scheduled = False
+        if self.config.search is not None:
+            self.session.with_embedder(embedder_for(self.config.search), on_pending=self._schedule_embedding)
         self._new_name = None
         stored = _stored_name(self)
         name = _remember_actor_name(self)
@@ -162,10 +174,25 @@ class PostgresSessionAgent(SessionAgent):
         return bool(await env.storage.erase_session(actor_id.hex))
 
     async def on_start(self) -> None:
-        """Record a name the actor is addressed by for the first time (``assistant_config``)."""
+        """Record a name the actor is addressed by for the first time (``assistant_config``).
+
+        With an embedder: mark the messages stored before it was configured (once per model,
+        recorded in the session's ``assistant_config`` in Postgres, so whichever host wakes the
+        session first does it), and schedule the alarm that embeds whatever is pending: the
+        markers are rows in Postgres, so a restart (or another host) finishes what was left.
+        """
         if self._new_name is not None:
             await self._store.set_config(ACTOR_NAME_KEY, self._new_name)
             self._new_name = None
+        vectors = self.session.vectors
+        if vectors is None:
+            return
+        key = f"embeddings_marked:{vectors.model}"
+        if await self._store.get_config(key) is None and await vectors.has_messages():
+            await vectors.mark_missing()
+            await self._store.set_config(key, "1")
+        if await vectors.pending():
+            self._schedule_embedding()
 
     async def get_metadata(self) -> dict[str, Any]:
         """The session's metadata object (``{}`` until set), from Postgres."""

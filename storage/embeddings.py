@@ -251,3 +251,40 @@ def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int,
         seq: SearchRow(message_id, role, content, created_at)
         for seq, message_id, role, content, created_at in storage.exec(HIT_ROWS, session_id, json.dumps(seqs))
     }
+
+
+# -- a SessionManager's sessions (one file, many session ids) ---------------------------------------
+
+_REGISTERED = "EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = {alias}.session_id)"
+
+
+def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
+    """Up to ``limit`` registered sessions (a SessionManager's file) holding pending markers."""
+    return [sid for (sid,) in storage.exec(
+        "SELECT DISTINCT p.session_id FROM assistant_embeddings_pending AS p "
+        f"WHERE {_REGISTERED.format(alias='p')} LIMIT ?1", limit)]
+
+
+def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes]]:
+    """``(seq, vector bytes)`` of every vector of ``model`` in a registered session, in ``seq`` order."""
+    return list(storage.exec(
+        f"SELECT e.seq, e.vector FROM assistant_embeddings AS e WHERE e.model = ?1 AND {_REGISTERED.format(alias='e')} "
+        "ORDER BY e.seq", model))
+
+
+def registered_hits(storage: SqlStorage, seqs: list[int]) -> dict[int, dict[str, str]]:
+    """The messages of registered sessions among ``seqs``, by ``seq``: ``{"id", "role", "content",
+    "created_at", "session_id"}`` (the rows the cross-session text search answers with)."""
+    if not seqs:
+        return {}
+    found: dict[str, list[int]] = {}
+    for seq, session_id in storage.exec(
+            "SELECT m.seq, m.session_id FROM json_each(?1) AS j CROSS JOIN assistant_messages AS m ON m.seq = j.value "
+            f"WHERE {_REGISTERED.format(alias='m')}", json.dumps(seqs)):
+        found.setdefault(session_id, []).append(seq)
+    hits: dict[int, dict[str, str]] = {}
+    for session_id, of_session in found.items():
+        for seq, row in hit_rows(storage, session_id, of_session).items():
+            hits[seq] = {"id": row.id, "role": row.role, "content": row.content, "created_at": row.created_at,
+                         "session_id": session_id}
+    return hits

@@ -147,9 +147,10 @@ class ManagerHandle(TableHandle):
 
     # -- search and tools ------------------------------------------------------------------------------
 
-    async def search(self, query: str, *, limit: int = 20) -> builtins.list[dict[str, str]]:
-        """Full-text search over every session: ``[{"id", "role", "content", "createdAt", "sessionId"}]``."""
-        return await self._invoke("search", query, limit=limit)
+    async def search(self, query: str, *, limit: int = 20, mode: str = "text") -> builtins.list[dict[str, str]]:
+        """Search every session by words (``mode="text"``), meaning (``"semantic"``) or both
+        (``"hybrid"``): ``[{"id", "role", "content", "createdAt", "sessionId"}]``, best first."""
+        return await self._invoke("search", query, limit=limit, mode=mode)
 
     async def tools(self, format: str = "raw") -> dict[str, Any] | builtins.list[dict[str, Any]]:
         """The manager's tools (``session_search``): ``raw``, ``openai`` or ``anthropic``."""

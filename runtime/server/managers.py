@@ -34,7 +34,7 @@ DELETE  ``/sessions/{session_id}``                                              
 POST    ``/sessions/{session_id}:fork``               ``{atMessageId, name}``                        ``fork`` -> ``{session}`` 201 if stored
 POST    ``/sessions/{session_id}:compact-and-split``  ``{summary, name?}``                           ``compact_and_split`` -> ``{session}`` 201 if stored
 POST    ``/sessions/{session_id}:add-usage``          ``{inputTokens, outputTokens, cost}``          ``add_usage`` -> ``{session}``
-GET     ``/search?q=&limit=``                                                                        ``search`` -> ``{results}`` *
+GET     ``/search?q=&limit=&mode=``                                                                  ``search`` -> ``{results}`` *
 GET     ``/tools?format=``                                                                           ``tools`` -> ``{tools}``
 POST    ``/tools/{name}``                             the arguments                                  ``execute_tool`` -> ``{result}``
 ======  ============================================  =============================================  ====================================================

@@ -51,6 +51,18 @@ processes may run it at once):
      name, counts and times, kept by triggers in the same transaction as
      every write (:mod:`storage.postgres.catalog`); a database written by
      version 2 or the original gets its rows from its tables once;
+   * semantic search (version 4, docs/semantic-search.md; :mod:`storage.postgres.embeddings`):
+     ``assistant_embeddings`` (one vector per message with text, a plain
+     ``bytea`` row: ``dimension * 4`` bytes, little-endian float32, with the
+     embedder's ``model`` and ``dimension`` beside it and a ``stamp`` from the
+     sequence ``assistant_embeddings_stamp``, new at each store, so an active
+     session reads only the vectors stored since its last search),
+     ``assistant_embeddings_pending`` (a marker per message still to embed,
+     written in the message's transaction) and ``cf_agents_search_embeddings``
+     (a searchable block's entry vectors, with the text they were made from).
+     Each references its message's (entry's) ``seq`` ``ON DELETE CASCADE``:
+     deleting, clearing or erasing messages deletes their vectors and markers
+     in the same transaction, whoever deletes them;
    * ``durable_sessions_meta``: ``schema_version``. A database of a newer
      version is refused (:class:`~common.errors.SchemaTooNewError`).
 
@@ -76,7 +88,7 @@ from .catalog import CATALOG_BACKFILL, CATALOG_SCHEMA
 from .connection import Operation, Query, on_postgres, runner_for
 
 #: Version of the schema this code writes; stored in ``durable_sessions_meta``.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Our text search configuration (English stemming, no stop words).
 TS_CONFIG = "durable_sessions_english"
@@ -214,6 +226,30 @@ CREATE SEQUENCE IF NOT EXISTS assistant_sessions_updated_seq;
 CREATE INDEX IF NOT EXISTS idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);
 ALTER TABLE assistant_sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS idx_assistant_sessions_owner ON assistant_sessions (owner, updated_at, updated_seq);
+
+CREATE SEQUENCE IF NOT EXISTS assistant_embeddings_stamp;
+CREATE TABLE IF NOT EXISTS assistant_embeddings (
+  seq BIGINT PRIMARY KEY REFERENCES assistant_messages (seq) ON DELETE CASCADE,
+  session_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  dimension INTEGER NOT NULL,
+  vector BYTEA NOT NULL,
+  stamp BIGINT NOT NULL DEFAULT nextval('assistant_embeddings_stamp')
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_embeddings_session ON assistant_embeddings (session_id, model, stamp);
+CREATE TABLE IF NOT EXISTS assistant_embeddings_pending (
+  seq BIGINT PRIMARY KEY REFERENCES assistant_messages (seq) ON DELETE CASCADE,
+  session_id TEXT NOT NULL,
+  mark INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_embeddings_pending_session ON assistant_embeddings_pending (session_id, seq);
+CREATE TABLE IF NOT EXISTS cf_agents_search_embeddings (
+  seq BIGINT PRIMARY KEY REFERENCES cf_agents_search_entries (seq) ON DELETE CASCADE,
+  model TEXT NOT NULL,
+  dimension INTEGER NOT NULL,
+  content TEXT NOT NULL,
+  vector BYTEA NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS durable_sessions_meta (
   key TEXT PRIMARY KEY,

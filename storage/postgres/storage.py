@@ -37,6 +37,7 @@ from . import catalog
 from .catalog import CatalogRow
 from .connection import Operation, Query, Runner, on_postgres, runner_for
 from .context import POSTGRES_CONTEXT, PostgresContextProvider, PostgresSearchProvider
+from .embeddings import PostgresEmbeddingProvider, PostgresEntryVectors, PostgresManagerVectors, PostgresVectorRows
 from .messages import PostgresSessionProvider
 from .registry import PostgresRegistry
 from .values import MAX_VALUE_BYTES, check_text
@@ -45,6 +46,7 @@ from .values import MAX_VALUE_BYTES, check_text
 #: Everything of one session (``%(s)s``) in one statement: messages, compactions, ``assistant_config`` rows
 #: (name, active leaf, metadata, loaded skills), the block rows and search entries filed under
 #: ``<label>_<session id>`` (the cached prompt ``_system_prompt_<session id>`` too) and the catalog row.
+#: The vectors and pending markers of the messages and entries go with them (``ON DELETE CASCADE``).
 #: The catalog's triggers only update existing rows, so none comes back. Returns the catalog row's id.
 _ERASE_SESSION = """
 WITH messages AS (DELETE FROM assistant_messages WHERE session_id = %(s)s),
@@ -103,6 +105,23 @@ class PostgresStorage:
     def messages(self, session_id: str = "") -> PostgresSessionProvider:
         """The message store of ``session_id`` (a new provider object; all of them see the same rows)."""
         return PostgresSessionProvider(self, session_id, max_value_bytes=self.max_value_bytes)
+
+    def embedding_messages(self, session_id: str = "") -> PostgresEmbeddingProvider:
+        """:meth:`messages` that also marks each message with text to be embedded, in its write's
+        transaction (semantic search: :mod:`storage.postgres.embeddings`)."""
+        return PostgresEmbeddingProvider(self, session_id, max_value_bytes=self.max_value_bytes)
+
+    def vectors(self, session_id: str = "") -> PostgresVectorRows:
+        """The message vectors and pending markers of ``session_id`` (:mod:`storage.postgres.embeddings`)."""
+        return PostgresVectorRows(self, session_id)
+
+    def manager_vectors(self) -> PostgresManagerVectors:
+        """The message vectors of the sessions :attr:`registry` holds (its owner's, when scoped)."""
+        return PostgresManagerVectors(self, self.registry.owner)
+
+    def entry_vectors(self) -> PostgresEntryVectors:
+        """The vectors of searchable blocks' entries (:mod:`storage.postgres.embeddings`)."""
+        return PostgresEntryVectors(self)
 
     def block(self, key: str) -> PostgresContextProvider:
         """A writable block stored as the ``cf_agents_context_blocks`` row ``key``."""

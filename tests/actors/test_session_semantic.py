@@ -148,8 +148,8 @@ async def test_mark_missing_picks_up_messages_stored_before_the_embedder(storage
     await plain.append_message({"id": "tool", "role": "assistant", "parts": [{"type": "tool-x", "input": {}}]})
     session = Session.create(storage).with_embedder(embedder_for(EmbedderConfig()))
     assert (await session.search_status())["pending"] == 0
-    assert session.vectors is not None and session.vectors.mark_missing() == 4  # not the text-less one
-    assert session.vectors.mark_missing() == 0
+    assert session.vectors is not None and await session.vectors.mark_missing() == 4  # not the text-less one
+    assert await session.vectors.mark_missing() == 0
     assert await session.embed_pending() == 4
 
 

@@ -97,6 +97,36 @@ async def test_schema_upgrades_a_database_migrated_by_the_original(pg_empty_dsn)
         assert await store.place("c") == (3, 30) and (await store.path_tokens("c")).total == 7
 
 
+EMBEDDING_TABLES = ("assistant_embeddings", "assistant_embeddings_pending", "cf_agents_search_embeddings")
+
+
+async def test_a_version_3_database_gains_the_embedding_tables_and_keeps_its_messages(pg_dsn):
+    """Version 4 adds the vector tables (semantic search); a version-3 database's messages are kept,
+    and marking what has no vector picks them up. Deleting a message deletes its vector (cascade)."""
+    from storage.postgres import PostgresStorage
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE " + ", ".join(EMBEDDING_TABLES))
+        conn.execute("DROP SEQUENCE assistant_embeddings_stamp")
+        conn.execute("UPDATE durable_sessions_meta SET value = '3' WHERE key = 'schema_version'")
+        store = PostgresSessionProvider(conn, "s")
+        await store.append("m1", "user", '{"id":"m1"}', "kept text")
+        await store.append("m2", "user", '{"id":"m2"}', "")
+        assert not set(EMBEDDING_TABLES) & _catalog(conn)[0]
+        await create_schema(conn)
+        assert set(EMBEDDING_TABLES) <= _catalog(conn)[0]
+        assert conn.execute("SELECT value FROM durable_sessions_meta").fetchone()[0] == str(SCHEMA_VERSION) == "4"
+        assert await store.get("m1") == '{"id":"m1"}'
+        rows = PostgresStorage(conn).vectors("s")
+        assert await rows.pending_count() == 0 and await rows.mark_missing("model") == 1  # not the text-less one
+        [(seq, mark, text)] = await rows.pending_batch(10)
+        assert (mark, text) == (1, "kept text")
+        assert await rows.store_vectors("model", 1, [(seq, mark, b"\0\0\x80?")]) == [seq]
+        assert [(s, v) for s, _, v in await rows.vectors("model")] == [(seq, b"\0\0\x80?")]
+        await store.delete(["m1"])
+        assert conn.execute("SELECT count(*) FROM assistant_embeddings").fetchone()[0] == 0
+
+
 async def test_schema_from_two_connections_at_once(pg_empty_dsn):
     with psycopg.connect(pg_empty_dsn, autocommit=True) as one, psycopg.connect(pg_empty_dsn, autocommit=True) as two:
         async with trio.open_nursery() as nursery:
