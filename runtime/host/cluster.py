@@ -534,6 +534,7 @@ class HostCluster:
                     lease, restored, host_id=self.host_id, lease_ms=max(1, round(self.options.lease_s * 1000)))
             finally:
                 self.release_soon(lease)
+                self._notify(actor_id, "hibernated")  # sockets held for it here reconnect (to the restored state)
         if not appended:
             raise StorageUnavailableError(f"actor {name} was taken over while it was being restored; "
                                           "nothing changed, retry")
@@ -618,17 +619,24 @@ class HostCluster:
     async def _current_version(self, lease: Lease, copy: WorkingCopy) -> int:
         path = copy.path
         marker, version = await trio.to_thread.run_sync(file_state, path)
-        if (marker is not None and marker.clean and marker.cluster_id == self.cluster_id
+        if (marker is not None and marker.clean and marker.cluster_id == self._file_identity(lease)
                 and marker.last_seq == lease.last_seq and version is not None):
             self._counts["kept"] += 1
             return version
         started = trio.current_time()
-        await restore_actor(self.pool, lease, path, template=copy.template, cluster_id=self.cluster_id,
+        await restore_actor(self.pool, lease, path, template=copy.template, cluster_id=self._file_identity(lease),
                             durability=copy.durability, current_version=SCHEMA_VERSION)
         self._counts["restores"] += 1
         self._restore_s += trio.current_time() - started
         _marker, version = await trio.to_thread.run_sync(file_state, path)
         return version or 0
+
+    def _file_identity(self, lease: Lease) -> str:
+        """What an actor file's marker names as the log it matches: the cluster's id and the actor's
+        incarnation (``<cluster_id>/<incarnation>``). A session deleted while this host was down and
+        written again has a new incarnation, so the stale copy left here is rebuilt, never served,
+        even at the same sequence number."""
+        return f"{self.cluster_id}/{lease.incarnation}" if lease.incarnation else self.cluster_id
 
     def attach(self, slot: ActorSlot, storage: ActorStorage) -> None:
         """Start capturing the actor's writes (before the agent exists); mark its file unclean.
@@ -639,7 +647,7 @@ class HostCluster:
         """
         claim = _claim(slot)
         lease = claim.lease
-        capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
+        capture = start_capture(storage, Marker(self._file_identity(lease), lease.last_seq, clean=False))
         row = storage.read_alarm_row()
         catalog = CatalogTracker(storage, slot.id.namespace)
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
@@ -745,7 +753,7 @@ class HostCluster:
         if (log.poisoned is None and storage is not None and not storage.closed and not storage.in_transaction
                 and log.idle):
             try:
-                write_marker(storage, Marker(self.cluster_id, log.durable_seq, clean=True))
+                write_marker(storage, Marker(self._file_identity(state.lease), log.durable_seq, clean=True))
                 clean = True
             except Exception:  # the file stays unclean: it is rebuilt on the next activation
                 logger.exception("cluster: marking %s clean failed", state.name)

@@ -14,8 +14,12 @@
                      ``owner_address``, ``epoch`` (+1 on every acquisition: the
                      fencing token), ``lease_expires`` (Postgres time),
                      ``last_seq`` (the newest log entry), ``tail_bytes`` (log
-                     bytes after the newest snapshot) and ``base_version``
-                     (the actor-file schema version its log starts from).
+                     bytes after the newest snapshot), ``base_version``
+                     (the actor-file schema version its log starts from) and
+                     ``incarnation`` (version 3: when the row was created, in
+                     microseconds; a session deleted and written again has a
+                     new one, so a host's stale copy of the old one is never
+                     taken for current).
 ``ds_log``           the durable log: ``(actor_id, seq)`` -> the writer's
                      ``epoch``, a SQLite session ``changeset`` (an empty
                      one where the entry is a snapshot) and ``written_at``
@@ -42,7 +46,9 @@ Version 1 databases (no ``ds_catalog``) are upgraded in place by the first
 host of version 2 that starts: the table is created empty, and a written
 actor gets its row the next time it wakes (``ACQUIRE`` says it has none; its
 first entry then carries it). Version 3 adds ``written_at`` to ``ds_log`` and
-``ds_snapshots`` (rows already there get the time of the upgrade).
+``ds_snapshots`` and ``incarnation`` to ``ds_actors`` (rows already there get
+the time of the upgrade; each actor file is rebuilt once on its next activation,
+its marker naming no incarnation yet).
 
 Actor ids are ``<namespace>/<64 hex>``. Everything runs in one transaction
 under an advisory lock, so hosts starting together do not race; a database
@@ -85,6 +91,8 @@ CREATE TABLE IF NOT EXISTS ds_actors (
     tail_bytes    bigint NOT NULL DEFAULT 0,
     base_version  integer NOT NULL
 ) WITH (fillfactor = 70);
+ALTER TABLE ds_actors ADD COLUMN IF NOT EXISTS incarnation text NOT NULL
+    DEFAULT (floor(EXTRACT(EPOCH FROM now()) * 1000000))::bigint::text;
 CREATE TABLE IF NOT EXISTS ds_log (
     actor_id  text   NOT NULL,
     seq       bigint NOT NULL,

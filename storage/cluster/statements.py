@@ -28,7 +28,7 @@ binary: none). The hot statements are prepared once per connection
 _LEASE = "now() + %(lease_ms)s * interval '1 millisecond'"
 
 #: Take a free or expired actor, or re-take one this host owns (creating its row).
-#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued),
+#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued, incarnation),
 #: or no row; ``catalogued`` is false for a written actor without a ``ds_catalog`` row (written
 #: before the cluster schema had the catalog: the new owner ships its row).
 ACQUIRE = f"""
@@ -39,7 +39,8 @@ ON CONFLICT (actor_id) DO UPDATE
        epoch = a.epoch + 1, lease_expires = EXCLUDED.lease_expires
  WHERE a.owner IS NULL OR a.owner = EXCLUDED.owner OR a.lease_expires <= now()
 RETURNING epoch, last_seq, tail_bytes, base_version,
-          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued
+          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued,
+          incarnation
 """
 
 #: Who owns the actor and for how much longer (milliseconds by the server's clock).
