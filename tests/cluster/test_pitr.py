@@ -185,3 +185,26 @@ async def test_history_older_than_the_window_is_pruned_and_the_window_stays_rest
         outcome = await restore(a, na, stub.id, token)
         assert outcome.messages == 60 and await ids(stub) == [f"m{i}" for i in range(60)]
         assert await a.cluster.prune_history() == (0, 0, 0)
+
+
+async def test_on_several_databases_each_session_restores_from_its_own(tmp_path, pg_empty_dsn, second_dsn):
+    from tests.cluster.test_partitions import hosts_on, rows
+
+    dsns = [pg_empty_dsn, second_dsn]
+    async with hosts_on(tmp_path, dsns, 1) as (a,):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        stubs, where = {}, set()
+        for i in range(12):  # sessions in both databases
+            stub = na.get_by_name(f"s{i}")
+            await stub.append_message(text(0))
+            stubs[stub] = a.cluster.member(stub.id)
+            where.add(a.cluster.members.index(stubs[stub]))
+        assert where == {0, 1}
+        moment = await moment_after(lambda query, *params: rows(pg_empty_dsn, query, *params))  # one server
+        for stub in stubs:
+            await stub.append_message(text(1))
+        for stub in stubs:
+            token, _bookmark, _now = await a.cluster.bookmark(stub.id, moment)
+            outcome = await restore(a, na, stub.id, token)
+            assert outcome.messages == 1 and await ids(stub) == ["m0"]
+        assert (await a.cluster.prune_history()) == (0, 0, 0)  # nothing older than 7 days
