@@ -12,7 +12,8 @@ POST        ``/v1/sessions/{id}:restore``            ``{"bookmark": "..."}`` -> 
                                                      "messages"}``: the session rewound to the bookmark's moment;
                                                      ``undo`` is the bookmark of the state just before (restore
                                                      it to undo this); 400 for a bookmark of another session,
-                                                     a malformed one, or one outside the window (named); 404
+                                                     a malformed one, or one outside the window (named); 404;
+                                                     429 when the session's calls kept it busy for 30 s
 ==========  =======================================  ================================================================
 
 ``:restore`` is a custom method on the session's path segment (as sent: a session whose id ends
@@ -30,9 +31,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import trio
 from quart import Response, request
 
-from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
+from common.errors import ActorBusyError, InvalidInputError, NotSupportedError, SessionNotFoundError
 from common.wire import unquote_segment
 from storage.cluster.history import iso_ms
 from storage.schema import SCHEMA_VERSION
@@ -45,6 +47,9 @@ __all__ = ["RESTORE_SUFFIX", "answer", "handles"]
 #: The custom method of ``POST /v1/sessions/{id}:restore`` (on the raw path segment).
 RESTORE_SUFFIX = ":restore"
 _DAY_S = 86_400
+#: Seconds a restore waits for the session's pending calls before it closes the session (else 429, nothing
+#: changed).
+CLOSE_WAIT_S = 30.0
 
 
 def handles(method: str, session_segment: str, segments: list[str]) -> bool:
@@ -101,7 +106,10 @@ async def _restore(server: SessionsServer, session_id: str) -> Response:
                                     field="bookmark")
         if not (host.is_active(server.namespace, actor_id) or await cluster.written(actor_id)):
             raise SessionNotFoundError(session_id)
-        await host.hibernate(server.namespace, actor_id)  # its pending calls answered, its file closed
+        with trio.move_on_after(CLOSE_WAIT_S):  # its pending calls answered, its file closed
+            await host.hibernate(server.namespace, actor_id)
+        if host.is_active(server.namespace, actor_id):  # a steady stream of calls kept it busy: nothing changed
+            raise ActorBusyError(f"{actor_id.namespace}/{actor_id.hex}", CLOSE_WAIT_S)
         outcome = await cluster.restore(
             actor_id, body["bookmark"], path=host.path_for(actor_id), durability=host.durability,
             template=host.data_dir / "_template" / f"v{SCHEMA_VERSION}.sqlite3")

@@ -120,3 +120,44 @@ def test_outside_cluster_mode_the_routes_answer_501(tmp_path):
             "type": "NotSupportedError",
             "message": "point-in-time restore needs cluster mode (serve --cluster): the cluster's log and "
                        "snapshots are the history it restores from"}
+
+
+async def test_a_restore_under_a_steady_writer_keeps_exactly_the_prefix_and_what_came_after(cluster, pg_empty_dsn):
+    import trio
+
+    h1, h2, _h3 = cluster.hosts
+    acked: list[tuple[str, float]] = []  # (message id, when its append was answered)
+    stop = trio.Event()
+
+    async def writer() -> None:
+        async with SessionsClient([h1.url, h2.url], retries=50, failover_s=60) as client:
+            i = 0
+            while not stop.is_set():
+                await client.session("busy").append_messages([msg(f"w{i}")])
+                acked.append((f"w{i}", trio.current_time()))
+                i += 1
+
+    async with httpx.AsyncClient(timeout=120) as http, trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        while len(acked) < 20:
+            await trio.sleep(0.01)
+        moment = server_time(pg_empty_dsn)
+        token = (await http.get(f"{h2.url}/v1/sessions/busy/bookmark", params={"at": moment})).json()["bookmark"]
+        while len(acked) < 40:
+            await trio.sleep(0.01)
+        sent = trio.current_time()
+        restored = await http.post(f"{h2.url}/v1/sessions/busy:restore", json={"bookmark": token})
+        answered = trio.current_time()
+        assert restored.status_code == 200, restored.text
+        kept = restored.json()["messages"]
+        while len(acked) < len([a for a in acked if a[1] <= answered]) + 10:
+            await trio.sleep(0.01)
+        stop.set()
+    final = await history(h1.url, "busy")
+    assert 20 <= kept <= 40 and final[:kept] == [f"w{i}" for i in range(kept)]  # the state at the bookmark
+    before = {message for message, when in acked if when < sent and int(message[1:]) >= kept}
+    after = [message for message, when in acked if when > answered]
+    assert not before & set(final)  # acknowledged after the moment and before the restore: rewound away
+    assert [m for m in final if m in after] == after  # everything acknowledged after the restore, in order
+    assert final[kept:][-len(after):] == after
+
