@@ -6,7 +6,8 @@ method      path                                     answer
 GET         ``/v1/sessions/{id}/bookmark?at=TIME``   200 ``{"bookmark", "at", "writtenAt", "window": {"days",
                                                      "from"}}``: the session's state at ``TIME`` (ISO 8601 with
                                                      ``Z`` or an offset; ``writtenAt``: its newest write at or
-                                                     before it, ``null`` before the first); 404 never written;
+                                                     before it, ``null`` before the first; a ``TIME`` still
+                                                     to come is taken as now); 404 never written;
                                                      400 ``TIME`` outside the window (the message names it)
 POST        ``/v1/sessions/{id}:restore``            ``{"bookmark": "..."}`` -> 200 ``{"undo", "restoredTo",
                                                      "messages"}``: the session rewound to the bookmark's moment;
@@ -89,7 +90,7 @@ async def _bookmark(server: SessionsServer, session_id: str) -> Response:
         raise SessionNotFoundError(session_id)
     token, bookmark, now_ms = found
     return server.responder.respond(200, {
-        "bookmark": token, "at": iso_ms(at_ms), "writtenAt": iso_ms(bookmark.entry_ms) if bookmark.seq else None,
+        "bookmark": token, "at": iso_ms(bookmark.at_ms), "writtenAt": iso_ms(bookmark.entry_ms) if bookmark.seq else None,
         "window": _window(server, now_ms)})
 
 

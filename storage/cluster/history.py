@@ -164,7 +164,8 @@ class History:
 
     async def bookmark(self, actor: str, at_ms: int) -> tuple[Bookmark, int] | None:
         """The bookmark of ``actor``'s state at ``at_ms`` (epoch ms; a moment after the newest write
-        names the current state), with the server's time; ``None`` when the actor was never written.
+        names the current state, and a moment still to come is taken as now), with the server's time;
+        ``None`` when the actor was never written.
 
         Raises:
             OutsideWindowError: ``at_ms`` is before the window (or its history is no longer kept).
@@ -185,7 +186,7 @@ class History:
         if entry_ms is None:
             raise OutsideWindowError(f"at {iso_ms(at_ms)}: the history of that moment is no longer kept, "
                                      f"outside {self.describe_window(now_ms)}", field="at")
-        return Bookmark(seq, entry_ms, at_ms), int(now_ms)
+        return Bookmark(seq, entry_ms, min(at_ms, int(now_ms))), int(now_ms)  # never a moment still to come
 
     async def _entry_ms(self, actor: str, seq: int) -> int | None:
         rows = await self.pool.execute(sql.ENTRY_TIME, {"actor": actor, "seq": seq})

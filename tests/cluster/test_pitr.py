@@ -208,3 +208,13 @@ async def test_on_several_databases_each_session_restores_from_its_own(tmp_path,
             outcome = await restore(a, na, stub.id, token)
             assert outcome.messages == 1 and await ids(stub) == ["m0"]
         assert (await a.cluster.prune_history()) == (0, 0, 0)  # nothing older than 7 days
+
+
+async def test_a_moment_still_to_come_names_the_current_state_now(hosts, pg):
+    async with hosts(1) as (a,):
+        na = a.bind("sessions", SessionAgent, env=SessionConfig())
+        stub = na.get_by_name("later")
+        await stub.append_message(text(0))
+        (newest,) = pg("SELECT max(seq) FROM ds_log")[0]
+        _token, bookmark, server_ms = await a.cluster.bookmark(stub.id, now_ms(pg) + 86_400_000)
+        assert bookmark.seq == newest and bookmark.at_ms == server_ms
