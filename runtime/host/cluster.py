@@ -520,21 +520,26 @@ class HostCluster:
         """
         name = describe(actor_id)
         bookmark = Bookmark.decode(token, self.cluster_id, name)
-        lock = self._restoring.setdefault((actor_id.namespace, actor_id.hex), trio.Lock())
-        async with lock:
-            lease = await self._take_lease(actor_id)
-            try:
-                await self.history.check(name, bookmark, lease.last_seq)
-                undo = await self.history.undo_bookmark(lease)
-                restored = await self.history.restored_image(
-                    name, bookmark, namespace=actor_id.namespace, work_path=Path(f"{os.fspath(path)}.pitr"),
-                    base_version=lease.base_version, template=template, durability=durability,
-                    current_version=SCHEMA_VERSION)
-                appended = await self.history.append_restore(
-                    lease, restored, host_id=self.host_id, lease_ms=max(1, round(self.options.lease_s * 1000)))
-            finally:
-                self.release_soon(lease)
-                self._notify(actor_id, "hibernated")  # sockets held for it here reconnect (to the restored state)
+        key = (actor_id.namespace, actor_id.hex)
+        lock = self._restoring.setdefault(key, trio.Lock())
+        try:
+            async with lock:
+                lease = await self._take_lease(actor_id)
+                try:
+                    await self.history.check(name, bookmark, lease.last_seq)
+                    undo = await self.history.undo_bookmark(lease)
+                    restored = await self.history.restored_image(
+                        name, bookmark, namespace=actor_id.namespace, work_path=Path(f"{os.fspath(path)}.pitr"),
+                        base_version=lease.base_version, template=template, durability=durability,
+                        current_version=SCHEMA_VERSION)
+                    appended = await self.history.append_restore(
+                        lease, restored, host_id=self.host_id, lease_ms=max(1, round(self.options.lease_s * 1000)))
+                finally:
+                    self.release_soon(lease)
+                    self._notify(actor_id, "hibernated")  # sockets held for it here reconnect (to the restored state)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._restoring.pop(key, None)
         if not appended:
             raise StorageUnavailableError(f"actor {name} was taken over while it was being restored; "
                                           "nothing changed, retry")
