@@ -202,7 +202,7 @@ def host_cluster_options(cluster: ClusterSettings, host_id: str, advertise: str)
 
     tuning = {} if cluster.snapshot_bytes is None else {"snapshot_min_bytes": cluster.snapshot_bytes}
     return {"cluster": ClusterOptions(dsn=cluster.dsns[0], advertise_url=advertise, host_id=host_id,
-                                      lease_s=cluster.lease_s, **tuning)}
+                                      lease_s=cluster.lease_s, pitr_window_s=cluster.pitr_days * 86_400.0, **tuning)}
 
 
 def cluster_placement(cluster: ClusterSettings, host_id: str, advertise: str) -> Any:

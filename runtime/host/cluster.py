@@ -42,6 +42,11 @@ What changes against the single host, all of it here:
   at attach, then kept exact per cut), and any host reads the rows
   (:meth:`HostCluster.catalog_page`, :meth:`~HostCluster.catalog_get`,
   :meth:`~HostCluster.transcript_rows`) for the listings.
+* **Point-in-time restore.** The log and snapshots of the last
+  ``pitr_window_s`` are kept (:mod:`storage.cluster.history`); any host answers
+  a bookmark of a moment (:meth:`HostCluster.bookmark`), the owner restores
+  one (:meth:`HostCluster.restore`: one fenced whole-file entry), and every
+  host prunes the history older than the window now and then.
 * **Alarms** travel with the append (``ds_alarms``); only the owner runs an
   actor's alarm. Due alarms of actors nobody owns are found by a poll on
   every host; whichever host acquires the actor first delivers it.
@@ -60,6 +65,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -91,10 +97,13 @@ from storage.cluster import (
     write_marker,
 )
 from storage.cluster.catalog import CatalogTracker
+from storage.cluster.history import Bookmark, History
 from storage.kv import ActorStorage
 from storage.schema import SCHEMA_VERSION
+from storage.sqlite import Durability
 
-__all__ = ["RELEASE_REASONS", "CallNotStarted", "CatalogRow", "ClusterOptions", "ClusterStatistics", "HostCluster"]
+__all__ = ["RELEASE_REASONS", "CallNotStarted", "CatalogRow", "ClusterOptions", "ClusterStatistics", "HostCluster",
+           "PitrRestore"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +134,9 @@ class ClusterOptions:
             the host store a new one.
         alarm_poll_s: seconds between looks for due alarms of unowned actors;
             default ``lease_s / 3``.
+        pitr_window_s: the point-in-time window in seconds (``[cluster] pitr_days``; 0: off):
+            the log and snapshots of this long are kept, and any moment of it can be restored.
+        pitr_prune_s: seconds between prunes of the history older than the window.
     """
 
     dsn: str
@@ -138,6 +150,8 @@ class ClusterOptions:
     senders: int = 1
     snapshot_min_bytes: int = 1 << 20
     alarm_poll_s: float | None = None
+    pitr_window_s: float = 7 * 86_400.0
+    pitr_prune_s: float = 600.0
 
     def checked(self) -> ClusterOptions:
         """These options with defaults filled in.
@@ -158,12 +172,17 @@ class ClusterOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int of at least 1, not {value!r}")
+        for name in ("pitr_window_s", "pitr_prune_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a number of seconds of at least 0, not {value!r}")
         host_id = self.host_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         return ClusterOptions(
             dsn=self.dsn, advertise_url=self.advertise_url.rstrip("/"), host_id=host_id, lease_s=self.lease_s,
             margin_fraction=self.margin_fraction, statement_timeout_s=statement,
             connect_timeout_s=self.connect_timeout_s or statement, pool_size=self.pool_size, senders=self.senders,
             snapshot_min_bytes=self.snapshot_min_bytes, alarm_poll_s=self.alarm_poll_s or self.lease_s / 3,
+            pitr_window_s=float(self.pitr_window_s), pitr_prune_s=float(self.pitr_prune_s) or 600.0,
         )
 
 
@@ -221,6 +240,26 @@ class CatalogRow:
                    int(created), int(updated), bool(active))
 
 
+@dataclass(frozen=True, slots=True)
+class PitrRestore:
+    """What a point-in-time restore did (:meth:`HostCluster.restore`).
+
+    ``undo``: the bookmark of the state just before the restore (restoring it undoes this one);
+    ``seq``: the log entry the restore wrote; ``restored_seq``: the entry the session is as of now
+    (its state after that entry, 0: empty); ``messages``: messages it holds now; ``base_seq`` and
+    ``replayed``: the snapshot the file was built from (0: none) and the entries applied on it;
+    ``restored_at_ms``: the moment restored (epoch ms).
+    """
+
+    undo: str
+    seq: int
+    restored_seq: int
+    restored_at_ms: int
+    messages: int
+    base_seq: int
+    replayed: int
+
+
 class _Claim:
     """An actor whose lease this host took, its file not open yet (``slot.placed``; internal)."""
 
@@ -274,8 +313,11 @@ class HostCluster:
                            statement_timeout_s=options.statement_timeout_s or 1.0)
         self.ownership = Ownership(self.pool, self.host_id, options.advertise_url, lease_s=options.lease_s,
                                    margin_fraction=options.margin_fraction)
+        window_ms = round(options.pitr_window_s * 1000)
         self.appender = GroupCommitAppender(self.ownership, self.pool, senders=options.senders,
-                                            snapshot_min_bytes=options.snapshot_min_bytes)
+                                            snapshot_min_bytes=options.snapshot_min_bytes, window_ms=window_ms)
+        self.history = History(self.pool, "", window_ms)  # its cluster id is set by join()
+        self._restoring: dict[tuple[str, str], trio.Lock] = {}  # one point-in-time restore per actor at a time
         self._listeners: list[ReleaseListener] = []
         self._closing: list[Lease] = []  # leases of actors closed with the host, released in aclose()
         self._releasing: list[Lease] = []  # released soon: one statement for all of them (_release_pending)
@@ -298,6 +340,7 @@ class HostCluster:
         try:
             async with self.pool.connection() as conn:
                 self.cluster_id = await create_cluster_schema(conn)
+            self.history.cluster_id = self.cluster_id
             await self.ownership.register_host()
         except BaseException:
             self.pool.close()
@@ -314,6 +357,7 @@ class HostCluster:
         await nursery.start(self.appender.run)
         nursery.start_soon(self._renew_leases)
         nursery.start_soon(self._poll_alarms)
+        nursery.start_soon(self._prune_history)
 
     async def aclose(self) -> None:
         """Release the leases of the actors closed with the host, unregister it, close connections.
@@ -434,6 +478,105 @@ class HostCluster:
         """Always ``True``: another host may have written the actor (``await written(actor_id)`` asks)."""
         return True
 
+    # -- point-in-time restore (storage.cluster.history) ------------------------------------------------
+
+    @property
+    def pitr_window_s(self) -> float:
+        """The point-in-time window in seconds (0: point-in-time restore is off)."""
+        return self.options.pitr_window_s
+
+    async def bookmark(self, actor_id: ActorId, at_ms: int) -> tuple[str, Bookmark, int] | None:
+        """``(bookmark string, bookmark, server time in epoch ms)`` of the actor's state at ``at_ms``
+        (epoch ms), or ``None`` when it was never written. Any host answers (one or two reads).
+
+        Raises:
+            OutsideWindowError: ``at_ms`` is outside the window (400, the message names it).
+            StorageUnavailableError: Postgres cannot be reached.
+        """
+        name = describe(actor_id)
+        found = await self.history.bookmark(name, at_ms)
+        if found is None:
+            return None
+        bookmark, now_ms = found
+        return bookmark.encode(self.cluster_id, name), bookmark, now_ms
+
+    async def restore(self, actor_id: ActorId, token: object, *, path: os.PathLike[str] | str, template: Path,
+                      durability: Durability) -> PitrRestore:
+        """Rewind the actor to the moment ``token`` (a bookmark string) names, as one fenced whole-file entry.
+
+        The host must have closed the actor here first (``host.hibernate``; the file at ``path`` is
+        not touched, the next activation rebuilds it from the new entry). The lease is taken (re-taken
+        when this host owned it, which fences off any write of the closed instance), the file as of
+        the bookmark is built beside ``path`` from the snapshot and log, appended as the actor's
+        next entry, and the lease released.
+
+        Raises:
+            InvalidInputError: a malformed bookmark, one of another session, or of a history that is
+                gone (400); ``OutsideWindowError`` when its moment left the window.
+            NotOwnerError: a live host owns the actor (nothing changed): the call goes there.
+            StorageUnavailableError: Postgres cannot be reached, or the actor was taken over meanwhile
+                (nothing changed; retry).
+            RestoreError: the history does not rebuild (damage; nothing changed).
+        """
+        name = describe(actor_id)
+        bookmark = Bookmark.decode(token, self.cluster_id, name)
+        key = (actor_id.namespace, actor_id.hex)
+        lock = self._restoring.setdefault(key, trio.Lock())
+        try:
+            async with lock:
+                lease = await self._take_lease(actor_id)
+                try:
+                    await self.history.check(name, bookmark, lease.last_seq)
+                    undo = await self.history.undo_bookmark(lease)
+                    restored = await self.history.restored_image(
+                        name, bookmark, namespace=actor_id.namespace, work_path=Path(f"{os.fspath(path)}.pitr"),
+                        base_version=lease.base_version, template=template, durability=durability,
+                        current_version=SCHEMA_VERSION)
+                    appended = await self.history.append_restore(
+                        lease, restored, host_id=self.host_id, lease_ms=max(1, round(self.options.lease_s * 1000)))
+                finally:
+                    self.release_soon(lease)
+                    self._notify(actor_id, "hibernated")  # sockets held for it here reconnect (to the restored state)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._restoring.pop(key, None)
+        if not appended:
+            raise StorageUnavailableError(f"actor {name} was taken over while it was being restored; "
+                                          "nothing changed, retry")
+        logger.info("cluster: restored %s to entry %d (snapshot %d + %d entries) as entry %d", name, bookmark.seq,
+                    restored.base_seq, restored.replayed, lease.last_seq + 1)
+        return PitrRestore(undo.encode(self.cluster_id, name), lease.last_seq + 1, bookmark.seq, bookmark.at_ms,
+                           restored.messages, restored.base_seq, restored.replayed)
+
+    async def prune_history(self) -> tuple[int, int, int]:
+        """Prune the history older than the window now (what every host does every ``pitr_prune_s``):
+        ``(log rows, log bytes, snapshots)`` removed.
+
+        Raises:
+            StorageUnavailableError, DatabaseError: Postgres failed (what was pruned so far stays pruned).
+        """
+        total = [0, 0, 0]
+        for _round in range(50):  # bounded: each statement prunes at most 200 actors
+            actors, rows, size, snapshots = await self.history.prune(limit=200)
+            total = [total[0] + rows, total[1] + size, total[2] + snapshots]
+            if actors < 200:
+                break
+        return total[0], total[1], total[2]
+
+    async def _prune_history(self) -> None:
+        if self.history.window_ms <= 0:
+            return
+        while True:
+            await trio.sleep(self.options.pitr_prune_s)
+            try:
+                rows, size, snapshots = await self.prune_history()
+            except (StorageUnavailableError, DatabaseError) as exc:
+                logger.info("cluster: pruning the history older than the point-in-time window failed (%s)", exc)
+                continue
+            if rows or snapshots:
+                logger.info("cluster: pruned %d log entries (%d bytes) and %d snapshots older than the "
+                            "point-in-time window", rows, size, snapshots)
+
     # -- activation (the placement's hooks) ---------------------------------------------------------
 
     async def acquire(self, slot: ActorSlot) -> None:
@@ -481,17 +624,24 @@ class HostCluster:
     async def _current_version(self, lease: Lease, copy: WorkingCopy) -> int:
         path = copy.path
         marker, version = await trio.to_thread.run_sync(file_state, path)
-        if (marker is not None and marker.clean and marker.cluster_id == self.cluster_id
+        if (marker is not None and marker.clean and marker.cluster_id == self._file_identity(lease)
                 and marker.last_seq == lease.last_seq and version is not None):
             self._counts["kept"] += 1
             return version
         started = trio.current_time()
-        await restore_actor(self.pool, lease, path, template=copy.template, cluster_id=self.cluster_id,
+        await restore_actor(self.pool, lease, path, template=copy.template, cluster_id=self._file_identity(lease),
                             durability=copy.durability, current_version=SCHEMA_VERSION)
         self._counts["restores"] += 1
         self._restore_s += trio.current_time() - started
         _marker, version = await trio.to_thread.run_sync(file_state, path)
         return version or 0
+
+    def _file_identity(self, lease: Lease) -> str:
+        """What an actor file's marker names as the log it matches: the cluster's id and the actor's
+        incarnation (``<cluster_id>/<incarnation>``). A session deleted while this host was down and
+        written again has a new incarnation, so the stale copy left here is rebuilt, never served,
+        even at the same sequence number."""
+        return f"{self.cluster_id}/{lease.incarnation}" if lease.incarnation else self.cluster_id
 
     def attach(self, slot: ActorSlot, storage: ActorStorage) -> None:
         """Start capturing the actor's writes (before the agent exists); mark its file unclean.
@@ -502,7 +652,7 @@ class HostCluster:
         """
         claim = _claim(slot)
         lease = claim.lease
-        capture = start_capture(storage, Marker(self.cluster_id, lease.last_seq, clean=False))
+        capture = start_capture(storage, Marker(self._file_identity(lease), lease.last_seq, clean=False))
         row = storage.read_alarm_row()
         catalog = CatalogTracker(storage, slot.id.namespace)
         log = ActorLog(storage, capture, lease, self.appender, on_poison=lambda error: self._poisoned(slot, error),
@@ -608,7 +758,7 @@ class HostCluster:
         if (log.poisoned is None and storage is not None and not storage.closed and not storage.in_transaction
                 and log.idle):
             try:
-                write_marker(storage, Marker(self.cluster_id, log.durable_seq, clean=True))
+                write_marker(storage, Marker(self._file_identity(state.lease), log.durable_seq, clean=True))
                 clean = True
             except Exception:  # the file stays unclean: it is rebuilt on the next activation
                 logger.exception("cluster: marking %s clean failed", state.name)

@@ -37,15 +37,17 @@ import functools
 import hashlib
 import heapq
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
 from actors.agent import ConnectionLike
 from common.errors import DatabaseError, StorageUnavailableError
-from runtime.host.cluster import CatalogRow, ClusterOptions, ClusterStatistics, HostCluster, ReleaseListener
+from runtime.host.cluster import CatalogRow, ClusterOptions, ClusterStatistics, HostCluster, PitrRestore, ReleaseListener
 from runtime.host.ids import ActorId
 from runtime.host.namespace import Namespace
 from runtime.host.placement import PlacementHost, WorkingCopy
@@ -53,8 +55,10 @@ from runtime.host.slots import ActorSlot
 from storage.cluster import Owner, create_cluster_schema
 from storage.cluster.driver import describe_dsn
 from storage.cluster.catalog import CatalogTracker
+from storage.cluster.history import Bookmark
 from storage.cluster.schema import PartitionMap, record_partition_map
 from storage.kv import ActorStorage
+from storage.sqlite import Durability
 
 __all__ = [
     "PARTITIONS",
@@ -396,6 +400,28 @@ class PartitionedCluster:
             for index, member in enumerate(self.members):
                 nursery.start_soon(one, index, member)
         return [answer for _index, answer in sorted(answers, key=lambda pair: pair[0])]
+
+    # -- point-in-time restore: each actor's history is in its database ------------------
+
+    @property
+    def pitr_window_s(self) -> float:
+        """The point-in-time window in seconds (the same for every database)."""
+        return self.options.pitr_window_s
+
+    async def bookmark(self, actor_id: ActorId, at_ms: int) -> tuple[str, Bookmark, int] | None:
+        """As :meth:`HostCluster.bookmark`, asked of the actor's database."""
+        return await self.member(actor_id).bookmark(actor_id, at_ms)
+
+    async def restore(self, actor_id: ActorId, token: object, *, path: os.PathLike[str] | str, template: Path,
+                      durability: Durability) -> PitrRestore:
+        """As :meth:`HostCluster.restore`, in the actor's database."""
+        return await self.member(actor_id).restore(actor_id, token, path=path, template=template,
+                                                   durability=durability)
+
+    async def prune_history(self) -> tuple[int, int, int]:
+        """As :meth:`HostCluster.prune_history`, in every database: the totals."""
+        each = await self.each_database(lambda member: member.prune_history())
+        return (sum(one[0] for one in each), sum(one[1] for one in each), sum(one[2] for one in each))
 
     # -- the placement's hooks: each goes to the actor's database ------------------------
 

@@ -109,7 +109,15 @@ from common.wire import (
 )
 from runtime.mcp_http import McpMount
 from runtime.telemetry import TraceRequests
-from runtime.server import checkpoint_routes, host_routes, inspector, lifecycle_routes, managers, transcript_routes
+from runtime.server import (
+    checkpoint_routes,
+    host_routes,
+    inspector,
+    lifecycle_routes,
+    managers,
+    pitr_routes,
+    transcript_routes,
+)
 from runtime.server.admission import RequestLimit
 from runtime.server.browsers import BrowserGate, OriginPolicy
 from runtime.server.client_io import body_read, body_timed_out, quiet_send
@@ -432,6 +440,8 @@ class SessionsServer:
     async def _sessions(self, rest: str) -> Response:
         try:
             session_id, *segments = rest.split("/")
+            if pitr_routes.handles(request.method, session_id, segments):  # bookmark, :restore (cluster mode)
+                return await pitr_routes.answer(self, session_id, segments)
             if lifecycle_routes.handles(request.method, segments):  # delete, export, import
                 return await lifecycle_routes.answer_session(
                     self, unquote_segment(session_id, "session_id"), request.method, segments)

@@ -86,6 +86,7 @@ presence turns cluster mode on, command-line flags override its keys)::
     lease_s = 10                 # seconds an owner holds an actor without renewing
     connect_timeout_s = 30       # at start, how long to keep trying to reach Postgres
     snapshot_bytes = 1048576     # log bytes after an actor's snapshot that make a new one
+    pitr_days = 7                # point-in-time restore: days of history kept (0: off)
 
 The bearer token is never read from this file: pass ``--token`` or set
 ``DURABLE_SESSIONS_TOKEN``; keep the Postgres password out of it too
@@ -275,6 +276,9 @@ class ClusterSettings:
         snapshot_bytes: log bytes after an actor's newest snapshot that make
             its owner store a new one (``None``: the host's default, 1 MiB);
             a new owner replays at most about this much.
+        pitr_days: the point-in-time window in days (may be fractional; 0: off):
+            the cluster keeps this much of each session's log and snapshots, and
+            any moment of it can be restored (docs/operations.md, "Point-in-time restore").
     """
 
     postgres: str | None = None
@@ -284,6 +288,7 @@ class ClusterSettings:
     connect_timeout_s: float = 30.0
     snapshot_bytes: int | None = None
     databases: tuple[str, ...] = ()
+    pitr_days: float = 7
 
     def __post_init__(self) -> None:
         if self.postgres is not None and self.databases:
@@ -317,6 +322,9 @@ class ClusterSettings:
         value = self.snapshot_bytes
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"cluster.snapshot_bytes must be a positive integer, not {value!r}")
+        days = self.pitr_days
+        if isinstance(days, bool) or not isinstance(days, (int, float)) or not 0 <= days <= 3650:
+            raise ConfigError(f"cluster.pitr_days must be a number of days from 0 (off) to 3650, not {days!r}")
 
     @property
     def dsns(self) -> tuple[str, ...]:

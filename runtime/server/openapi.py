@@ -137,6 +137,7 @@ def openapi_document(*, token: bool, managers: bool, transcripts: bool, version:
     builder.add_host_routes()
     builder.add_listing_routes()
     builder.add_lifecycle_routes()
+    builder.add_pitr_routes()
     if transcripts:
         builder.add_transcript_routes()
     builder.add_docs_routes()
@@ -420,6 +421,33 @@ class _Builder:
                 ["to", "sessions", "bytes"], {"to": {"type": "string"}, "sessions": {"type": "integer"},
                                               "bytes": {"type": "integer"}})}},
         }, errors_of=[*_BODY_ERRORS, *modes, *_CALL_ERRORS])
+
+    def add_pitr_routes(self) -> None:
+        """Point-in-time restore (:mod:`runtime.server.pitr_routes`; 501 outside cluster mode)."""
+        one = SESSIONS_PREFIX + "{session_id}"
+        params = self._base_parameters(one)
+        bookmark = {"type": "string", "description": "Opaque; names one moment of one session's history."}
+        modes = [errors.NotSupportedError]
+        self.operation(one + "/bookmark", "GET", {
+            "operationId": "sessions.bookmark", "tags": ["sessions"],
+            "parameters": [*params, {"name": "at", "in": "query", "required": True, "schema": {
+                "type": "string", "format": "date-time"}, "description": "ISO 8601 time with Z or an offset."}],
+            "summary": "A bookmark of the session's state at a moment of the point-in-time window (cluster mode).",
+            "responses": {"200": {"description": "the bookmark", "content": _content({
+                "type": "object", "required": ["bookmark", "at", "writtenAt", "window"], "properties": {
+                    "bookmark": bookmark, "at": {"type": "string"}, "writtenAt": {"type": ["string", "null"]},
+                    "window": {"type": "object", "properties": {"days": {"type": "number"},
+                                                                "from": {"type": "string"}}}}})}},
+        }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
+        self.operation(one + ":restore", "POST", {
+            "operationId": "sessions.restore", "tags": ["sessions"], "parameters": params,
+            "summary": "Rewind the session to a bookmark (cluster mode); answers the bookmark that undoes it.",
+            "requestBody": {"required": True, "content": _content(
+                {"type": "object", "required": ["bookmark"], "properties": {"bookmark": bookmark}})},
+            "responses": {"200": {"description": "restored", "content": _content({
+                "type": "object", "required": ["undo", "restoredTo", "messages"], "properties": {
+                    "undo": bookmark, "restoredTo": {"type": "string"}, "messages": {"type": "integer"}}})}},
+        }, errors_of=[*_BODY_ERRORS, errors.SessionNotFoundError, errors.NotOwnerError, *modes, *_CALL_ERRORS])
 
     def add_transcript_routes(self) -> None:
         text = {"type": "string", "minLength": 1}

@@ -39,7 +39,8 @@ Snapshots: a cut after a schema change ships the whole file as its entry
 after the newest snapshot outgrows ``max(snapshot_min_bytes, last snapshot)``
 the actor's durable state is serialized when nothing is pending, compressed on a
 thread and stored (:data:`~storage.cluster.statements.STORE_SNAPSHOT`), which
-trims the log it covers.
+trims the log it covers -- all but the point-in-time window's
+(``window_ms``: the base snapshot of the window and everything after it stay).
 
 Nothing here imports trio: waits are anyio, so the runtime drives it under trio.
 """
@@ -402,7 +403,7 @@ class ActorLog:
             blob = await compress_image(image)
             stored = await self.appender.pool.execute(sql.STORE_SNAPSHOT, {
                 "actor": self.lease.actor, "seq": seq, "epoch": self.lease.epoch, "me": self.appender.ownership.host_id,
-                "schema_version": schema_version, "image": blob})
+                "schema_version": schema_version, "image": blob, "window_ms": self.appender.window_ms})
             if stored:
                 self.tail_bytes = max(0, self.tail_bytes - covered)
                 self.snapshot_bytes = len(blob)
@@ -422,13 +423,16 @@ class GroupCommitAppender:
         pool: connections for diagnoses and snapshots.
         senders: sender tasks, each with its own connection.
         snapshot_min_bytes: log bytes after the newest snapshot that trigger a new one.
+        window_ms: the point-in-time window (milliseconds; 0: none): log entries and snapshots
+            younger than it, and the snapshot they start from, are not trimmed.
 
     Run with ``await task_group.start(appender.run)``; cancel to stop.
     """
 
     def __init__(self, ownership: Ownership, pool: PgPool, *, senders: int = 1,
-                 snapshot_min_bytes: int = 1 << 20) -> None:
+                 snapshot_min_bytes: int = 1 << 20, window_ms: int = 0) -> None:
         self.ownership = ownership
+        self.window_ms = window_ms
         self.pool = pool
         self.senders = senders
         self.snapshot_min_bytes = snapshot_min_bytes
@@ -600,7 +604,8 @@ class GroupCommitAppender:
             rows = await self.pool.execute(sql.APPEND_SNAPSHOT, {
                 "actor": entry.log.lease.actor, "seq": entry.seq, "epoch": entry.epoch, "me": own.host_id,
                 "lease_ms": max(1, round(own.lease_s * 1000)), "schema_version": entry.schema_version,
-                "image": blob, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms, "catalog": entry.catalog})
+                "image": blob, "alarm_op": entry.alarm_op, "alarm_ms": entry.alarm_ms, "catalog": entry.catalog,
+                "window_ms": self.window_ms})
         except (StorageUnavailableError, DatabaseError) as exc:
             await self._resolve([entry], exc)
             return

@@ -41,6 +41,8 @@ class Lease:
             renew before serving (see the module docstring).
         lost: set once the host learned another host took the actor.
         catalogued: ``False`` when the actor was written but has no ``ds_catalog`` row yet.
+        incarnation: when the actor's ``ds_actors`` row was created (a new one after a delete):
+            a working copy marked with another incarnation is never kept.
     """
 
     actor: str
@@ -51,6 +53,7 @@ class Lease:
     deadline: float
     lost: bool = False
     catalogued: bool = True
+    incarnation: str = ""
 
     def live(self) -> bool:
         """``True`` while the local deadline has not passed (and the lease was not lost)."""
@@ -119,9 +122,9 @@ class Ownership:
             rows = await self.pool.execute(sql.ACQUIRE, self._params(actor=actor, base_version=base_version),
                                            prepare=True)
             if rows:
-                epoch, last_seq, tail_bytes, base, catalogued = rows[0]
+                epoch, last_seq, tail_bytes, base, catalogued, incarnation = rows[0]
                 return Lease(actor, epoch, last_seq, tail_bytes, base, sent_at + self.usable_s,
-                             catalogued=catalogued)
+                             catalogued=catalogued, incarnation=incarnation)
             owner = await self.owner(actor)
             if owner is not None and owner.host_id is not None:
                 return owner

@@ -48,8 +48,8 @@ from .driver import PgPool
 from .ownership import Lease
 
 __all__ = [
-    "RestoreError", "combine", "compress_image", "decompress_image", "file_marker", "file_state", "restore_actor",
-    "restore_file",
+    "RestoreError", "combine", "compress_image", "decompress_image", "file_marker", "file_state", "rebuild_as_of",
+    "restore_actor", "restore_file",
 ]
 
 #: zlib level for snapshots (1: fastest; 6 saves ~12% more for 2-3x the time).
@@ -234,7 +234,32 @@ async def restore_actor(
             not be written here (a fault of the local disk or folder; the
             cause is chained; nothing changed).
     """
-    params = {"actor": lease.actor, "upto": lease.last_seq}
+    return await rebuild_as_of(pool, lease.actor, lease.last_seq, path, base_version=lease.base_version,
+                               template=template, marker=Marker(cluster_id, lease.last_seq, clean=False),
+                               durability=durability, current_version=current_version)
+
+
+async def rebuild_as_of(
+    pool: PgPool,
+    actor: str,
+    seq: int,
+    path: str | os.PathLike[str],
+    *,
+    base_version: int,
+    template: str | os.PathLike[str],
+    marker: Marker,
+    durability: Durability,
+    current_version: int,
+) -> tuple[int, int]:
+    """Write the file ``actor`` had after log entry ``seq`` at ``path``: the newest snapshot at or before
+    ``seq`` plus the entries after it up to ``seq`` (see :func:`restore_actor`, which rebuilds the newest
+    entry; point-in-time restore rebuilds older ones). Returns ``(snapshot seq or 0, entries applied)``.
+
+    Raises:
+        RestoreError, StorageUnavailableError: as :func:`restore_actor` (a missing part of the log is
+            a gap: nothing changed).
+    """
+    params = {"actor": actor, "upto": seq}
     image_blob: bytes | None = None
     after = 0
     async with pool.connection() as conn, conn.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
@@ -242,18 +267,17 @@ async def restore_actor(
         if rows:
             after, _schema_version, image_blob = rows[0]
         tail = await conn.execute(sql.TAIL, {**params, "after": after})
-    seqs = [seq for seq, _cs in tail]
-    if seqs != list(range(after + 1, lease.last_seq + 1)):
-        raise RestoreError(f"actor {lease.actor}: the cluster log has a gap (snapshot at {after}, entries "
-                           f"{_ranges(seqs)}, newest {lease.last_seq}); nothing was changed")
+    seqs = [entry for entry, _cs in tail]
+    if seqs != list(range(after + 1, seq + 1)):
+        raise RestoreError(f"actor {actor}: the cluster log has a gap (snapshot at {after}, entries "
+                           f"{_ranges(seqs)}, newest {seq}); nothing was changed")
     migrations: Sequence[Migration] = MIGRATIONS
-    if image_blob is None and lease.last_seq > 0 and lease.base_version != current_version:
-        if not 1 <= lease.base_version < current_version:
-            raise RestoreError(f"actor {lease.actor}: its log starts from actor-file schema version "
-                               f"{lease.base_version} and has no snapshot; this host's is {current_version}")
-        migrations = MIGRATIONS[:lease.base_version]
-        template = Path(template).with_name(f"v{lease.base_version}{Path(template).suffix}")
-    marker = Marker(cluster_id, lease.last_seq, clean=False)
+    if image_blob is None and seq > 0 and base_version != current_version:
+        if not 1 <= base_version < current_version:
+            raise RestoreError(f"actor {actor}: its log starts from actor-file schema version "
+                               f"{base_version} and has no snapshot; this host's is {current_version}")
+        migrations = MIGRATIONS[:base_version]
+        template = Path(template).with_name(f"v{base_version}{Path(template).suffix}")
 
     def rebuild() -> None:
         image = None if image_blob is None else decompress_image(bytes(image_blob))
@@ -261,11 +285,11 @@ async def restore_actor(
             restore_file(path, template=template, image=image, tail=[bytes(cs) for _seq, cs in tail],
                          marker=marker, durability=durability, migrations=migrations)
         except (apsw.NotADBError, apsw.CorruptError) as exc:
-            raise RestoreError(f"actor {lease.actor}: its snapshot at {after} is not a sound database ({exc}); "
+            raise RestoreError(f"actor {actor}: its snapshot at {after} is not a sound database ({exc}); "
                                "nothing was changed") from exc
         except (apsw.Error, OSError) as exc:  # the local disk or folder: the next attempt may succeed
             raise StorageUnavailableError(
-                f"actor {lease.actor}: its file could not be rebuilt from the cluster log "
+                f"actor {actor}: its file could not be rebuilt from the cluster log "
                 f"({type(exc).__name__}: {exc}); retry") from exc
 
     await anyio.to_thread.run_sync(rebuild)

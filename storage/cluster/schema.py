@@ -14,13 +14,22 @@
                      ``owner_address``, ``epoch`` (+1 on every acquisition: the
                      fencing token), ``lease_expires`` (Postgres time),
                      ``last_seq`` (the newest log entry), ``tail_bytes`` (log
-                     bytes after the newest snapshot) and ``base_version``
-                     (the actor-file schema version its log starts from).
+                     bytes after the newest snapshot), ``base_version``
+                     (the actor-file schema version its log starts from) and
+                     ``incarnation`` (version 3: when the row was created, in
+                     microseconds; a session deleted and written again has a
+                     new one, so a host's stale copy of the old one is never
+                     taken for current).
 ``ds_log``           the durable log: ``(actor_id, seq)`` -> the writer's
-                     ``epoch`` and a SQLite session ``changeset`` (an empty
-                     one where the entry is a snapshot).
+                     ``epoch``, a SQLite session ``changeset`` (an empty
+                     one where the entry is a snapshot) and ``written_at``
+                     (version 3: the server's time of the append, which
+                     maps a point in time to an entry for point-in-time
+                     restore: :mod:`storage.cluster.history`).
 ``ds_snapshots``     whole actor files, ``zlib`` of ``sqlite3_serialize``, each
-                     covering the log up to and including ``seq``.
+                     covering the log up to and including ``seq``, and
+                     ``written_at`` (version 3). The log and snapshots of the
+                     point-in-time window (``[cluster] pitr_days``) are kept.
 ``ds_alarms``        the cluster-wide alarm index: one row per actor with an
                      alarm, written in the statement of the log entry that
                      changed it.
@@ -36,7 +45,10 @@
 Version 1 databases (no ``ds_catalog``) are upgraded in place by the first
 host of version 2 that starts: the table is created empty, and a written
 actor gets its row the next time it wakes (``ACQUIRE`` says it has none; its
-first entry then carries it).
+first entry then carries it). Version 3 adds ``written_at`` to ``ds_log`` and
+``ds_snapshots`` and ``incarnation`` to ``ds_actors`` (rows already there get
+the time of the upgrade; each actor file is rebuilt once on its next activation,
+its marker naming no incarnation yet).
 
 Actor ids are ``<namespace>/<64 hex>``. Everything runs in one transaction
 under an advisory lock, so hosts starting together do not race; a database
@@ -54,7 +66,7 @@ from common.errors import DatabaseError, SchemaTooNewError
 from .driver import PgConnection
 
 #: Version of the cluster tables this code writes (``ds_cluster_meta.schema_version``).
-CLUSTER_SCHEMA_VERSION = 2
+CLUSTER_SCHEMA_VERSION = 3
 
 _LOCK_KEY = 0x64735F636C  # "ds_cl": one advisory lock for schema changes
 
@@ -79,6 +91,8 @@ CREATE TABLE IF NOT EXISTS ds_actors (
     tail_bytes    bigint NOT NULL DEFAULT 0,
     base_version  integer NOT NULL
 ) WITH (fillfactor = 70);
+ALTER TABLE ds_actors ADD COLUMN IF NOT EXISTS incarnation text NOT NULL
+    DEFAULT (floor(EXTRACT(EPOCH FROM now()) * 1000000))::bigint::text;
 CREATE TABLE IF NOT EXISTS ds_log (
     actor_id  text   NOT NULL,
     seq       bigint NOT NULL,
@@ -87,6 +101,7 @@ CREATE TABLE IF NOT EXISTS ds_log (
     PRIMARY KEY (actor_id, seq)
 );
 ALTER TABLE ds_log ALTER COLUMN changeset SET STORAGE EXTERNAL;
+ALTER TABLE ds_log ADD COLUMN IF NOT EXISTS written_at timestamptz NOT NULL DEFAULT now();
 CREATE TABLE IF NOT EXISTS ds_snapshots (
     actor_id       text    NOT NULL,
     seq            bigint  NOT NULL,
@@ -96,6 +111,7 @@ CREATE TABLE IF NOT EXISTS ds_snapshots (
     PRIMARY KEY (actor_id, seq)
 );
 ALTER TABLE ds_snapshots ALTER COLUMN image SET STORAGE EXTERNAL;
+ALTER TABLE ds_snapshots ADD COLUMN IF NOT EXISTS written_at timestamptz NOT NULL DEFAULT now();
 CREATE TABLE IF NOT EXISTS ds_alarms (
     actor_id     text PRIMARY KEY,
     scheduled_ms bigint NOT NULL
@@ -122,7 +138,7 @@ CREATE INDEX IF NOT EXISTS ds_catalog_by_project
     ON ds_catalog (project_key, session_id) WHERE project_key IS NOT NULL;
 INSERT INTO ds_cluster_meta (key, value) VALUES ('cluster_id', gen_random_uuid()::text)
     ON CONFLICT (key) DO NOTHING;
-INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '2')
+INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '3')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 """
 
@@ -144,7 +160,7 @@ async def create_cluster_schema(conn: PgConnection) -> str:
         found = int(meta.get("schema_version", 0))
         if found > CLUSTER_SCHEMA_VERSION:
             raise SchemaTooNewError("the cluster tables in Postgres", found, CLUSTER_SCHEMA_VERSION)
-        await conn.execute(_DDL)  # also upgrades version 1: ds_catalog is new in version 2
+        await conn.execute(_DDL)  # also upgrades versions 1 and 2: ds_catalog (2), written_at (3)
         meta = await _read_meta(conn)
     return meta["cluster_id"]
 

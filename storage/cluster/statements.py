@@ -28,7 +28,7 @@ binary: none). The hot statements are prepared once per connection
 _LEASE = "now() + %(lease_ms)s * interval '1 millisecond'"
 
 #: Take a free or expired actor, or re-take one this host owns (creating its row).
-#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued),
+#: Every success bumps the epoch. Returns (epoch, last_seq, tail_bytes, base_version, catalogued, incarnation),
 #: or no row; ``catalogued`` is false for a written actor without a ``ds_catalog`` row (written
 #: before the cluster schema had the catalog: the new owner ships its row).
 ACQUIRE = f"""
@@ -39,7 +39,8 @@ ON CONFLICT (actor_id) DO UPDATE
        epoch = a.epoch + 1, lease_expires = EXCLUDED.lease_expires
  WHERE a.owner IS NULL OR a.owner = EXCLUDED.owner OR a.lease_expires <= now()
 RETURNING epoch, last_seq, tail_bytes, base_version,
-          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued
+          last_seq = 0 OR EXISTS (SELECT 1 FROM ds_catalog c WHERE c.actor_id = a.actor_id) AS catalogued,
+          incarnation
 """
 
 #: Who owns the actor and for how much longer (milliseconds by the server's clock).
@@ -180,8 +181,33 @@ SELECT r.actor_id, a.owner, a.owner_address, a.epoch, a.last_seq, l.epoch, md5(l
   LEFT JOIN ds_snapshots s ON s.actor_id = r.actor_id AND s.seq = r.seq
 """
 
-#: A log entry that is a whole file (the schema changed, so changesets cannot carry it):
-#: fenced like APPEND; the older log and snapshots are trimmed in the same statement.
+#: Where the log and snapshots of an actor may be trimmed once a snapshot at ``%(seq)s`` exists, as two
+#: bounds: log entries below ``log_below`` and snapshots below ``snap_below`` go. Without a point-in-time
+#: window (``%(window_ms)s`` = 0) the new snapshot covers everything before it. With one, the base of the
+#: window is kept: the newest snapshot stored at least the window ago (and its own log row, which maps
+#: its time), with every entry and snapshot after it, so every moment of the window can be rebuilt
+#: (:mod:`storage.cluster.history`); ``NULL`` (no such snapshot) trims nothing.
+_WINDOW_BASE = """(SELECT max(seq) FROM ds_snapshots WHERE actor_id = %(actor)s
+                    AND written_at <= now() - %(window_ms)s::bigint * interval '1 millisecond')"""
+
+
+def _trim_ctes(source: str, log_below_plain: str) -> str:
+    """The CTEs that trim an actor's log and snapshots behind a snapshot at ``%(seq)s`` (see
+    :data:`_WINDOW_BASE`), once ``source`` (a CTE) returned a row."""
+    return f"""
+base AS (
+  SELECT CASE WHEN %(window_ms)s::bigint = 0 THEN {log_below_plain} ELSE {_WINDOW_BASE} END AS log_below,
+         CASE WHEN %(window_ms)s::bigint = 0 THEN %(seq)s::bigint ELSE {_WINDOW_BASE} END AS snap_below
+    FROM {source} LIMIT 1),
+trim_log AS (
+  DELETE FROM ds_log WHERE actor_id = %(actor)s AND seq < (SELECT log_below FROM base)),
+trim_snapshots AS (
+  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND seq < (SELECT snap_below FROM base))"""
+
+
+#: A log entry that is a whole file (the schema changed, so changesets cannot carry it; or a
+#: point-in-time restore): fenced like APPEND; the log and snapshots it makes unneeded (outside the
+#: point-in-time window) are trimmed in the same statement.
 APPEND_SNAPSHOT = f"""
 WITH fence AS (
   UPDATE ds_actors SET last_seq = %(seq)s, lease_expires = {_LEASE}, tail_bytes = 0
@@ -193,11 +219,7 @@ snap AS (
   RETURNING actor_id),
 logged AS (
   INSERT INTO ds_log (actor_id, seq, epoch, changeset)
-  SELECT actor_id, %(seq)s, %(epoch)s, ''::bytea FROM fence),
-trim_log AS (
-  DELETE FROM ds_log WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM fence)),
-trim_snapshots AS (
-  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM fence)),
+  SELECT actor_id, %(seq)s, %(epoch)s, ''::bytea FROM fence),{_trim_ctes("fence", "%(seq)s::bigint")},
 alarm_set AS (
   INSERT INTO ds_alarms (actor_id, scheduled_ms)
   SELECT actor_id, %(alarm_ms)s FROM fence WHERE %(alarm_op)s = 1
@@ -208,8 +230,9 @@ SELECT actor_id FROM snap
 """
 
 #: A snapshot of a state already in the log (entries up to ``seq`` durable), taken by the
-#: owner; the log it covers and older snapshots go. Returns a row when it was stored.
-STORE_SNAPSHOT = """
+#: owner; the log it covers and older snapshots go (outside the point-in-time window). Returns a
+#: row when it was stored.
+STORE_SNAPSHOT = f"""
 WITH fence AS (
   UPDATE ds_actors SET tail_bytes = (
            SELECT coalesce(sum(octet_length(changeset)), 0) FROM ds_log
@@ -220,13 +243,51 @@ snap AS (
   INSERT INTO ds_snapshots (actor_id, seq, epoch, schema_version, image)
   SELECT actor_id, %(seq)s, %(epoch)s, %(schema_version)s, %(image)b FROM fence
   ON CONFLICT (actor_id, seq) DO NOTHING
-  RETURNING actor_id),
-trim_log AS (
-  DELETE FROM ds_log WHERE actor_id = %(actor)s AND seq <= %(seq)s AND EXISTS (SELECT 1 FROM snap)),
-trim_snapshots AS (
-  DELETE FROM ds_snapshots WHERE actor_id = %(actor)s AND seq < %(seq)s AND EXISTS (SELECT 1 FROM snap))
+  RETURNING actor_id),{_trim_ctes("snap", "%(seq)s::bigint + 1")}
 SELECT actor_id FROM snap
 """
+
+#: Every actor's log and snapshots older than the point-in-time window that no moment of the window
+#: needs (see :data:`_WINDOW_BASE`): what a snapshot's own trim left behind for actors that have not
+#: stored one since, for at most ``%(limit)s`` actors. Returns ``(actors, log rows, log bytes, snapshots)``
+#: pruned. Not fenced: it removes only history behind a snapshot that stays.
+PRUNE_WINDOW = """
+WITH candidates AS (
+  SELECT actor_id, max(seq) AS seq FROM ds_snapshots
+   WHERE written_at <= now() - %(window_ms)s::bigint * interval '1 millisecond'
+   GROUP BY actor_id),
+base AS (
+  SELECT c.actor_id, c.seq FROM candidates c
+   WHERE EXISTS (SELECT 1 FROM ds_log l WHERE l.actor_id = c.actor_id AND l.seq < c.seq)
+      OR EXISTS (SELECT 1 FROM ds_snapshots s WHERE s.actor_id = c.actor_id AND s.seq < c.seq)
+   LIMIT %(limit)s),
+log_del AS (
+  DELETE FROM ds_log l USING base b WHERE l.actor_id = b.actor_id AND l.seq < b.seq
+  RETURNING octet_length(l.changeset) AS size),
+snapshots_del AS (
+  DELETE FROM ds_snapshots s USING base b WHERE s.actor_id = b.actor_id AND s.seq < b.seq RETURNING 1)
+SELECT (SELECT count(*) FROM base), (SELECT count(*) FROM log_del), (SELECT coalesce(sum(size), 0) FROM log_del),
+       (SELECT count(*) FROM snapshots_del)
+"""
+
+#: Point-in-time restore (:mod:`storage.cluster.history`): the newest entry written at or before
+#: ``%(at)s`` (epoch ms; ``NULL`` when none), the oldest entry kept, the actor's newest entry, and the
+#: server's time (epoch ms).
+POINT_AT = """
+SELECT (SELECT max(seq) FROM ds_log WHERE actor_id = %(actor)s
+         AND written_at <= to_timestamp(%(at_ms)s::bigint / 1000.0)),
+       (SELECT min(seq) FROM ds_log WHERE actor_id = %(actor)s),
+       (SELECT last_seq FROM ds_actors WHERE actor_id = %(actor)s),
+       (EXTRACT(EPOCH FROM now()) * 1000)::bigint
+"""
+
+#: When an entry was written (epoch ms), or no row when it is not kept.
+ENTRY_TIME = """
+SELECT (EXTRACT(EPOCH FROM written_at) * 1000)::bigint FROM ds_log WHERE actor_id = %(actor)s AND seq = %(seq)s
+"""
+
+#: The server's time (epoch ms).
+NOW_MS = "SELECT (EXTRACT(EPOCH FROM now()) * 1000)::bigint"
 
 #: Restore reads, in one REPEATABLE READ transaction (a concurrent trim cannot split them).
 LATEST_SNAPSHOT = """

@@ -166,7 +166,7 @@ async def test_a_file_migrated_on_open_ships_a_snapshot_before_serving(hosts, pg
     write_marker(old, Marker("whatever", 1, clean=True))
     image = old.connection.serialize("main")
     old.close()
-    async with hosts(2) as (a, b):
+    async with hosts(2, pitr_window_s=0) as (a, b):  # no point-in-time window: the old base is trimmed at once
         na = a.bind("sessions", SessionAgent, env=SessionConfig())
         nb = b.bind("sessions", SessionAgent, env=SessionConfig())
         stub = na.get_by_name("legacy")

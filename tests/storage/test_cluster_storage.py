@@ -75,8 +75,8 @@ async def test_schema_is_idempotent_concurrent_and_keeps_one_cluster_id(pg_empty
 async def test_a_newer_cluster_schema_is_refused(pg_empty_dsn):
     conn = await PgConnection.connect(pg_empty_dsn, timeout_s=5, statement_timeout_s=5)
     await create_cluster_schema(conn)
-    sql(pg_empty_dsn, "UPDATE ds_cluster_meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(SchemaTooNewError, match="schema version 3 is newer than this code supports"):
+    sql(pg_empty_dsn, "UPDATE ds_cluster_meta SET value = '4' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaTooNewError, match="schema version 4 is newer than this code supports"):
         await create_cluster_schema(conn)
     await conn.close()
 
