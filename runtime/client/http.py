@@ -48,13 +48,14 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import msgpack
 
-from common.errors import ServerUnreachableError
+from common.errors import InvalidInputError, ServerUnreachableError
 from common.shapes import LATEST_LEAF
 from common.wire import (
     CLOSE_RECONNECT,
@@ -385,6 +386,36 @@ class SessionsClient:
         if response.status_code >= 400:
             raise error_from_payload(response.status_code, payload)
         return int(payload["imported"])
+
+    async def bookmark_session(self, session_id: str, at: str | datetime) -> dict[str, Any]:
+        """A bookmark of the session's state at ``at`` (cluster mode; ``GET /v1/sessions/{id}/bookmark?at=``):
+        ``{"bookmark", "at", "writtenAt", "window": {"days", "from"}}`` (docs/operations.md, point-in-time
+        restore). ``at``: an aware ``datetime`` or ISO 8601 text with ``Z`` or an offset.
+
+        Raises:
+            InvalidInputError: ``at`` is not an aware time, or lies outside the window (the message names it).
+            SessionNotFoundError: the session was never written.
+            NotSupportedError: the server is not a cluster host.
+        """
+        if isinstance(at, datetime):
+            if at.tzinfo is None:
+                raise InvalidInputError("at must carry a time zone (an aware datetime)", field="at")
+            at = at.isoformat()
+        return await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id) + "/bookmark",
+                                  params={"at": at})
+
+    async def restore_session(self, session_id: str, bookmark: str) -> dict[str, Any]:
+        """Rewind the session to a bookmark (cluster mode; ``POST /v1/sessions/{id}:restore``):
+        ``{"undo", "restoredTo", "messages"}``; restoring ``undo`` takes the rewind back.
+
+        Raises:
+            InvalidInputError: a bookmark of another session, malformed, or outside the window.
+            SessionNotFoundError: the session was never written.
+            ActorBusyError: the session's calls kept it busy (nothing changed; try again).
+            NotSupportedError: the server is not a cluster host.
+        """
+        return await self.request("POST", SESSIONS_PREFIX + quote_segment(session_id) + ":restore",
+                                  body={"bookmark": bookmark}, retry_safe=False)
 
     async def collect_garbage(self, *, dry_run: bool = False) -> dict[str, Any]:
         """Delete the sessions idle longer than the server's ``[retention] delete_idle_after_days``

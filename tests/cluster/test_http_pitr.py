@@ -9,11 +9,13 @@ configuration file) are refused with 400 naming the window; outside cluster mode
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import httpx
 import psycopg
 import pytest
 
+from common.errors import InvalidInputError
 from common.wire import OWNER_HEADER
 from runtime.client import SessionsClient
 from tests.cluster.test_http_forwarding import msg
@@ -67,8 +69,13 @@ async def test_bookmark_on_any_host_restore_through_another_undo_and_survive_kil
             assert await history(host.url, "trip") == ["m0", "m1", "m2"]
         assert await history(h1.url, "other") == ["x"]  # only that session moved
 
-        undo = await http.post(f"{h2.url}/v1/sessions/trip:restore", json={"bookmark": restored.json()["undo"]})
-        assert undo.status_code == 200, undo.text
+        async with SessionsClient(h2.url) as via_h2:  # the Python client's two calls
+            undone = await via_h2.restore_session("trip", restored.json()["undo"])
+            assert undone["messages"] == 6
+            again_at = datetime.fromisoformat(middle.replace("Z", "+00:00"))
+            assert (await via_h2.bookmark_session("trip", again_at))["at"] == middle
+            with pytest.raises(InvalidInputError, match="time zone"):
+                await via_h2.bookmark_session("trip", again_at.replace(tzinfo=None))
         assert await history(h3.url, "trip") == [f"m{i}" for i in range(6)]
 
         # Restore again, then kill -9 the owner at once: the restore is a durable entry of the log.
