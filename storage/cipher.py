@@ -91,10 +91,10 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
     """
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: reading a FIFO would wait for a writer
+            raise EncryptionError(f"the encryption key file {path} is not a regular file")
         with open(path, "rb") as file:
             mode = os.fstat(file.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise EncryptionError(f"the encryption key file {path} is not a regular file")
             if mode & 0o077:
                 raise EncryptionError(f"the encryption key file {path} has mode {stat.S_IMODE(mode):04o}; "
                                       f"only its owner may read it (chmod 600 {path})")
