@@ -32,7 +32,12 @@
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
 missing, then written once) and binds its address before anything else: a
 read-only or unwritable folder, an address in use or a bad port is one line
-naming it, and exit status 2.
+naming it, and exit status 2. So is an unusable encryption key: with
+``[storage] encryption_key_file`` or ``$DURABLE_SESSIONS_ENCRYPTION_KEY_FILE``
+(the only source for ``doctor``, ``restore`` and ``import --data``) every
+SQLite file is encrypted (:mod:`storage.cipher`), and a plain apsw build, a
+key file others may read, another key or no key on an encrypted folder, or a
+key on a folder of unencrypted files is refused before anything is written.
 
 Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 ``http://127.0.0.1:8787``) with ``--token`` (default
