@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import os
 import stat
+import urllib.parse
 from pathlib import Path
 
 import apsw
@@ -43,7 +44,7 @@ from .private_files import create_private_file, make_private_dirs
 
 __all__ = [
     "EXTRA_HINT", "KEY_FILE_ENV", "MARK_FILE", "PAGE_SIZE", "EncryptionError", "active", "check_folder",
-    "cipher_build", "is_plaintext_database", "read_key_file", "use_key",
+    "cipher_build", "is_plaintext_database", "read_key_file", "use_key", "write_image",
 ]
 
 #: The environment variable naming the key file when the configuration gives none.
@@ -146,6 +147,35 @@ def _key_connection(con: apsw.Connection) -> None:
     con.execute("PRAGMA cipher = 'chacha20'")
     con.execute("PRAGMA kdf_iter = 1")  # the key is random already: no stretching (see the module docs)
     con.execute(f"PRAGMA hexkey = '{key_hex}'")  # hexadecimal digits only: nothing to quote
+
+
+def write_image(path: str | os.PathLike[str], image: bytes) -> None:
+    """Write the database ``image`` (``sqlite3_serialize``'s bytes, always plaintext) as the new file ``path``:
+    as is without a key; with one, encrypted on its way to the disk, where no plaintext page ever lands.
+
+    With a key the image goes into an in-memory database (marked rollback mode: an in-memory copy of
+    a WAL-mode file cannot be opened) and ``VACUUM INTO`` writes it out under the key; the new file is
+    in rollback mode with its free pages dropped (:class:`~storage.sqlite.SqlStorage` puts it back in
+    WAL mode when it opens it). SQLite's backup API cannot do this: it refuses to copy a plain
+    database into an encrypted one.
+
+    Raises:
+        apsw.Error: the image is not a database, or ``path`` cannot be written (with a key: it exists).
+    """
+    key_hex = _key_hex
+    if key_hex is None:
+        with open(path, "wb") as out:
+            out.write(image)
+        return
+    if image[18:20] == b"\x02\x02":  # the header's WAL mode: an in-memory database opens only in rollback mode
+        image = image[:18] + b"\x01\x01" + image[20:]
+    con = apsw.Connection(":memory:", flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+    try:
+        con.deserialize("main", image)
+        target = urllib.parse.quote(os.path.abspath(path))
+        con.execute("VACUUM INTO ?", (f"file:{target}?cipher=chacha20&kdf_iter=1&hexkey={key_hex}",))
+    finally:
+        con.close()
 
 
 def is_plaintext_database(path: str | os.PathLike[str]) -> bool:

@@ -144,3 +144,54 @@ def test_the_damage_checks_read_encrypted_files(tmp_path):
     assert result["headers"] is None and result["checksums"] is None and result["examine"] is None
     assert result["damaged_headers"] is None  # a frame's page is not its header
     assert result["damaged_checksums"] == "WAL frame 2 fails its checksum; SQLite drops the commits after it"
+
+
+#: Rebuilds an encrypted actor file from a snapshot image as a cluster host does (storage.cluster.restore).
+SNAPSHOT_RESTORE = r"""
+import json, os, sys
+from storage import cipher
+from storage.cluster.capture import Marker
+from storage.cluster.restore import file_marker, restore_file
+from storage.sqlite import SqlStorage
+
+folder, marker = sys.argv[1], sys.argv[2]
+cipher.use_key(os.urandom(32))
+source = SqlStorage.open(os.path.join(folder, "source.sqlite3"))
+with source.transaction():
+    source.exec("INSERT INTO assistant_config (session_id, key, value) VALUES ('', 'note', ?)", marker)
+image = source.connection.serialize("main")  # what a snapshot holds: plaintext pages
+source.close()
+for name in os.listdir(folder):
+    os.unlink(os.path.join(folder, name))
+rebuilt = os.path.join(folder, "actor.sqlite3")
+restore_file(rebuilt, template=os.path.join(folder, "template.sqlite3"), image=image, tail=[],
+             marker=Marker("cluster-1", 7, True))
+files = sorted(os.listdir(folder))
+plain = [name for name in files if marker.encode() in open(os.path.join(folder, name), "rb").read()]
+with SqlStorage.open(rebuilt) as storage:
+    note = storage.scalar("SELECT value FROM assistant_config WHERE key = 'note'")
+print(json.dumps({"image_plain": marker.encode() in image, "files": files, "plain": plain, "note": note,
+                  "marker": str(file_marker(rebuilt))}))
+"""
+
+
+def test_a_snapshot_image_is_written_encrypted(tmp_path):
+    pythonpath = cipher_pythonpath()
+    marker = f"marker-{secrets.token_hex(6)}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(REPO_ROOT)) if p)}
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_RESTORE, str(tmp_path), marker], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["image_plain"] is True  # the image itself is plaintext (it goes to Postgres as such)
+    assert result["plain"] == [] and "actor.sqlite3" in result["files"]
+    assert result["note"] == marker
+    assert result["marker"] == "Marker(cluster_id='cluster-1', last_seq=7, clean=True)"
+
+
+def test_without_a_key_an_image_is_written_as_it_is(tmp_path):
+    source = SqlStorage.open(tmp_path / "a.sqlite3")
+    image = source.connection.serialize("main")
+    source.close()
+    cipher.write_image(tmp_path / "b.sqlite3", image)
+    assert (tmp_path / "b.sqlite3").read_bytes() == image
