@@ -160,7 +160,7 @@ def write_image(path: str | os.PathLike[str], image: bytes) -> None:
     database into an encrypted one.
 
     Raises:
-        apsw.Error: the image is not a database, or ``path`` cannot be written (with a key: it exists).
+        apsw.Error, OSError: the image is not a database, or ``path`` cannot be written (with a key: it exists).
     """
     key_hex = _key_hex
     if key_hex is None:
@@ -169,7 +169,8 @@ def write_image(path: str | os.PathLike[str], image: bytes) -> None:
         return
     if image[18:20] == b"\x02\x02":  # the header's WAL mode: an in-memory database opens only in rollback mode
         image = image[:18] + b"\x01\x01" + image[20:]
-    con = apsw.Connection(":memory:", flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI  # URI: VACUUM INTO's key
+    con = apsw.Connection(":memory:", flags=flags)
     try:
         con.deserialize("main", image)
         target = urllib.parse.quote(os.path.abspath(path))

@@ -469,9 +469,6 @@ async def _serve(args: argparse.Namespace) -> int:
     if postgres and not issubclass(agent_class, PostgresSessionAgent):
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
-    if config.cluster is not None and encryption_key_file(config.storage.encryption_key_file) is not None:
-        raise UsageError("encryption at rest does not go with --cluster yet: a cluster host rebuilds actor files "
-                         "from the plaintext snapshots in Postgres (docs/operations.md, \"Encryption at rest\")")
     use_encryption(config.server.data, config.storage.encryption_key_file)
     if config.cluster is None:  # no silent shadowing between the two modes (runtime/cli/data_mode.py)
         from runtime.cli.data_mode import DataModeError, check_data_mode
@@ -543,9 +540,10 @@ def use_encryption(data: Path, key_file: Path | None, *, mark: bool = True) -> b
         UsageError: the key file is unusable, apsw has no cipher (the line names the extra to install),
             or the folder is encrypted with another key, needs one, or holds unencrypted files.
     """
-    from storage.cipher import EncryptionError, check_folder, read_key_file, use_key
+    from storage.cipher import KEY_FILE_ENV, EncryptionError, check_folder, read_key_file, use_key
 
-    key_file = encryption_key_file(key_file)
+    if key_file is None and os.environ.get(KEY_FILE_ENV):
+        key_file = Path(os.environ[KEY_FILE_ENV])
     try:
         key = None if key_file is None else read_key_file(key_file)
         use_key(key)
@@ -553,15 +551,6 @@ def use_encryption(data: Path, key_file: Path | None, *, mark: bool = True) -> b
     except EncryptionError as exc:
         raise UsageError(str(exc)) from None
     return key
-
-
-def encryption_key_file(configured: Path | None) -> Path | None:
-    """The encryption key file: ``configured`` (``[storage] encryption_key_file``), else the one
-    ``$DURABLE_SESSIONS_ENCRYPTION_KEY_FILE`` names, else ``None`` (no encryption)."""
-    from storage.cipher import KEY_FILE_ENV
-
-    named = os.environ.get(KEY_FILE_ENV)
-    return configured if configured is not None else Path(named) if named else None
 
 
 def listen_on(bind: str) -> Any:

@@ -179,12 +179,3 @@ def test_an_unusable_key_file_is_refused_without_showing_it(tmp_path, mode, cont
     assert f"cannot read the encryption key file {tmp_path / 'missing.key'}" in line
 
 
-
-def test_a_key_with_cluster_mode_is_refused(tmp_path):
-    done = run("serve", "--bind", "127.0.0.1:0", "--data", str(tmp_path / "data"), "--insecure-no-token",
-               "--cluster", "postgresql://nobody@127.0.0.1:1/none", key_file=write_key(tmp_path / "data.key"))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == ["durable-sessions serve: encryption at rest does not go with --cluster yet: "
-                                        "a cluster host rebuilds actor files from the plaintext snapshots in "
-                                        'Postgres (docs/operations.md, "Encryption at rest")']
-    assert not (tmp_path / "data").exists()
