@@ -24,6 +24,7 @@ import pytest
 
 from storage.cipher import KEY_FILE_ENV, MARK_FILE
 from tests.support.cipher import cipher_pythonpath, is_cipher_build
+from tests.support.data import TEST_DATA
 from tests.support.processes import cli_command, cli_env, server_process
 
 TOKEN = "encryption-token"
@@ -179,3 +180,15 @@ def test_an_unusable_key_file_is_refused_without_showing_it(tmp_path, mode, cont
     assert f"cannot read the encryption key file {tmp_path / 'missing.key'}" in line
 
 
+
+
+def test_import_into_an_encrypted_folder_takes_the_key(tmp_path, encrypted_env):
+    data, key = tmp_path / "data", write_key(tmp_path / "data.key")
+    source = TEST_DATA / "openai_chat" / "tau-bench-airline-3.json"
+    done = run("import", str(source), "--data", str(data), "--no-progress", pythonpath=encrypted_env,
+               key_file=key)
+    assert done.returncode == 0, done.stderr
+    assert "imported 3 of 3 sessions" in done.stdout
+    assert "_catalog.sqlite3" in assert_no_plaintext(data, b"looking to get a refund for the insurance")
+    done = run("import", str(source), "--data", str(data), "--no-progress", pythonpath=encrypted_env)
+    assert done.returncode == 2 and "is encrypted; give its key file" in done.stderr
