@@ -132,14 +132,18 @@ print(json.dumps(result))
 """
 
 
-def test_the_damage_checks_read_encrypted_files(tmp_path):
+def run_with_cipher(script: str, *args: str) -> dict:
+    """Run ``script`` with ``args`` in a fresh interpreter on the cipher build; the JSON it prints."""
     pythonpath = cipher_pythonpath()
-    marker = f"marker-{secrets.token_hex(6)}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(REPO_ROOT)) if p)}
-    done = subprocess.run([sys.executable, "-c", ENCRYPTED_FILE_CHECKS, str(tmp_path), marker], env=env,
-                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_the_damage_checks_read_encrypted_files(tmp_path):
+    result = run_with_cipher(ENCRYPTED_FILE_CHECKS, str(tmp_path), f"marker-{secrets.token_hex(6)}")
     assert result["plain"] is False and result["wal_bytes"] > 30 * 4096
     assert result["headers"] is None and result["checksums"] is None and result["examine"] is None
     assert result["damaged_headers"] is None  # a frame's page is not its header
@@ -176,13 +180,8 @@ print(json.dumps({"image_plain": marker.encode() in image, "files": files, "plai
 
 
 def test_a_snapshot_image_is_written_encrypted(tmp_path):
-    pythonpath = cipher_pythonpath()
     marker = f"marker-{secrets.token_hex(6)}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(REPO_ROOT)) if p)}
-    done = subprocess.run([sys.executable, "-c", SNAPSHOT_RESTORE, str(tmp_path), marker], env=env,
-                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = run_with_cipher(SNAPSHOT_RESTORE, str(tmp_path), marker)
     assert result["image_plain"] is True  # the image itself is plaintext (it goes to Postgres as such)
     assert result["plain"] == [] and "actor.sqlite3" in result["files"]
     assert result["note"] == marker
