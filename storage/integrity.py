@@ -42,6 +42,7 @@ from pathlib import Path
 
 import apsw
 
+from . import cipher
 from .context import read_config
 from .sqlite import SqlStorage
 
@@ -124,6 +125,8 @@ def check_files(path: str | os.PathLike[str]) -> str | None:
     wal_problem, wal_frames = _wal_problem(path.with_name(path.name + "-wal"), page_size)
     if wal_problem is not None:
         return wal_problem
+    if header[:16] != _MAGIC:
+        return None  # encrypted: the page count in its header cannot be read
     return _database_size_problem(header, size, page_size, wal_frames)
 
 
@@ -133,6 +136,10 @@ def _database_header_problem(header: bytes, size: int) -> tuple[str | None, int]
     if size < _HEADER_BYTES:
         return f"the file is {size} bytes, shorter than a database header", 0
     if header[:16] != _MAGIC:
+        if cipher.active():  # encrypted (storage.cipher): the header is ciphertext, only the size can be checked
+            page_size = cipher.PAGE_SIZE
+            return (f"the file is {size} bytes, not a whole number of {page_size}-byte pages (cut short?)"
+                    if size % page_size else None), page_size
         return "the file does not start with a SQLite header (overwritten or not a database)", 0
     page_size = struct.unpack(">H", header[16:18])[0]
     page_size = 65536 if page_size == 1 else page_size

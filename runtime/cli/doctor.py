@@ -19,6 +19,11 @@ Each file gets a time budget (``--time-budget``, default
 without trusting their schema: no view, trigger or schema function of a
 hostile file runs (:func:`storage.integrity.open_for_inspection`).
 
+An encrypted data folder (:mod:`storage.cipher`) is checked with its key,
+taken from ``$DURABLE_SESSIONS_ENCRYPTION_KEY_FILE``; without it the command
+refuses at start with one line (exit status 2) rather than report every
+file as damaged.
+
 The doctor takes the data folder's lock: it refuses a folder a running host
 holds. Exit status: 0 nothing wrong, 1 damage found (or listed), 2 bad usage.
 """

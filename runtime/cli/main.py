@@ -32,7 +32,12 @@
 (:mod:`runtime.cli.logs`). ``serve`` checks its data folder (created if
 missing, then written once) and binds its address before anything else: a
 read-only or unwritable folder, an address in use or a bad port is one line
-naming it, and exit status 2.
+naming it, and exit status 2. So is an unusable encryption key: with
+``[storage] encryption_key_file`` or ``$DURABLE_SESSIONS_ENCRYPTION_KEY_FILE``
+(the only source for ``doctor``, ``restore`` and ``import --data``) every
+SQLite file is encrypted (:mod:`storage.cipher`), and a plain apsw build, a
+key file others may read, another key or no key on an encrypted folder, or a
+key on a folder of unencrypted files is refused before anything is written.
 
 Client commands talk to ``--url`` (default ``$DURABLE_SESSIONS_URL`` or
 ``http://127.0.0.1:8787``) with ``--token`` (default
@@ -464,6 +469,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if postgres and not issubclass(agent_class, PostgresSessionAgent):
         raise UsageError("--postgres serves PostgresSessionAgent (or a subclass of it), not " + agent_class.__name__)
     check_data_folder(config.server.data)
+    use_encryption(config.server.data, config.storage.encryption_key_file)
     if config.cluster is None:  # no silent shadowing between the two modes (runtime/cli/data_mode.py)
         from runtime.cli.data_mode import DataModeError, check_data_mode
 
@@ -522,6 +528,29 @@ def check_data_folder(folder: Path) -> None:
     if problem is not None:
         where = existing if existing != folder.absolute() else folder
         raise UsageError(f"cannot use the data folder {folder}: {problem} ({where})")
+
+
+def use_encryption(data: Path, key_file: Path | None, *, mark: bool = True) -> bytes | None:
+    """Encrypt the SQLite files this process opens with the key in ``key_file`` (else the file
+    ``$DURABLE_SESSIONS_ENCRYPTION_KEY_FILE`` names; neither: no encryption), and check that ``data``
+    matches it (:func:`storage.cipher.check_folder`; ``mark``: write the mark of a folder a key starts
+    using); returns the key.
+
+    Raises:
+        UsageError: the key file is unusable, apsw has no cipher (the line names the extra to install),
+            or the folder is encrypted with another key, needs one, or holds unencrypted files.
+    """
+    from storage.cipher import KEY_FILE_ENV, EncryptionError, check_folder, read_key_file, use_key
+
+    if key_file is None and os.environ.get(KEY_FILE_ENV):
+        key_file = Path(os.environ[KEY_FILE_ENV])
+    try:
+        key = None if key_file is None else read_key_file(key_file)
+        use_key(key)
+        check_folder(data, key, write_mark=mark)
+    except EncryptionError as exc:
+        raise UsageError(str(exc)) from None
+    return key
 
 
 def listen_on(bind: str) -> Any:
@@ -584,6 +613,7 @@ async def _import(args: argparse.Namespace) -> int:
     total = sum(len(s.messages) for s in sessions)
     if args.data is not None:
         check_data_folder(args.data)
+        use_encryption(args.data, None)
     else:  # no server: one line and a hint, rather than one failure per conversation
         async with _client(args) as client:
             await client.health()
@@ -623,7 +653,18 @@ async def _lifecycle(args: argparse.Namespace) -> int:
 
 
 async def _restore(args: argparse.Namespace) -> int:
-    return lifecycle.restore(args.source, args.data)
+    from storage.catalog import CATALOG_FILE
+    from storage.cipher import is_plaintext_database
+
+    key = use_encryption(args.data, None, mark=False)
+    catalog = args.source / CATALOG_FILE
+    if catalog.is_file() and is_plaintext_database(catalog) == (key is not None):
+        raise UsageError(f"{args.source} is an unencrypted backup; restore it without an encryption key" if key
+                         else f"{args.source} is an encrypted backup; give its key file "
+                              "($DURABLE_SESSIONS_ENCRYPTION_KEY_FILE)")
+    status = lifecycle.restore(args.source, args.data)
+    use_encryption(args.data, None)  # the restored folder gets its mark
+    return status
 
 
 # -- doctor --------------------------------------------------------------------------------------
@@ -632,6 +673,7 @@ async def _restore(args: argparse.Namespace) -> int:
 async def _doctor(args: argparse.Namespace) -> int:
     from runtime.cli.doctor import run_doctor
 
+    use_encryption(args.data, None, mark=False)
     try:
         return run_doctor(args.data, quarantine=args.quarantine, release=tuple(args.release), as_json=args.json,
                           budget_s=args.time_budget)
@@ -766,6 +808,7 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     check_data_folder(args.data)
+    use_encryption(args.data, config.storage.encryption_key_file)
     async with open_host(args.data) as host:
         await serve_stdio(bind_sessions(host, config.session).get_by_name(args.session))
     return 0

@@ -33,6 +33,7 @@ Unknown keys are errors, so a typo never passes silently::
     postgres = "postgresql://app@db.internal/sessions"   # or: serve --postgres URL
     pool_size = 10               # connections to Postgres, shared by every actor
     timeout_s = 10               # connect / wait for a connection / one statement, seconds
+    # encryption_key_file = "secrets/data.key"  # encrypt the SQLite files (extra encryption; mode 0600)
 
     [session]
     cached_prompt = true
@@ -394,11 +395,16 @@ class StorageSettings:
         pool_size: connections to Postgres, shared by every actor.
         timeout_s: seconds for connecting, waiting for a connection and one
             statement; past them a call answers 503 (retryable).
+        encryption_key_file: the file holding the key that encrypts every SQLite
+            file of the data folder (:mod:`storage.cipher`; extra ``encryption``),
+            relative to the configuration file; ``None``: the variable
+            ``DURABLE_SESSIONS_ENCRYPTION_KEY_FILE``, else no encryption.
     """
 
     postgres: str | None = None
     pool_size: int = 10
     timeout_s: float = 10.0
+    encryption_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         if self.postgres is not None and (not isinstance(self.postgres, str) or not self.postgres.strip()):
@@ -408,6 +414,11 @@ class StorageSettings:
         value = self.timeout_s
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ConfigError(f"storage.timeout_s must be a positive number of seconds, not {value!r}")
+        key_file = self.encryption_key_file
+        if key_file is not None and (not isinstance(key_file, (str, Path)) or not str(key_file).strip()):
+            raise ConfigError("storage.encryption_key_file must be the path of a file")
+        if isinstance(key_file, str):
+            object.__setattr__(self, "encryption_key_file", Path(key_file))
 
 
 @dataclass(frozen=True)
@@ -496,7 +507,7 @@ def load_config(path: str | os.PathLike[str] | None) -> HostConfig:
         session = _session(_table(data, "session"), base)
         if "search" in data:
             session = replace(session, search=_search(_table(data, "search")))
-        storage = _storage(_table(data, "storage"))
+        storage = _storage(_table(data, "storage"), base)
         cluster = _cluster(data["cluster"]) if "cluster" in data else None
         retention = _retention(_table(data, "retention"))
     except InvalidInputError as exc:
@@ -516,9 +527,12 @@ def _search(table: dict[str, Any]) -> EmbedderConfig:
     return EmbedderConfig(**table)
 
 
-def _storage(table: dict[str, Any]) -> StorageSettings:
+def _storage(table: dict[str, Any], base: Path) -> StorageSettings:
     _only(table, {f.name for f in fields(StorageSettings)}, "storage.")
-    return StorageSettings(**table)
+    values = dict(table)
+    if isinstance(values.get("encryption_key_file"), str) and values["encryption_key_file"].strip():
+        values["encryption_key_file"] = base / values["encryption_key_file"]
+    return StorageSettings(**values)
 
 
 def _table(data: dict[str, Any], name: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ import anyio
 import apsw
 
 from common.errors import RestoreError, StorageUnavailableError
+from storage.cipher import write_image
 from storage.private_files import make_private, make_private_dirs
 from storage.schema import MIGRATIONS, Migration
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
@@ -118,8 +119,7 @@ def restore_file(
         if image is None:
             shutil.copyfile(ensure_template(template, migrations), partial)
         else:
-            with open(partial, "wb") as out:
-                out.write(image)
+            write_image(partial, image)  # encrypted on its way when the host has a key (storage.cipher)
         make_private(partial)  # before SQLite opens it: its -wal follows its mode
         _apply_on_fresh_connection(partial, combine(tail), marker, path)
         if durability == "full":

@@ -214,11 +214,24 @@ def test_the_storage_section_names_a_postgres_database(tmp_path):
     assert config.with_overrides(bind="127.0.0.1:0").storage == config.storage
 
 
+def test_the_encryption_key_file_is_relative_to_the_configuration_file(tmp_path):
+    path = tmp_path / "conf" / "sessions.toml"
+    path.parent.mkdir()
+    path.write_text('[storage]\nencryption_key_file = "secrets/data.key"\n')
+    assert load_config(path).storage.encryption_key_file == tmp_path / "conf" / "secrets" / "data.key"
+    path.write_text('[storage]\nencryption_key_file = "/etc/durable-sessions/data.key"\n')
+    assert load_config(path).storage.encryption_key_file == Path("/etc/durable-sessions/data.key")
+    assert load_config(None).storage.encryption_key_file is None
+
+
 @pytest.mark.parametrize("body, message", [
     ('[storage]\npostgres = ""\n', "storage.postgres must be a non-empty connection string"),
     ("[storage]\npool_size = 0\n", "storage.pool_size must be a positive integer, not 0"),
     ("[storage]\ntimeout_s = -1\n", "storage.timeout_s must be a positive number of seconds, not -1"),
-    ('[storage]\nurl = "x"\n', "unknown key storage.url (allowed: pool_size, postgres, timeout_s)"),
+    ('[storage]\nurl = "x"\n',
+     "unknown key storage.url (allowed: encryption_key_file, pool_size, postgres, timeout_s)"),
+    ("[storage]\nencryption_key_file = 3\n", "storage.encryption_key_file must be the path of a file"),
+    ('[storage]\nencryption_key_file = " "\n', "storage.encryption_key_file must be the path of a file"),
 ])
 def test_bad_storage_settings_name_the_key(tmp_path, body, message):
     path = tmp_path / "sessions.toml"
