@@ -76,7 +76,7 @@ from runtime.host.turns import ARRIVED
 from runtime.server.client_io import client_gone
 from runtime.server.routes import retry_headers
 
-__all__ = ["AdmittingListener", "serve_admitting"]
+__all__ = ["WRITES_SCOPE_KEY", "AdmittingListener", "serve_admitting"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,9 @@ MAX_HEADS_WAITING = 2048
 #: Most WebSocket upgrades waiting at once for their request to reach the app (their own places, apart
 #: from the ``max_waiting`` places of calls).
 MAX_UPGRADING = 64
+#: Key of a WebSocket's ASGI scope holding its connection's stream, which can send several writes in one
+#: (``hold_writes(count)``, then ``await release_writes()``); absent when another server runs the app.
+WRITES_SCOPE_KEY = "durable_sessions.writes"
 #: Seconds a refused connection is given to finish sending its request before it is closed.
 REFUSAL_DRAIN_S = 1.0
 _TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in Linux's struct tcp_info
@@ -128,6 +131,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self._upgrade_room = _Room(MAX_UPGRADING)
         self.closer = _Closer()
         self._waiting: dict[tuple[str, int], _Admitted] = {}
+        self._upgraded: dict[tuple[str, int], _ReleasingStream] = {}  # open WebSocket upgrades' streams
         self._heads: dict[tuple[str, int], trio.CancelScope] = {}  # connections reading their head, oldest first
         self._peers: dict[str, int] = {}
         self._closing = False
@@ -211,7 +215,10 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
             self.upgrades += 1
         if room is not None:
             self._waiting[client] = _Admitted(room, trio.current_time(), screened.arrived)
-        return _ReleasingStream(stream, partial(self._closed, client), head)
+        releasing = _ReleasingStream(stream, partial(self._closed, client), head)
+        if screened.upgrade:
+            self._upgraded[client] = releasing
+        return releasing
 
     def _screen(self, conn: stdlib_socket.socket, head: bytes) -> _Screened | None:
         """What can be decided from the request head without waiting: ``None`` when the connection is
@@ -323,7 +330,14 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
                 return admitted.arrived
         return None
 
+    def stream_of(self, client: Any) -> _ReleasingStream | None:
+        """The stream of the WebSocket upgrade from ``client`` (``scope["client"]``), while it is open."""
+        if isinstance(client, (list, tuple)) and len(client) == 2:
+            return self._upgraded.get((str(client[0]), int(client[1])))
+        return None
+
     def _closed(self, client: tuple[str, int]) -> None:
+        self._upgraded.pop(client, None)
         admitted = self._waiting.pop(client, None)
         if admitted is not None:
             admitted.release()
@@ -396,13 +410,37 @@ class _Admitted:
 
 
 class _ReleasingStream(trio.abc.HalfCloseableStream):
-    """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest)."""
+    """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest), and can
+    send several writes in one (:meth:`hold_writes`): a WebSocket's frames due together leave in one
+    socket write (one system call, one TCP segment) though hypercorn writes each frame on its own."""
 
     def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None], head: bytes = b"") -> None:
         self._stream = stream
         self._on_close: Callable[[], None] | None = on_close
         self._head = head  # what the listener already read: handed out first
+        self._held: list[bytes] | None = None
+        self._hold_left = 0
         self.socket = stream.socket
+
+    def hold_writes(self, count: int) -> None:
+        """Hold the next ``count - 1`` writes and send them with the ``count``-th, in one write.
+
+        The holder calls :meth:`release_writes` afterwards (it sends what is still held, if fewer
+        writes came). Holding does not reorder anything: every write still leaves in order.
+        """
+        if count > 1 and self._held is None:
+            self._held, self._hold_left = [], count - 1
+
+    async def release_writes(self) -> None:
+        """Stop holding writes; send what is still held (a client gone meanwhile is no error)."""
+        held, self._held = self._held, None
+        if held:
+            with trio.move_on_after(REFUSAL_DRAIN_S) as scope:
+                scope.shield = True  # hypercorn was told these writes were made
+                try:
+                    await self._stream.send_all(b"".join(held))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
 
     async def aclose(self) -> None:
         on_close, self._on_close = self._on_close, None
@@ -411,6 +449,14 @@ class _ReleasingStream(trio.abc.HalfCloseableStream):
         await self._stream.aclose()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            held.append(bytes(data))
+            if self._hold_left > 0:
+                self._hold_left -= 1
+                return
+            self._held = None
+            data = b"".join(held)
         await self._stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -596,6 +642,8 @@ class _Dispatched:
                 arrived = listener.dispatched(scope.get("client"))
                 if arrived is not None:
                     ARRIVED.set(arrived)  # this request's task (and those it starts): the host times its call from it
+                if scope["type"] == "websocket" and (stream := listener.stream_of(scope.get("client"))) is not None:
+                    scope[WRITES_SCOPE_KEY] = stream  # type: ignore[literal-required]  # an extra key of ours
         await self.app(scope, receive, send)
 
 
