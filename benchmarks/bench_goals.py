@@ -31,9 +31,10 @@ Sections, each printing the goal it measures:
   ``POST /const`` reading the same body, ``GET .../messages`` (a 50-message
   history) against ``GET /const`` (goals: >= 0.7x). Then one WebSocket doing
   appends one at a time and pipelined (64 in flight) against the constant
-  WebSocket reply (goal: >= 3,000 appends/s pipelined), and the server's
-  CPU per WebSocket append (``/proc/<pid>/stat``) against the in-process
-  append through a stub (goal <= 1.5x). The client is a small wsproto
+  WebSocket reply in the same run (issue 28's goal: pipelined >= 0.8x the
+  constant reply), and the server's CPU per WebSocket append
+  (``/proc/<pid>/stat``) against the in-process append through a stub
+  (issue 28's goal: <= 1.3x). The client is a small wsproto
   loop sending pre-encoded frames, so the server is what is measured.
 * **regress** -- the reads that must not get slower (within 10% across
   versions): ``get_history()`` of a 10,000-message path, ``search()`` on the
@@ -589,20 +590,21 @@ async def bench_websocket(server: tuple[subprocess.Popen, str], ceiling: tuple[s
                 rates[name].append(n / took)
         rate, const_rate = statistics.median(rates["ours"]), statistics.median(rates["const"])
         per_call, const_call = statistics.median(cpu["ours"]), statistics.median(cpu["const"])
-        rows.append((label, rate, per_call))
+        rows.append((label, rate, per_call, rate / const_rate))
         print(f"  appends, {label:<26} {rate:7.0f}/s  CPU {per_call:6.0f} us   constant reply {const_rate:7.0f}/s "
               f"CPU {const_call:5.0f} us  x{rate / const_rate:.2f}")
     await ours.aclose()
     await const.aclose()
     pipelined = rows[1]
-    verdict("one WebSocket, pipelined appends", f"{pipelined[1]:.0f}/s", ">= 3,000/s", pipelined[1] >= 3000)
+    verdict(f"one WebSocket, {WS_WINDOW} appends in flight", f"x{pipelined[3]:.2f} constant reply "
+            f"({pipelined[1]:.0f}/s)", ">= 0.8x (issue 28)", pipelined[3] >= 0.8)
     stub = stub_cost.get("100")
     if stub is not None:
         ratio = pipelined[2] / stub
         print(f"  server CPU per pipelined append {pipelined[2]:.0f} us vs in-process append through a stub "
               f"{stub:.0f} us (100 messages): x{ratio:.2f}")
         verdict("server CPU per WebSocket append", f"x{ratio:.2f} stub ({pipelined[2]:.0f} vs {stub:.0f} us)",
-                "<= 1.5x", ratio <= 1.5)
+                "<= 1.3x (issue 28)", ratio <= 1.3)
 
 
 async def prepare_reads(url: str) -> None:

@@ -13,7 +13,8 @@ so two versions can be compared), then:
   WebSocket upgrades to the flooded session, sent with the burst; reports how
   many were accepted (101) and how the others were answered.
 * **refusal latency by status**: p50/p99/p100 of the 429, 503 and 507
-  answers, from the moment the request was sent (goal: p100 under 1 s).
+  answers, from the moment the request was sent, each p100 against the
+  goal (issue 32: within 1 s).
 * **WebSocket flood** (``--ws``): one socket sends ``--requests``
   ``append_message`` RPC frames without waiting while it reads the
   replies; reports replies received and how the socket ended.
@@ -21,6 +22,11 @@ so two versions can be compared), then:
 Targets (issue 16): every request answered, none reset, every refusal
 within 1 s, no success waiting more than 5 s, the probers' p99 low; every
 WebSocket call answered, the socket still open.
+
+Without ``--config`` the server runs with ``max_connections_per_peer``
+raised to :data:`DRILL_MAX_PER_PEER` (all the drill's connections come from
+one address: the default cap would refuse most of them before the server
+is measured).
 
 ``--repo`` may be given more than once (e.g. a checkout of ``main`` and this
 one): the drill runs against each in turn, in one invocation.
@@ -48,6 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection  # noqa: E402
 
 ANSWER_TIMEOUT_S = 120.0
+#: The refusals timed, and the goal for each (issue 32): answered within 1 s of the request, p100.
+REFUSALS = (429, 503, 507)
+REFUSAL_GOAL_S = 1.0
+#: ``server.max_connections_per_peer`` of the drill's server (unless ``--config`` is given): every connection
+#: comes from one address, so the default cap (512) would answer most of them itself.
+DRILL_MAX_PER_PEER = 4096
 
 
 def message(message_id: str) -> dict:
@@ -223,8 +235,8 @@ async def http_flood(url: str, count: int, path: str, server_pid: int, upgrades:
     for outcome, _, _ in results:
         by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
     successes = [t for o, t, _ in results if o in (200, 201)]
-    refusals = [t for o, t, _ in results if o in (429, 503)]
-    without_retry_after = sum(1 for o, _, r in results if o in (429, 503) and r is None)
+    refusals = [t for o, t, _ in results if o in REFUSALS]
+    without_retry_after = sum(1 for o, _, r in results if o in REFUSALS and r is None)
     answered = sum(n for o, n in by_outcome.items() if isinstance(o, int))
     print(f"HTTP flood: {count} requests to {path} in {took:.1f} s "
           f"(CPU: server {cpu[0]:.1f} s, this client {cpu[1]:.1f} s; load average {os.getloadavg()[0]:.1f})")
@@ -233,11 +245,12 @@ async def http_flood(url: str, count: int, path: str, server_pid: int, upgrades:
           f"never answered {by_outcome.get('no answer', 0)}")
     print(f"  slowest refusal {max(refusals, default=0):.2f} s (p50 {pct(refusals, .5):.2f}); "
           f"refusals without Retry-After {without_retry_after}")
-    for status in (429, 503, 507):
+    for status in REFUSALS:
         times = [t for o, t, _ in results if o == status]
-        if times:
-            print(f"  {status} refusals: {len(times)}, p50 {pct(times, .5):.2f} s, p99 {pct(times, .99):.2f} s, "
-                  f"p100 {max(times):.2f} s")
+        p100 = max(times, default=0.0)
+        verdict = "none refused so" if not times else ("met" if p100 <= REFUSAL_GOAL_S else "MISSED")
+        print(f"  {status} refusals: {len(times)}, p50 {pct(times, .5):.2f} s, p99 {pct(times, .99):.2f} s, "
+              f"p100 {p100:.2f} s (goal p100 <= {REFUSAL_GOAL_S:g} s: {verdict})")
     if upgraded:
         kinds: dict = {}
         for outcome, _ in upgraded:
@@ -295,8 +308,12 @@ async def main(args: argparse.Namespace) -> None:
 
 async def drill(args: argparse.Namespace, repo: str, folder: Path) -> None:
     folder.mkdir()
-    process, url = start_server(Path(repo).resolve(), folder / "data",
-                                Path(args.config).resolve() if args.config else None, args.profile)
+    if args.config:
+        config = Path(args.config).resolve()
+    else:
+        config = folder / "sessions.toml"
+        config.write_text(f"[server]\nmax_connections_per_peer = {DRILL_MAX_PER_PEER}\n", encoding="utf-8")
+    process, url = start_server(Path(repo).resolve(), folder / "data", config, args.profile)
     try:
         print(f"server: {repo} ({url})")
         if not args.ws_only:

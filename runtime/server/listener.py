@@ -10,15 +10,21 @@ behind them. :class:`AdmittingListener` keeps that bounded:
   has, it holds no place and is read by a small task of its own; one that
   has not by then (it sent nothing, or half a head) is closed. At most
   :data:`MAX_HEADS_WAITING` wait so; past that the one waiting longest is
-  closed. A flood of idle sockets therefore never keeps requests out.
+  closed. A flood of idle sockets therefore never keeps requests out. A
+  head that has already arrived is read at once and never counts as
+  waiting, and one that arrived before its connection was accepted is
+  judged (answered at once when refused) by the accept loop itself: a burst
+  of refused calls costs no task each.
 * one client address may hold at most ``max_per_peer`` connections at once
   (``server.max_connections_per_peer``); the next is answered ``503``
   ``ServerBusyError`` with ``Retry-After`` at once, nothing read.
 * at most ``max_waiting`` connections whose head arrived may be **waiting
   for that request to reach the app** (the app wrapper of
   :func:`serve_admitting` frees the place when it does; so does the
-  connection closing). One that finds no place within ``max_wait_s`` is
-  answered ``503`` ``ServerBusyError`` with ``Retry-After``. Idle keep-alive
+  connection closing). One that finds no place within ``max_wait_s``, or
+  finds as many connections already waiting for one as there are places
+  (then at once), is answered ``503`` ``ServerBusyError`` with
+  ``Retry-After``. Idle keep-alive
   connections and WebSockets hold no place once their first request was
   dispatched.
 * a connection whose request is for a session the host would refuse at
@@ -70,7 +76,7 @@ from runtime.host.turns import ARRIVED
 from runtime.server.client_io import client_gone
 from runtime.server.routes import retry_headers
 
-__all__ = ["AdmittingListener", "serve_admitting"]
+__all__ = ["WRITES_SCOPE_KEY", "AdmittingListener", "serve_admitting"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +97,9 @@ MAX_HEADS_WAITING = 2048
 #: Most WebSocket upgrades waiting at once for their request to reach the app (their own places, apart
 #: from the ``max_waiting`` places of calls).
 MAX_UPGRADING = 64
+#: Key of a WebSocket's ASGI scope holding its connection's stream, which can send several writes in one
+#: (``hold_writes(count)``, then ``await release_writes()``); absent when another server runs the app.
+WRITES_SCOPE_KEY = "durable_sessions.writes"
 #: Seconds a refused connection is given to finish sending its request before it is closed.
 REFUSAL_DRAIN_S = 1.0
 _TCP_INFO_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in Linux's struct tcp_info
@@ -118,10 +127,11 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         self.early_refusal = early_refusal
         self.head_timeout_s = head_timeout_s
         self.max_per_peer = max_per_peer
-        self._room = trio.Semaphore(max_waiting)
-        self._upgrade_room = trio.Semaphore(MAX_UPGRADING)
+        self._room = _Room(max_waiting)
+        self._upgrade_room = _Room(MAX_UPGRADING)
         self.closer = _Closer()
         self._waiting: dict[tuple[str, int], _Admitted] = {}
+        self._upgraded: dict[tuple[str, int], _ReleasingStream] = {}  # open WebSocket upgrades' streams
         self._heads: dict[tuple[str, int], trio.CancelScope] = {}  # connections reading their head, oldest first
         self._peers: dict[str, int] = {}
         self._closing = False
@@ -133,12 +143,14 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         """Not used: :meth:`accept_batch` and :meth:`admit` are what the server uses."""
         raise NotImplementedError("use accept_batch() and admit()")
 
-    async def accept_batch(self, limit: int) -> list[tuple[stdlib_socket.socket, Any]]:
-        """The connections waiting in the kernel queue, up to ``limit``, at once (at least one).
+    async def accept_batch(self, limit: int) -> list[tuple[stdlib_socket.socket, Any, _Screened | None]]:
+        """The connections waiting in the kernel queue, up to ``limit``, at once (at least one), each with
+        what :meth:`_screen` made of its request head when the whole head had already arrived (else ``None``).
 
         Taking them all in one go keeps the accept loop from being starved by other work. A
         connection from a peer already holding ``max_per_peer`` connections is refused on the way
-        (503 ``ServerBusyError`` with ``Retry-After``, nothing read) and not returned.
+        (503 ``ServerBusyError`` with ``Retry-After``, nothing read) and not returned; so is one whose
+        head has arrived and that :meth:`_screen` refuses.
         """
         accepted = [await self._accept()]
         while len(accepted) < limit:
@@ -157,40 +169,83 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
                     f"this address has {self.max_per_peer} connections open, the server's limit per client "
                     "(server.max_connections_per_peer); retry shortly")), self.closer)
                 continue
+            head = _receive_nowait(conn, b"")
+            screened = None
+            if head is not None and _head_complete(head):
+                screened = self._screen(conn, head)
+                if screened is None:
+                    continue  # refused, from its head
             self._peers[peer] = self._peers.get(peer, 0) + 1
-            kept.append((conn, address))
+            kept.append((conn, address, screened))
         return kept
 
-    async def admit(self, conn: stdlib_socket.socket, address: Any) -> _ReleasingStream | None:
-        """Wait for the connection's request head, then for a place; the stream to serve, or ``None``
-        when the connection was closed (no head within ``head_timeout_s``, crowded out) or refused.
+    async def admit(self, conn: stdlib_socket.socket, address: Any,
+                    screened: _Screened | None = None) -> _ReleasingStream | None:
+        """Wait for the connection's request head (unless ``screened`` already, by :meth:`accept_batch`),
+        then for a place; the stream to serve, or ``None`` when the connection was closed (no head within
+        ``head_timeout_s``, crowded out) or refused.
 
         The caller must call :meth:`gone` for ``address`` once the connection is closed.
         """
         client = _client(address)
-        head = await self._read_head(conn, client)
-        if head is None:
-            conn.close()
-            return None
+        if screened is None:
+            head = await self._read_head(conn, client)
+            screened = None if head is None else self._screen(conn, head)
+            if screened is None:
+                if head is None:
+                    conn.close()
+                return None
+        head, room = screened.head, screened.room
+        if room is not None and not screened.placed:
+            refusal = None
+            try:
+                placed = await self._take_place(room)
+            finally:
+                room.waiting -= 1
+            if not placed:
+                refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
+            elif not screened.upgrade and (refusal := self._refusal(conn, head, screened.arrived)) is not None:
+                room.release()  # its actor's queue grew while it waited for the place: refused all the same
+            if refusal is not None:
+                self.refused += 1
+                _refuse(conn, refusal, self.closer)
+                return None
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+        if screened.upgrade:
+            self.upgrades += 1
+        if room is not None:
+            self._waiting[client] = _Admitted(room, trio.current_time(), screened.arrived)
+        releasing = _ReleasingStream(stream, partial(self._closed, client), head)
+        if screened.upgrade:
+            self._upgraded[client] = releasing
+        return releasing
+
+    def _screen(self, conn: stdlib_socket.socket, head: bytes) -> _Screened | None:
+        """What can be decided from the request head without waiting: ``None`` when the connection is
+        refused (answered here), else its :class:`_Screened` (a place taken when one was free).
+
+        A call the host would refuse is refused (see :meth:`_refusal`); so is a connection that finds
+        no free place and as many connections already waiting for one as there are places
+        (:meth:`_Room.crowded`): it is answered now rather than after waiting ``max_wait_s`` for nothing.
+        """
         arrived = trio.current_time() - _waited_s(conn)
+        if head.startswith(EXEMPT_REQUESTS):
+            return _Screened(head, arrived, False, None, True)
         upgrade = _is_upgrade(head)
         room = self._upgrade_room if upgrade else self._room
         refusal = None if upgrade else self._refusal(conn, head, arrived)
-        if refusal is None and not head.startswith(EXEMPT_REQUESTS):
-            if not await self._take_place(room):
+        placed = False
+        if refusal is None:
+            placed = room.try_take()
+            if not placed and room.crowded():
                 refusal = _answer(ServerBusyError("the server is too busy to take this connection now; retry shortly"))
-            elif not upgrade and (refusal := self._refusal(conn, head, arrived)) is not None:
-                room.release()  # its actor's queue grew while it waited for the place: refused all the same
+            elif not placed:
+                room.waiting += 1  # counted from now: its task may start later (see admit)
         if refusal is not None:
             self.refused += 1
             _refuse(conn, refusal, self.closer)
             return None
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
-        if upgrade:
-            self.upgrades += 1
-        if not head.startswith(EXEMPT_REQUESTS):
-            self._waiting[client] = _Admitted(room, trio.current_time(), arrived)
-        return _ReleasingStream(stream, partial(self._closed, client), head)
+        return _Screened(head, arrived, upgrade, room, placed)
 
     def gone(self, address: Any) -> None:
         """The connection from ``address`` (accepted by :meth:`accept_batch`) is closed."""
@@ -207,30 +262,26 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         :data:`MAX_HEADS_WAITING` newer connections."""
         if self._closing:
             return None
+        head = _receive_nowait(conn, b"")  # usually the whole head is there already: it never waits
+        if head is None or _head_complete(head):
+            return head
         if len(self._heads) >= MAX_HEADS_WAITING:
             self._heads.pop(next(iter(self._heads))).cancel()  # the longest waiting: most likely idle
-        head = b""
         with trio.move_on_after(self.head_timeout_s) as scope:
             self._heads[client] = scope
             try:
-                while b"\n\r\n" not in head and b"\n\n" not in head and len(head) < HEAD_BYTES:
+                while not _head_complete(head):
                     await trio.lowlevel.wait_readable(conn)
-                    try:
-                        chunk = conn.recv(HEAD_BYTES - len(head))
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:
+                    head = _receive_nowait(conn, head)
+                    if head is None:
                         return None
-                    if not chunk:
-                        return None
-                    head += chunk
                 return head
             finally:
                 self._heads.pop(client, None)
         self.timed_out += 1
         return None
 
-    async def _take_place(self, room: trio.Semaphore) -> bool:
+    async def _take_place(self, room: _Room) -> bool:
         """A place in ``room`` (``max_waiting`` places, or :data:`MAX_UPGRADING`) within ``max_wait_s``
         (places held that long without a request reaching the app are taken back); ``False`` when none came."""
         with trio.move_on_after(self.max_wait_s):
@@ -240,11 +291,7 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         for admitted in list(self._waiting.values()):
             if admitted.since <= stale:
                 admitted.release()
-        try:
-            room.acquire_nowait()
-        except trio.WouldBlock:
-            return False
-        return True
+        return room.try_take()
 
     def _refusal(self, conn: stdlib_socket.socket, head: bytes, arrived: float) -> bytes | None:
         """The answer refusing the connection, or ``None`` to admit it (see the module docstring);
@@ -283,7 +330,14 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
                 return admitted.arrived
         return None
 
+    def stream_of(self, client: Any) -> _ReleasingStream | None:
+        """The stream of the WebSocket upgrade from ``client`` (``scope["client"]``), while it is open."""
+        if isinstance(client, (list, tuple)) and len(client) == 2:
+            return self._upgraded.get((str(client[0]), int(client[1])))
+        return None
+
     def _closed(self, client: tuple[str, int]) -> None:
+        self._upgraded.pop(client, None)
         admitted = self._waiting.pop(client, None)
         if admitted is not None:
             admitted.release()
@@ -298,11 +352,54 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         await trio.lowlevel.checkpoint()
 
 
+class _Room:
+    """Places of one kind (calls' or upgrades'): a semaphore, and at most as many connections waiting for
+    one as there are places (a connection finding that many waiting would wait for nothing: it is refused)."""
+
+    __slots__ = ("_semaphore", "places", "waiting")
+
+    def __init__(self, places: int) -> None:
+        self.places = places
+        self.waiting = 0  # connections admitted to wait for a place and not yet done waiting
+        self._semaphore = trio.Semaphore(places)
+
+    def try_take(self) -> bool:
+        """Take a free place, if there is one (without waiting)."""
+        try:
+            self._semaphore.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        return True
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+    def crowded(self) -> bool:
+        """Whether as many connections wait for a place as there are places."""
+        return self.waiting >= self.places
+
+
+class _Screened:
+    """A connection's request head and what was decided from it (:meth:`AdmittingListener._screen`)."""
+
+    __slots__ = ("arrived", "head", "placed", "room", "upgrade")
+
+    def __init__(self, head: bytes, arrived: float, upgrade: bool, room: _Room | None, placed: bool) -> None:
+        self.head = head
+        self.arrived = arrived  # when the head arrived (trio.current_time() seconds)
+        self.upgrade = upgrade
+        self.room = room  # None: exempt (a probe), needs no place
+        self.placed = placed  # a place in room was taken already
+
+
 class _Admitted:
     __slots__ = ("_room", "arrived", "since")
 
-    def __init__(self, room: trio.Semaphore, since: float, arrived: float) -> None:
-        self._room: trio.Semaphore | None = room
+    def __init__(self, room: _Room, since: float, arrived: float) -> None:
+        self._room: _Room | None = room
         self.since = since
         self.arrived = arrived
 
@@ -313,13 +410,37 @@ class _Admitted:
 
 
 class _ReleasingStream(trio.abc.HalfCloseableStream):
-    """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest)."""
+    """A :class:`trio.SocketStream` that gives its place back when it closes (delegates the rest), and can
+    send several writes in one (:meth:`hold_writes`): a WebSocket's frames due together leave in one
+    socket write (one system call, one TCP segment) though hypercorn writes each frame on its own."""
 
     def __init__(self, stream: trio.SocketStream, on_close: Callable[[], None], head: bytes = b"") -> None:
         self._stream = stream
         self._on_close: Callable[[], None] | None = on_close
         self._head = head  # what the listener already read: handed out first
+        self._held: list[bytes] | None = None
+        self._hold_left = 0
         self.socket = stream.socket
+
+    def hold_writes(self, count: int) -> None:
+        """Hold the next ``count - 1`` writes and send them with the ``count``-th, in one write.
+
+        The holder calls :meth:`release_writes` afterwards (it sends what is still held, if fewer
+        writes came). Holding does not reorder anything: every write still leaves in order.
+        """
+        if count > 1 and self._held is None:
+            self._held, self._hold_left = [], count - 1
+
+    async def release_writes(self) -> None:
+        """Stop holding writes; send what is still held (a client gone meanwhile is no error)."""
+        held, self._held = self._held, None
+        if held:
+            with trio.move_on_after(REFUSAL_DRAIN_S) as scope:
+                scope.shield = True  # hypercorn was told these writes were made
+                try:
+                    await self._stream.send_all(b"".join(held))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
 
     async def aclose(self) -> None:
         on_close, self._on_close = self._on_close, None
@@ -328,6 +449,14 @@ class _ReleasingStream(trio.abc.HalfCloseableStream):
         await self._stream.aclose()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            held.append(bytes(data))
+            if self._hold_left > 0:
+                self._hold_left -= 1
+                return
+            self._held = None
+            data = b"".join(held)
         await self._stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -346,6 +475,23 @@ class _ReleasingStream(trio.abc.HalfCloseableStream):
 
     def __getattr__(self, name: str) -> Any:  # setsockopt, getsockopt, ...; no do_handshake
         return getattr(self._stream, name)
+
+
+def _head_complete(head: bytes) -> bool:
+    """Whether ``head`` holds a whole request head (up to its blank line), or :data:`HEAD_BYTES` of one."""
+    return b"\n\r\n" in head or b"\n\n" in head or len(head) >= HEAD_BYTES
+
+
+def _receive_nowait(conn: stdlib_socket.socket, head: bytes) -> bytes | None:
+    """``head`` and what has arrived after it (up to :data:`HEAD_BYTES` in all), without waiting;
+    ``None`` when the client closed or the connection broke."""
+    try:
+        chunk = conn.recv(HEAD_BYTES - len(head))
+    except (BlockingIOError, InterruptedError):
+        return head
+    except OSError:
+        return None
+    return head + chunk if chunk else None
 
 
 def _is_upgrade(head: bytes) -> bool:
@@ -455,15 +601,16 @@ async def _serve_connections(listener: AdmittingListener, handler: Callable[[Any
             logger.error("accept failed for want of resources (%s); retrying in %.1f s", exc, _ACCEPT_RETRY_S)
             await trio.sleep(_ACCEPT_RETRY_S)
             continue
-        for conn, address in batch:
-            nursery.start_soon(_run_connection, listener, conn, address, handler)
+        for conn, address, screened in batch:
+            nursery.start_soon(_run_connection, listener, conn, address, handler, screened)
+        await trio.lowlevel.checkpoint()  # at most ``ACCEPT_BATCH`` per turn: admitted requests move meanwhile
 
 
 async def _run_connection(listener: AdmittingListener, conn: stdlib_socket.socket, address: Any,
-                          handler: Callable[[Any], Awaitable[None]]) -> None:
+                          handler: Callable[[Any], Awaitable[None]], screened: _Screened | None = None) -> None:
     """Admit one connection and serve it; its failure never reaches the server (a client that hung up is no error)."""
     try:
-        stream = await listener.admit(conn, address)
+        stream = await listener.admit(conn, address, screened)
         if stream is None:
             return
         try:
@@ -495,6 +642,8 @@ class _Dispatched:
                 arrived = listener.dispatched(scope.get("client"))
                 if arrived is not None:
                     ARRIVED.set(arrived)  # this request's task (and those it starts): the host times its call from it
+                if scope["type"] == "websocket" and (stream := listener.stream_of(scope.get("client"))) is not None:
+                    scope[WRITES_SCOPE_KEY] = stream  # type: ignore[literal-required]  # an extra key of ours
         await self.app(scope, receive, send)
 
 

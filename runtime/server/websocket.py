@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from quart import Response, websocket
@@ -61,12 +61,14 @@ from common.wire import (
 )
 from runtime.host.ids import ActorId
 from runtime.server.browsers import WS_PROTOCOL, OriginPolicy, refusal_message, token_from_protocols
+from runtime.server.listener import WRITES_SCOPE_KEY
 from runtime.server.relay import open_upstream, relay_frames
 from runtime.server.routes import call_method, describe_error
 from runtime.wsclient import WebSocketConnection
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
+    from runtime.server.listener import _ReleasingStream
     from runtime.server.forwarding import Forwarder
 
 logger = logging.getLogger(__name__)
@@ -79,6 +81,8 @@ PEER_MAX_INFLIGHT = 64
 #: with :data:`PEER_MAX_INFLIGHT` calls each adding a reply and a few broadcasts, the queue stays well
 #: below :data:`PEER_QUEUE_FRAMES` for a peer that reads, however many calls it pipelines.
 PEER_READ_PAUSE_FRAMES = 128
+#: Most frames sent to a peer in one socket write (those queued together, up to this many).
+PEER_WRITE_FRAMES = 64
 #: Size of the frames queued for one WebSocket peer, in request-body limits (``max_body_bytes``),
 #: before it counts as too slow.
 PEER_QUEUE_BODIES = 4
@@ -288,9 +292,28 @@ class WebSocketEndpoint:
             nursery.start_soon(requested)
 
     async def _pump(self, peer: _Peer) -> None:
+        """Send the peer's frames in order; those queued together leave in one socket write (when the
+        server's listener serves the socket: :data:`~runtime.server.listener.WRITES_SCOPE_KEY`)."""
+        writes = cast("_ReleasingStream | None", websocket.scope.get(WRITES_SCOPE_KEY))
         async for frame in peer.inbox:
-            peer.sent(frame)
-            await websocket.send(frame)
+            if writes is None:
+                peer.sent(frame)
+                await websocket.send(frame)
+                continue
+            await trio.lowlevel.checkpoint()  # the frames due with it (a turn's broadcast, then its reply) join it
+            frames = [frame]
+            while len(frames) < PEER_WRITE_FRAMES:
+                try:
+                    frames.append(peer.inbox.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            writes.hold_writes(len(frames))
+            try:
+                for frame in frames:
+                    peer.sent(frame)
+                    await websocket.send(frame)
+            finally:
+                await writes.release_writes()
 
     async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
         limiter = trio.Semaphore(PEER_MAX_INFLIGHT)

@@ -5,7 +5,12 @@
   when the host saw the call: a call that arrived long ago and would have to
   wait is refused at once and never runs; one that is waiting is refused the
   bound after its arrival. (Host-level, on trio's MockClock.)
-* The listener tells an upgrade from a call by its head.
+* The listener tells an upgrade from a call by its head; a head that has
+  already arrived never counts as waiting (so is never crowded out by
+  connections still sending theirs); a connection that finds as many others
+  waiting for a place as there are places is refused at once (503 with
+  ``Retry-After``) rather than after waiting for nothing. (Real sockets on
+  loopback, the listener driven directly.)
 * Against a real ``serve`` process: during a flood of calls on one session
   whose mailbox is full, WebSocket upgrades to that session are all accepted
   and their frames are answered; every refused call carries ``Retry-After``.
@@ -15,9 +20,11 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import trio
+import trio.testing
 
 from actors import Agent
 from common.errors import ActorBusyError
@@ -25,7 +32,8 @@ from runtime import open_host
 from runtime.client import SessionsClient
 from runtime.client.websocket import WebSocketConnection
 from runtime.host.turns import ARRIVED, LATE_GRACE
-from runtime.server.listener import _is_upgrade
+from runtime.server import listener as listener_module
+from runtime.server.listener import AdmittingListener, _is_upgrade
 from runtime.testing import actor_data_dir  # noqa: F401 (fixture)
 from tests.runtime.server.test_faults_floods import connect, many_files, read_answer  # noqa: F401 (fixture)
 from tests.support.processes import server_process
@@ -121,6 +129,96 @@ def test_the_listener_tells_an_upgrade_from_a_call():
     assert not _is_upgrade(b"POST /v1/sessions/s/ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n")
     assert not _is_upgrade(b"GET /v1/sessions/s HTTP/1.1\r\nUpgrade: h2c\r\n\r\n")
     assert not _is_upgrade(b"GET /x HTTP/1.1\r\nX: 1\r\n\r\nUpgrade: websocket\r\n")  # in the body, not the head
+
+
+def listening_socket():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+def clients_sending_heads(sock, count, path="/v1/sessions/s/messages"):
+    """``count`` connected client sockets, each having sent a whole request head (with no body)."""
+    clients = []
+    for _ in range(count):
+        client = socket.create_connection(sock.getsockname())
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        clients.append(client)
+    return clients
+
+
+def received(client):
+    """What the server sent ``client`` so far (without waiting)."""
+    try:
+        return client.recv(65536, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+async def test_connections_whose_heads_arrived_are_not_crowded_out_by_those_waiting_for_theirs(monkeypatch):
+    monkeypatch.setattr(listener_module, "MAX_HEADS_WAITING", 4)
+    sock = listening_socket()
+    listener = AdmittingListener(sock, max_waiting=64, max_wait_s=60)
+    clients = clients_sending_heads(sock, 12)
+    accepted = []
+    while len(accepted) < 12:
+        conn, address = sock.accept()
+        conn.setblocking(False)
+        accepted.append((conn, address))
+    streams = []
+
+    async def admit(conn, address):
+        streams.append(await listener.admit(conn, address))
+
+    async with trio.open_nursery() as nursery:  # all at once, as the server starts a task per connection
+        for conn, address in accepted:
+            nursery.start_soon(admit, conn, address)
+    assert len(streams) == 12 and None not in streams  # 8 were closed unread before
+    assert listener.refused == 0 and listener.timed_out == 0
+    for stream in streams:
+        await stream.aclose()
+    for client in clients:
+        client.close()
+    await listener.aclose()
+
+
+async def test_a_connection_finding_as_many_waiting_as_places_is_refused_at_once():
+    sock = listening_socket()
+    listener = AdmittingListener(sock, max_waiting=2, max_wait_s=3600)  # a waiting connection waits "forever"
+    clients = clients_sending_heads(sock, 8)
+    streams = []
+
+    async def admit(conn, address, screened):
+        streams.append(await listener.admit(conn, address, screened))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener.closer.run)  # closes the refused connections (when cancelled, at the end)
+        kept = 0
+        while kept + listener.refused < 8:
+            batch = await listener.accept_batch(limit=16)
+            kept += len(batch)
+            for conn, address, screened in batch:
+                nursery.start_soon(admit, conn, address, screened)
+        await trio.testing.wait_all_tasks_blocked()
+        answers = [received(client) for client in clients]
+        refused = [answer for answer in answers if answer]
+        assert len(streams) == 2 and None not in streams  # the two places
+        assert listener.refused == 4 and len(refused) == 4  # two wait for a place; the other four: at once
+        for answer in refused:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 1\r\n" in head + b"\r\n"
+            assert json.loads(body)["error"]["type"] == "ServerBusyError"
+        for stream in streams:
+            await stream.aclose()  # two places free: the two waiting connections get them
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(streams) == 4 and None not in streams
+        nursery.cancel_scope.cancel()
+    for stream in streams[2:]:
+        await stream.aclose()
+    for client in clients:
+        client.close()
+    await listener.aclose()
 
 
 CALLS = 600

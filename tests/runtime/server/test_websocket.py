@@ -1,6 +1,7 @@
 """The WebSocket route: RPC frames, broadcasts, on_message, and sockets held across hibernation."""
 
 import json
+import socket
 
 import msgpack
 import pytest
@@ -11,6 +12,7 @@ from actors.session_agent import SessionAgent
 from common.errors import ConflictError
 from runtime import open_host
 from runtime.server.app import bind_sessions, create_app
+from runtime.server.listener import _ReleasingStream
 from runtime.server.websocket import PEER_QUEUE_FRAMES, _Peer
 
 TOKEN = "tok"
@@ -207,3 +209,33 @@ def test_a_peer_that_stops_reading_is_marked_too_slow():
     with pytest.raises(RuntimeError, match="is not reading; closing it"):
         peer.send("one too many")
     assert peer.overflowed.is_set()
+
+
+def _pending(sock):
+    try:
+        return sock.recv(65536, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+async def test_writes_held_together_leave_in_one_write_in_order():
+    # The served socket's stream (runtime.server.listener): a WebSocket's frames queued together (a turn's
+    # status broadcast, then its reply) are held and sent with the last one, in one socket write.
+    ours, theirs = socket.socketpair()
+    stream = _ReleasingStream(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), lambda: None)
+    stream.hold_writes(3)
+    await stream.send_all(b"broadcast;")
+    await stream.send_all(b"reply;")
+    assert _pending(theirs) == b""  # nothing written yet
+    await stream.send_all(b"next;")
+    assert _pending(theirs) == b"broadcast;reply;next;"
+    await stream.release_writes()
+    await stream.send_all(b"alone;")  # no longer held
+    assert _pending(theirs) == b"alone;"
+    stream.hold_writes(3)  # fewer writes came than announced: releasing sends what was held
+    await stream.send_all(b"only;")
+    assert _pending(theirs) == b""
+    await stream.release_writes()
+    assert _pending(theirs) == b"only;"
+    await stream.aclose()
+    theirs.close()
