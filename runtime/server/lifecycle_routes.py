@@ -16,8 +16,11 @@ POST        ``/v1/host:backup``                   ``{"to": DIR}`` -> ``{"to", "s
                                                   online copy of every actor file and the host's own files
 ==========  ====================================  ======================================================
 
-In cluster mode ``DELETE`` and ``GET .../export`` reach the actor's owner like any
-session call; a delete there erases its working copy and its rows in Postgres
+In cluster mode ``DELETE``, ``GET .../export`` and ``POST .../import`` reach the
+actor's owner like any session call (the archive is checked first on the host
+asked, then forwarded with its body); an import runs as one turn of the actor
+there, so its writes are the actor's next changeset, durable in the cluster log
+before the answer leaves; a delete there erases its working copy and its rows in Postgres
 (``HostCluster.erase``), and the host the client asked then has every other live
 host drop its copy. With the sessions in Postgres (``serve --postgres``)
 ``DELETE`` deletes the session's rows in one transaction
@@ -78,11 +81,13 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
         return await _delete_in_cluster(server, session_id, actor_id)
     if method == "GET" and server.forwarder is not None:
         return await _export_in_cluster(server, session_id, actor_id)
+    if method == "POST" and server.forwarder is not None:
+        return await _import_in_cluster(server, session_id, actor_id)
     if method == "DELETE" and getattr(server.namespace.agent_class, "erase_session", None) is not None:
         return await _delete_in_postgres(server, session_id, actor_id)
     refuse_other_modes(server)
     if method == "POST":
-        return await _import(server, session_id, actor_id)
+        return await _import(server, session_id, actor_id, await _archive())
     if not server.namespace.exists(actor_id):
         raise SessionNotFoundError(session_id)
     if method == "DELETE":
@@ -100,9 +105,11 @@ async def _export(server: SessionsServer, session_id: str, actor_id: ActorId) ->
     return Response(("\n".join(lines) + "\n").encode("utf-8"), status=200, content_type="application/x-ndjson")
 
 
-async def _in_cluster(server: SessionsServer, actor_id: ActorId, here: Callable[[], Awaitable[Response]]) -> Response:
+async def _in_cluster(server: SessionsServer, actor_id: ActorId, here: Callable[[], Awaitable[Response]],
+                      body: bytes = b"") -> Response:
     """Cluster mode: ``here()`` when this host owns ``actor_id`` (it raises ``NotOwnerError`` otherwise),
-    else the owner's answer to this very request (bodiless: ``DELETE``, ``GET``), passed on unchanged."""
+    else the owner's answer to this very request (with ``body``: the bytes the client sent, already read),
+    passed on unchanged."""
     forwarder = server.forwarder
     assert forwarder is not None
 
@@ -110,7 +117,7 @@ async def _in_cluster(server: SessionsServer, actor_id: ActorId, here: Callable[
         headers = {name.lower(): value for name, value in request.headers.items()}
         path = request.scope.get("raw_path") or request.path.encode("latin-1")  # as sent, still encoded
         answer = await forwarder.forward(url, request.method, path.decode("latin-1"), request.query_string, headers,
-                                         b"", actor_id)
+                                         body, actor_id)
         return Response(answer.content, status=answer.status, headers=answer.headers)
 
     return await forwarder.answer(actor_id, HOP_HEADER in request.headers, here, remote)
@@ -191,12 +198,33 @@ async def _drop_working_copies(server: SessionsServer, actor_id: ActorId) -> Non
                            answer.status)
 
 
-async def _import(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+async def _import_in_cluster(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Cluster mode: the archive is checked here, then imported by the owner as one turn of the actor (a host
+    that does not own it forwards the request, body and all). The turn's writes are the actor's next
+    changeset, durable in the cluster log before the answer leaves, as any write is."""
+    body = await read_body()
+    records = _parsed(body)
+
+    async def here() -> Response:
+        return await _import(server, session_id, actor_id, records)
+
+    return await _in_cluster(server, actor_id, here, body)
+
+
+async def _archive() -> list[dict[str, Any]]:
+    return _parsed(await read_body())
+
+
+def _parsed(body: bytes) -> list[dict[str, Any]]:
+    """The records of the archive ``body``; raises ``InvalidInputError`` (400) naming the first bad line."""
     try:
-        records = parse_archive((await read_body()).decode("utf-8", errors="replace").splitlines())
+        return parse_archive(body.decode("utf-8", errors="replace").splitlines())
     except ArchiveError as exc:  # answered as the class every client knows (400), the message names the line
         raise InvalidInputError(str(exc), field="archive") from None
 
+
+async def _import(server: SessionsServer, session_id: str, actor_id: ActorId,
+                  records: list[dict[str, Any]]) -> Response:
     async def store(agent: Agent) -> int:
         session = getattr(agent, "session", None)
         if session is None:
