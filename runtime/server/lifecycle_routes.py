@@ -41,7 +41,8 @@ import trio
 from quart import Response, request
 
 from actors.agent import Agent
-from actors.session_archive import export_lines, import_records
+from actors.session_agent_postgres import PostgresSessionAgent
+from actors.session_archive import check_for_postgres, export_lines, export_lines_postgres, import_records, import_records_postgres
 from common.archive import ArchiveError, parse_archive
 from common.errors import InvalidInputError, NotSupportedError, SessionNotFoundError
 from common.wire import HOP_HEADER
@@ -83,8 +84,14 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
         return await _export_in_cluster(server, session_id, actor_id)
     if method == "POST" and server.forwarder is not None:
         return await _import_in_cluster(server, session_id, actor_id)
-    if method == "DELETE" and getattr(server.namespace.agent_class, "erase_session", None) is not None:
-        return await _delete_in_postgres(server, session_id, actor_id)
+    if _in_postgres(server):
+        if method == "DELETE":
+            return await _delete_in_postgres(server, session_id, actor_id)
+        if method == "GET":
+            return await _export_in_postgres(server, session_id, actor_id)
+        records = await _archive()
+        check_for_postgres(records)  # before anything wakes: a bad value names its line, nothing is created
+        return await _import(server, session_id, actor_id, records)
     refuse_other_modes(server)
     if method == "POST":
         return await _import(server, session_id, actor_id, await _archive())
@@ -97,11 +104,32 @@ async def answer_session(server: SessionsServer, session_id: str, method: str, s
     return await _export(server, session_id, actor_id)
 
 
+def _in_postgres(server: SessionsServer) -> bool:
+    """The sessions are in Postgres (``serve --postgres``: the bound agent class is a ``PostgresSessionAgent``)."""
+    return issubclass(server.namespace.agent_class, PostgresSessionAgent)
+
+
+async def _export_in_postgres(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
+    """Sessions in Postgres: 404 unless the catalog has the session (nothing is woken for it), else its
+    archive, read as one turn of the actor (:func:`actors.session_archive.export_lines_postgres`)."""
+    namespace = server.namespace
+    if not await namespace.agent_class.session_written(namespace.env, actor_id):  # type: ignore[attr-defined]
+        raise SessionNotFoundError(session_id)
+
+    async def export(agent: Agent) -> list[str]:
+        return await export_lines_postgres(agent, session_id)
+
+    return _archive_response(await server.host.run_turn(actor_id, export))
+
+
 async def _export(server: SessionsServer, session_id: str, actor_id: ActorId) -> Response:
     async def export(agent: Agent) -> list[str]:
         return export_lines(agent.storage, session_id)
 
-    lines = await server.host.run_turn(actor_id, export)
+    return _archive_response(await server.host.run_turn(actor_id, export))
+
+
+def _archive_response(lines: list[str]) -> Response:
     return Response(("\n".join(lines) + "\n").encode("utf-8"), status=200, content_type="application/x-ndjson")
 
 
@@ -229,6 +257,8 @@ async def _import(server: SessionsServer, session_id: str, actor_id: ActorId,
         session = getattr(agent, "session", None)
         if session is None:
             raise NotSupportedError(f"{type(agent).__name__} holds no Session: only session actors import archives")
+        if isinstance(agent, PostgresSessionAgent):
+            return await import_records_postgres(agent, records)
         return import_records(agent.storage, session, records)
 
     count = await server.host.run_turn(actor_id, store)
@@ -240,12 +270,12 @@ async def _import(server: SessionsServer, session_id: str, actor_id: ActorId,
 def refuse_other_modes(server: SessionsServer) -> None:
     """Raise :class:`NotSupportedError` in cluster mode or with the sessions in Postgres."""
     if server.forwarder is not None or server.host.cluster is not None:
-        raise NotSupportedError("importing, retention and backups are not supported in cluster mode "
+        raise NotSupportedError("retention and backups are not supported in cluster mode "
                                 "yet: they work on actor files, and the cluster keeps sessions in Postgres")
     from actors.session_agent_postgres import PostgresSessionAgent
 
     if issubclass(server.namespace.agent_class, PostgresSessionAgent):
-        raise NotSupportedError("exporting, importing, retention and backups are not supported with "
+        raise NotSupportedError("retention and backups are not supported with "
                                 "the sessions in Postgres (serve --postgres) yet: they work on actor files")
 
 

@@ -50,7 +50,7 @@ async def test_postgres_mode_answers_501(tmp_path, nursery):
         bind_sessions(host, agent_class=PostgresSessionAgent)
         urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
                                                              task_status=task_status))
-        answers = await refusals(urls[0])
+        answers = await refusals(urls[0], REQUESTS[2:])  # export and import: test_archive_postgres.py
     for answer in answers:
         assert answer.status_code == 501, answer.text
         assert "with the sessions in Postgres (serve --postgres)" in answer.json()["error"]["message"]
