@@ -28,14 +28,8 @@ from typing import Any
 
 from common.archive import ARCHIVE_FORMAT, ARCHIVE_VERSION, dump_record
 from common.errors import ConflictError, InvalidInputError
-from storage.archive_rows import (
-    export_records,
-    holds_kv,
-    holds_session_data,
-    kv_records,
-    restore_times,
-    write_records,
-)
+from storage.archive_kv import holds_kv, kv_records
+from storage.archive_rows import export_records, holds_session_data, restore_times, write_records
 from storage.messages import MessageStore
 from storage.sqlite import SqlStorage
 

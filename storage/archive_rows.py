@@ -24,8 +24,7 @@ from typing import Any
 from .context import upsert_search_entry
 from .sqlite import SqlStorage
 
-__all__ = ["ACTOR_NAME_KEY", "export_records", "holds_kv", "holds_session_data", "kv_records", "restore_times",
-           "write_records"]
+__all__ = ["ACTOR_NAME_KEY", "export_records", "holds_session_data", "restore_times", "write_records"]
 
 #: ``assistant_config`` key of the actor's address; not exported (the archive's header names the session).
 ACTOR_NAME_KEY = "actor_name"
@@ -58,18 +57,8 @@ def export_records(storage: SqlStorage, session_id: str = "") -> Iterator[dict[s
     for label, key, content, created_at, updated_at in storage.exec(_ENTRIES):
         yield {"type": "searchEntry", "label": label, "key": key, "content": content, "createdAt": created_at,
                "updatedAt": updated_at}
-    yield from kv_records(storage)
-
-
-def kv_records(storage: SqlStorage) -> Iterator[dict[str, Any]]:
-    """The file's KV rows as ``kv`` records, by key (with the sessions in Postgres, the file holds only these)."""
     for key, value in storage.exec(_KV):
         yield {"type": "kv", "key": key, "value": base64.b64encode(bytes(value)).decode("ascii")}
-
-
-def holds_kv(storage: SqlStorage) -> bool:
-    """``True`` when the file holds KV rows."""
-    return bool(storage.scalar("SELECT EXISTS (SELECT 1 FROM _cf_KV)"))
 
 
 def holds_session_data(storage: SqlStorage) -> bool:

@@ -63,8 +63,11 @@ SELECT EXISTS (SELECT 1 FROM assistant_messages WHERE session_id = %(s)s)
 # Compaction ids are unique in the whole table (the original's schema), not per session.
 _TAKEN_COMPACTIONS = "SELECT id FROM assistant_compactions WHERE id = ANY(%(ids)s::text[]) ORDER BY id LIMIT 1"
 _UTC = "%({0})s::timestamp AT TIME ZONE 'UTC'"
-_RESTORE_TIME = ("UPDATE assistant_messages SET created_at = " + _UTC.format("t")
-                 + " WHERE session_id = %(s)s AND id = %(id)s")
+# One statement for every message (its triggers run once, not once per row: per-row statements cost
+# O(session) each, 36 s for 10,000 messages against 0.3 s).
+_RESTORE_TIMES = (
+    "UPDATE assistant_messages AS m SET created_at = v.t::timestamp AT TIME ZONE 'UTC' "
+    "FROM unnest(%(ids)s::text[], %(times)s::text[]) AS v(id, t) WHERE m.session_id = %(s)s AND m.id = v.id")
 _INSERT_COMPACTION = ("INSERT INTO assistant_compactions (id, session_id, summary, from_message_id, to_message_id, "
                       "created_at) VALUES (%(id)s, %(s)s, %(summary)s, %(from)s, %(to)s, " + _UTC.format("t") + ")")
 _UPSERT_CONFIG = """
@@ -139,7 +142,8 @@ def import_rows(
     for rows, parent in chains:
         yield from on_postgres(writes.append_chain(POSTGRES, session_id, rows, parent))
     if times:
-        yield Many(_RESTORE_TIME, [{"s": session_id, "id": message_id, "t": created} for message_id, created in times])
+        yield Query(_RESTORE_TIMES, {"s": session_id, "ids": [message_id for message_id, _ in times],
+                                     "times": [created for _, created in times]})
     yield Query(DROP_ACTIVE_LEAF_SQL, {"s": session_id})  # the archive's own ``active_leaf`` (if any) comes back
     steps: dict[str, list[dict[str, Any]]] = {_INSERT_COMPACTION: [], _UPSERT_CONFIG: [], _UPSERT_BLOCK: [],
                                               _UPSERT_ENTRY: []}
