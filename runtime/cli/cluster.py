@@ -131,7 +131,8 @@ async def serve_cluster(
                 async with trio.open_nursery() as nursery:
                     urls = await nursery.start(partial(
                         serve, host, settings, token=token, shutdown_trigger=shutdown_trigger,
-                        forwarder=forwarder, listen_socket=listen, insecure_no_token=insecure_no_token))
+                        forwarder=forwarder, listen_socket=listen, insecure_no_token=insecure_no_token,
+                        retention_days=config.retention.delete_idle_after_days))
                     listen = None
                     announce(urls, settings.data, ready_file, f"; cluster host {host_id} at {advertise}, "
                              f"database{'s' * (len(cluster.dsns) > 1)} {database}")

@@ -361,7 +361,6 @@ class SessionsClient:
 
         Raises:
             SessionNotFoundError: the host has no session with this id.
-            NotSupportedError: the sessions are in Postgres (``serve --postgres``).
         """
         text = await self.request("GET", SESSIONS_PREFIX + quote_segment(session_id) + "/export")
         return text if isinstance(text, str) else json.dumps(text)
@@ -425,7 +424,12 @@ class SessionsClient:
 
     async def backup_host(self, to: str) -> dict[str, Any]:
         """Copy every session, consistent per file, into the server's folder ``to`` (absolute; new or empty)
-        while it serves (``POST /v1/host:backup``): ``{"to", "sessions", "bytes"}``."""
+        while it serves (``POST /v1/host:backup``): ``{"to", "sessions", "bytes"}``.
+
+        Raises:
+            NotSupportedError: the server runs in cluster mode or keeps its sessions in Postgres (back up
+                the database with ``pg_dump`` or ``pg_basebackup``).
+        """
         return await self.request("POST", "/v1/host:backup", body={"to": to}, retry_safe=False)
 
     async def hibernate(self, *session_ids: str) -> int:

@@ -374,8 +374,8 @@ class _Builder:
         }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *unsupported])
 
     def add_lifecycle_routes(self) -> None:
-        """Delete, export, import, gc and backup (:mod:`runtime.server.lifecycle_routes`; 501 in cluster mode
-        and with the sessions in Postgres)."""
+        """Delete, export, import, gc and backup (:mod:`runtime.server.lifecycle_routes`; backup answers 501 in
+        cluster mode and with the sessions in Postgres)."""
         one = SESSIONS_PREFIX + "{session_id}"
         params = self._base_parameters(one)
         modes = [errors.NotSupportedError]

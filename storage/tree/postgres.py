@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .rows import NewMessage
-from .steps import Many, Operation, Place
+from .steps import Operation, Place
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +263,20 @@ WITH new AS (
 )
 SELECT seq FROM new
 """, *_ROW_NAMES)
-INSERT_ROW = pg(f"INSERT INTO assistant_messages (seq, {_ROW_COLUMNS}) VALUES (%(seq)s, {_ROW_VALUES})",
-                "seq", *_ROW_NAMES)
+# A whole chain in one statement, its columns as arrays: the catalog's statement-level triggers run once
+# per chain, not once per row (per-row statements update the session's catalog row once each, and in one
+# transaction each update walks every earlier version of that row: 10,000 rows took 4.7-11.7 s, one
+# statement 0.2 s).
+INSERT_CHAIN = pg(f"""
+INSERT INTO assistant_messages (seq, {_ROW_COLUMNS})
+SELECT r.seq, %(s)s, r.id, r.parent, r.role, r.content, r.text, r.tools, {NOW_MS},
+       r.depth, r.path_bytes, r.tokens, r.path_tokens, r.jump
+FROM unnest(%(seqs)s::bigint[], %(ids)s::text[], %(parents)s::text[], %(roles)s::text[], %(contents)s::text[],
+            %(texts)s::text[], %(tools)s::text[], %(depths)s::integer[], %(path_bytes)s::bigint[],
+            %(tokens)s::bigint[], %(path_tokens)s::bigint[], %(jumps)s::bigint[])
+     AS r(seq, id, parent, role, content, text, tools, depth, path_bytes, tokens, path_tokens, jump)
+""", "s", "seqs", "ids", "parents", "roles", "contents", "texts", "tools", "depths", "path_bytes", "tokens",
+    "path_tokens", "jumps")
 NEW_SEQS = pg(
     "SELECT nextval(pg_get_serial_sequence('assistant_messages', 'seq')) AS seq FROM generate_series(1, %(n)s)", "n"
 )
@@ -333,9 +345,10 @@ def new_seqs(count: int) -> Operation[list[int]]:
     return sorted(row[0] for row in (yield NEW_SEQS, (count,)))
 
 def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
-    """Every row in one ``executemany``, then the active leaf and the statistics check."""
-    yield Many(INSERT_ROW, [(seq, s, m.id, parent, m.role, m.content, m.text, m.tools, *place)
-                            for seq, m, parent, _, place in rows])
+    """Every row in one statement (:data:`INSERT_CHAIN`), then the active leaf and the statistics check."""
+    columns = list(zip(*[(seq, m.id, parent, m.role, m.content, m.text, m.tools, *place)
+                         for seq, m, parent, _, place in rows]))
+    yield INSERT_CHAIN, (s, *(list(column) for column in columns))
     yield SET_ACTIVE_LEAF, (s, rows[-1][1].id)
     yield from keep_statistics(len(rows), rows[-1][4][0])
 

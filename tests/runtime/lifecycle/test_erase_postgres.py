@@ -10,24 +10,13 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from tests.runtime.lifecycle.rich_session import CONFIG
 from tests.support.processes import server_process
 
 TOKEN = "erase-postgres-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TABLES = ("assistant_messages", "assistant_compactions", "assistant_config", "cf_agents_context_blocks",
           "cf_agents_search_entries", "durable_sessions_catalog", "assistant_sessions")
-CONFIG = """
-[session]
-compaction = false
-
-[[session.blocks]]
-label = "memory"
-kind = "writable"
-
-[[session.blocks]]
-label = "kb"
-kind = "searchable"
-"""
 
 
 def message(message_id: str, text: str) -> dict:

@@ -1,9 +1,13 @@
-"""Cluster mode refuses import, gc and backup, ``serve --postgres`` export too, with 501 by name (delete works
-in both, export in cluster mode: test_erase_cluster.py, test_erase_postgres.py); a host whose placement has no
-erase hook refuses ``erase`` before it changes anything."""
+"""Cluster mode and ``serve --postgres`` refuse ``backup`` by name -- 501 over HTTP, one line and exit status 1
+from ``durable-sessions backup`` -- pointing at ``pg_dump`` / ``pg_basebackup`` (delete, export, import and gc
+work there: test_erase_cluster.py, test_import_cluster.py, test_archive_postgres.py, test_retention_modes.py);
+a host whose placement has no erase hook refuses ``erase`` before it changes anything."""
+
+import subprocess
 
 import httpx
 import pytest
+import trio
 
 from actors.session_agent_postgres import PostgresSessionAgent
 from common.errors import NotSupportedError
@@ -12,48 +16,57 @@ from runtime.host.placement import LocalPlacement
 from runtime.server.app import bind_sessions, serve
 from runtime.server.config import ServerSettings
 from tests.support.cluster_hosts import run_cluster
+from tests.support.processes import cli_command, cli_env
 
 TOKEN = "other-modes-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-REQUESTS = (("GET", "/v1/sessions/chat/export", None),
-            ("POST", "/v1/sessions/chat/import", b'{"type":"header"}\n'), ("POST", "/v1/host:gc", b"{}"),
-            ("POST", "/v1/host:backup", b'{"to": "/tmp/nowhere-backup"}'))
 
 
-async def refusals(url, requests=REQUESTS):
+async def backup_answer(url, folder):
     async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
-        return [await http.request(method, path, content=body,
-                                   headers={"Content-Type": "application/json"} if body else None)
-                for method, path, body in requests]
+        return await http.post("/v1/host:backup", json={"to": str(folder)})
 
 
-async def test_cluster_mode_answers_501_naming_what_is_missing(tmp_path, pg_empty_dsn):
+def backup_command(url, folder):
+    return subprocess.run([*cli_command(), "backup", "--to", str(folder), "--url", url], env=cli_env(TOKEN),
+                          capture_output=True, text=True, timeout=120)
+
+
+async def test_cluster_mode_refuses_backup_naming_the_postgres_tools(tmp_path, pg_empty_dsn):
     with run_cluster(tmp_path, pg_empty_dsn, hosts=1, lease_s=2.0, app=None, token=TOKEN) as cluster:
         [url] = cluster.urls
         async with httpx.AsyncClient(headers=AUTH) as http:
             stored = await http.post(f"{url}/v1/sessions/chat/messages", json={
                 "message": {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}})
             assert stored.status_code == 201
-        answers = await refusals(url, REQUESTS[1:])  # export works in cluster mode
+        answer = await backup_answer(url, tmp_path / "backup")
+        command = backup_command(url, tmp_path / "backup")
         async with httpx.AsyncClient(headers=AUTH) as http:
             still = await http.get(f"{url}/v1/sessions/chat/messages")
-    for answer in answers:
-        assert answer.status_code == 501, answer.text
-        assert answer.json()["error"]["type"] == "NotSupportedError"
-        assert "not supported in cluster mode yet" in answer.json()["error"]["message"]
-        assert "the cluster keeps sessions in Postgres" in answer.json()["error"]["message"]
+    assert answer.status_code == 501, answer.text
+    assert answer.json()["error"]["type"] == "NotSupportedError"
+    message = answer.json()["error"]["message"]
+    assert "a cluster keeps its sessions in Postgres" in message and "pg_dump" in message
+    assert "pg_basebackup" in message
+    assert command.returncode == 1, command
+    assert command.stdout == "" and command.stderr.count("\n") == 1 and "pg_dump" in command.stderr, command
+    assert "Traceback" not in command.stderr
+    assert not (tmp_path / "backup").exists()
     assert [m["id"] for m in still.json()["messages"]] == ["m1"]
 
 
-async def test_postgres_mode_answers_501(tmp_path, nursery):
+async def test_postgres_mode_refuses_backup_naming_the_postgres_tools(tmp_path, nursery):
     async with open_host(tmp_path / "data") as host:
         bind_sessions(host, agent_class=PostgresSessionAgent)
         urls = await nursery.start(lambda task_status: serve(host, ServerSettings(bind="127.0.0.1:0"), token=TOKEN,
                                                              task_status=task_status))
-        answers = await refusals(urls[0])
-    for answer in answers:
-        assert answer.status_code == 501, answer.text
-        assert "with the sessions in Postgres (serve --postgres)" in answer.json()["error"]["message"]
+        answer = await backup_answer(urls[0], tmp_path / "backup")
+        command = await trio.to_thread.run_sync(backup_command, urls[0], tmp_path / "backup")
+    assert answer.status_code == 501, answer.text
+    message = answer.json()["error"]["message"]
+    assert "with serve --postgres the sessions are in Postgres" in message and "pg_dump" in message
+    assert command.returncode == 1 and command.stderr.count("\n") == 1 and "pg_basebackup" in command.stderr
+    assert not (tmp_path / "backup").exists()
 
 
 class NoErase(LocalPlacement):

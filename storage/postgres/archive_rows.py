@@ -1,0 +1,169 @@
+"""One session's rows in Postgres as archive records, and back: the SQL of export and import with the
+sessions in Postgres (``serve --postgres``; docs/export-format.md).
+
+The records are those of :mod:`storage.archive_rows` (a session actor's
+file), so an archive moves between modes: the rows filed under
+``<label>_<session id>`` (writable blocks, the cached prompt, searchable
+entries) are written without that suffix, as a SQLite file holds them, and
+get it back on import; times are the file's text (UTC
+``YYYY-MM-DD HH:MM:SS.SSS``, :func:`storage.tree.postgres.stamp`). The
+``assistant_config`` rows travel as ``config`` records except the name
+(``actor_name``); the persisted active leaf (``active_leaf``) is one of them,
+so an import puts back the leaf the export left. Text is ordered bytewise
+(``COLLATE "C"``), as SQLite orders it. KV rows are not here: they stay in
+the actor's own file (``actors.session_archive``).
+
+:func:`export_rows` reads under the session's advisory lock (the one every
+message write takes), in one transaction; :func:`import_rows` writes
+everything in one transaction -- messages through the tree engine
+(:func:`storage.tree.writes.append_chain`: places, token totals, searched
+text), then their stored times, then the other rows -- and refuses a
+session that already holds messages, compactions or search entries, so a
+failure stores nothing. Compaction ids are unique across the table (the
+original's schema), so an archive whose compactions another session of the
+database holds (a copy of a session imported beside it) is refused too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from common.errors import ConflictError
+
+from ..tree import postgres as POSTGRES
+from ..tree import writes
+from ..tree.postgres import DROP_ACTIVE_LEAF_SQL, stamp
+from ..tree.rows import NewMessage
+from .connection import Many, Operation, Query, on_postgres
+
+__all__ = ["NAME_KEY", "export_rows", "import_rows"]
+
+#: ``assistant_config`` key of the name the session is addressed by: never exported (the header names it).
+NAME_KEY = "actor_name"
+
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('durable_sessions.messages'), hashtext(%(s)s))"
+_OWNED = "length(label) > %(n)s AND right(label, %(n)s) = %(suffix)s"
+_MESSAGES = (f"SELECT id, parent_id, {stamp('created_at')} AS created, content FROM assistant_messages "
+             "WHERE session_id = %(s)s ORDER BY seq")
+_COMPACTIONS = (f"SELECT id, summary, from_message_id, to_message_id, {stamp('created_at')} AS created "
+                "FROM assistant_compactions WHERE session_id = %(s)s ORDER BY seq")
+_CONFIG = ('SELECT key, value FROM assistant_config WHERE session_id = %(s)s AND key <> %(name)s '
+           'ORDER BY key COLLATE "C"')
+_BLOCKS = (f"SELECT left(label, -%(n)s) AS label, content, {stamp('updated_at')} AS updated "
+           f'FROM cf_agents_context_blocks WHERE {_OWNED} ORDER BY left(label, -%(n)s) COLLATE "C"')
+_ENTRIES = (f"SELECT left(label, -%(n)s) AS label, key, content, {stamp('created_at')} AS created, "
+            f"{stamp('updated_at')} AS updated FROM cf_agents_search_entries WHERE {_OWNED} ORDER BY seq")
+_HOLDS = f"""
+SELECT EXISTS (SELECT 1 FROM assistant_messages WHERE session_id = %(s)s)
+    OR EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = %(s)s)
+    OR EXISTS (SELECT 1 FROM cf_agents_search_entries WHERE {_OWNED}) AS holds
+"""
+# Compaction ids are unique in the whole table (the original's schema), not per session.
+_TAKEN_COMPACTIONS = "SELECT id FROM assistant_compactions WHERE id = ANY(%(ids)s::text[]) ORDER BY id LIMIT 1"
+_UTC = "%({0})s::timestamp AT TIME ZONE 'UTC'"
+# One statement for every message (its triggers run once, not once per row: per-row statements cost
+# O(session) each, 36 s for 10,000 messages against 0.3 s).
+_RESTORE_TIMES = (
+    "UPDATE assistant_messages AS m SET created_at = v.t::timestamp AT TIME ZONE 'UTC' "
+    "FROM unnest(%(ids)s::text[], %(times)s::text[]) AS v(id, t) WHERE m.session_id = %(s)s AND m.id = v.id")
+_INSERT_COMPACTION = ("INSERT INTO assistant_compactions (id, session_id, summary, from_message_id, to_message_id, "
+                      "created_at) VALUES (%(id)s, %(s)s, %(summary)s, %(from)s, %(to)s, " + _UTC.format("t") + ")")
+_UPSERT_CONFIG = """
+INSERT INTO assistant_config (session_id, key, value) VALUES (%(s)s, %(key)s, %(value)s)
+ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value
+"""
+_UPSERT_BLOCK = ("INSERT INTO cf_agents_context_blocks (label, content, updated_at) VALUES (%(label)s, %(content)s, "
+                 + _UTC.format("t") + ") ON CONFLICT (label) DO UPDATE SET content = excluded.content, "
+                 "updated_at = excluded.updated_at")
+_UPSERT_ENTRY = ("INSERT INTO cf_agents_search_entries (label, key, content, created_at, updated_at) VALUES "
+                 "(%(label)s, %(key)s, %(content)s, " + _UTC.format("c") + ", " + _UTC.format("t") + ") "
+                 "ON CONFLICT (label, key) DO UPDATE SET content = excluded.content, "
+                 "created_at = excluded.created_at, updated_at = excluded.updated_at")
+
+
+def _owned(session_id: str) -> dict[str, Any]:
+    suffix = "_" + session_id
+    return {"s": session_id, "n": len(suffix), "suffix": suffix}
+
+
+def export_rows(session_id: str) -> Operation[list[dict[str, Any]]]:
+    """The records of session ``session_id`` in archive order (messages, compactions, config, blocks, entries),
+    each as :mod:`common.archive` shapes it, header, ``kv`` and ``end`` left to the caller.
+    Run it with ``write=True`` (one transaction, under the session's lock)."""
+    params = {**_owned(session_id), "name": NAME_KEY}
+    yield Query(_LOCK, params)
+    records: list[dict[str, Any]] = []
+    for row in (yield Query(_MESSAGES, params)):
+        records.append({"type": "message", "id": row["id"], "parentId": row["parent_id"],
+                        "createdAt": row["created"], "message": json.loads(row["content"])})
+    for row in (yield Query(_COMPACTIONS, params)):
+        records.append({"type": "compaction", "id": row["id"], "summary": row["summary"],
+                        "fromMessageId": row["from_message_id"], "toMessageId": row["to_message_id"],
+                        "createdAt": row["created"]})
+    for row in (yield Query(_CONFIG, params)):
+        records.append({"type": "config", "key": row["key"], "value": row["value"]})
+    for row in (yield Query(_BLOCKS, params)):
+        records.append({"type": "contextBlock", "label": row["label"], "content": row["content"],
+                        "updatedAt": row["updated"]})
+    for row in (yield Query(_ENTRIES, params)):
+        records.append({"type": "searchEntry", "label": row["label"], "key": row["key"], "content": row["content"],
+                        "createdAt": row["created"], "updatedAt": row["updated"]})
+    return records
+
+
+def import_rows(
+    session_id: str, chains: Sequence[tuple[Sequence[NewMessage], str | None]], times: Sequence[tuple[str, str]],
+    records: Sequence[Mapping[str, Any]],
+) -> Operation[None]:
+    """Store an archive as session ``session_id``, in the caller's one transaction (``write=True``).
+
+    ``chains``: the messages as ``(rows, parent id)`` runs for ``append_chain``, in stored order;
+    ``times``: ``(message id, createdAt)``; ``records``: the archive's other records (compactions, config,
+    blocks, entries; other types are skipped). Values are checked by the caller (text Postgres can hold,
+    times as ``YYYY-MM-DD HH:MM:SS[.fff]``).
+
+    Raises:
+        ConflictError: the session already holds messages, compactions or search entries, or another session
+            holds one of the archive's compaction ids (nothing stored).
+    """
+    owned = _owned(session_id)
+    yield Query(_LOCK, owned)
+    if (yield Query(_HOLDS, owned))[0]["holds"]:
+        raise ConflictError("the session already holds data: import an archive only into a session that was "
+                            "never written (or delete it first)")
+    compactions = [record["id"] for record in records if record["type"] == "compaction"]
+    taken = (yield Query(_TAKEN_COMPACTIONS, {"ids": compactions})) if compactions else []
+    if taken:
+        raise ConflictError(f"compaction id {taken[0]['id']!r} is already stored in this database (by another "
+                            "session: compaction ids are unique per table); delete that session first, or import "
+                            "into another database")
+    for rows, parent in chains:
+        yield from on_postgres(writes.append_chain(POSTGRES, session_id, rows, parent))
+    if times:
+        yield Query(_RESTORE_TIMES, {"s": session_id, "ids": [message_id for message_id, _ in times],
+                                     "times": [created for _, created in times]})
+    yield Query(DROP_ACTIVE_LEAF_SQL, {"s": session_id})  # the archive's own ``active_leaf`` (if any) comes back
+    steps: dict[str, list[dict[str, Any]]] = {_INSERT_COMPACTION: [], _UPSERT_CONFIG: [], _UPSERT_BLOCK: [],
+                                              _UPSERT_ENTRY: []}
+    for record in records:
+        kind = record["type"]
+        if kind == "compaction":
+            steps[_INSERT_COMPACTION].append({"id": record["id"], "s": session_id, "summary": record["summary"],
+                                              "from": record["fromMessageId"], "to": record["toMessageId"],
+                                              "t": record["createdAt"]})
+        elif kind == "config" and record["key"] != NAME_KEY:
+            steps[_UPSERT_CONFIG].append({"s": session_id, "key": record["key"], "value": record["value"]})
+        elif kind == "contextBlock":
+            steps[_UPSERT_BLOCK].append({"label": record["label"] + owned["suffix"], "content": record["content"],
+                                         "t": record["updatedAt"]})
+        elif kind == "searchEntry":
+            steps[_UPSERT_ENTRY].append({"label": record["label"] + owned["suffix"], "key": record["key"],
+                                         "content": record["content"], "c": record["createdAt"],
+                                         "t": record["updatedAt"]})
+    for sql, params in steps.items():
+        if params:
+            yield Many(sql, params)
+
+
