@@ -34,9 +34,9 @@ def test_the_run_command_installs_the_package_alone():
 
 def test_the_test_command_is_the_one_ci_runs_and_says_what_the_suite_needs():
     _, test = commands()
-    assert test == "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"
+    assert test == "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q -n auto"
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python -m pip install --quiet -e '.[test]'" in ci and "\npython -m pytest -q\n" in ci
+    assert "python -m pip install --quiet -e '.[test]'" in ci and "\npython -m pytest -q -n auto\n" in ci
     needs = SETUP.split("Run the tests.", 1)[1].split("```", 1)[0]
     for what in ("Postgres", "initdb", "Chromium", "chromedriver", "skipped", "`CI`", "`.ci/run` installs both"):
         assert what in needs, what

@@ -307,7 +307,9 @@ async def _import(server: SessionsServer, session_id: str, actor_id: ActorId,
 CLUSTER_BACKUP_REFUSAL = (
     "backup copies a data folder, and a cluster keeps its sessions in Postgres (the hosts' folders hold "
     "rebuildable working copies): back up each database of the cluster with pg_dump (a consistent copy while it "
-    "runs) or pg_basebackup with WAL archiving (point-in-time recovery); see docs/operations.md, \"Backups\"")
+    "runs) or pg_basebackup with WAL archiving (point-in-time recovery); one session is rewound within "
+    "[cluster] pitr_days with GET /v1/sessions/{id}/bookmark and POST /v1/sessions/{id}:restore; see "
+    "docs/operations.md, \"Backups\"")
 #: Why ``backup`` refuses with the sessions in Postgres.
 POSTGRES_BACKUP_REFUSAL = (
     "backup copies a data folder, and with serve --postgres the sessions are in Postgres (the folder holds only "
