@@ -135,7 +135,7 @@ def test_a_version_3_file_gains_the_embedding_tables_and_keeps_its_messages(tmp_
         old.exec("INSERT INTO assistant_messages (id, role, content) VALUES ('m1', 'user', '{}')")
         assert old.user_version == 3
     with SqlStorage.open(path) as new:
-        assert new.user_version == SCHEMA_VERSION == 4
+        assert new.user_version == SCHEMA_VERSION
         assert new.scalar("SELECT count(*) FROM assistant_messages") == 1
         assert new.scalar("SELECT count(*) FROM assistant_embeddings") == 0
         assert new.scalar("SELECT count(*) FROM assistant_embeddings_pending") == 0
