@@ -21,7 +21,10 @@ Sections, each printing the goal it measures:
 * **footprint** -- the file a new session actor leaves after one
   activation with nothing written by the caller (goal <= 16 KiB; what 100,000
   of them cost), 10,000 appended messages against the minimal schema holding
-  the same rows and a contentless search index (goal <= 1.2x), a session
+  the same rows and a contentless search index (goal <= 1.2x; the session runs
+  the default config, whose auto-compaction stores a few summaries the minimal
+  schema does not hold: the goal counts the file without their pages, and the
+  whole file is printed beside it), a session
   written between wakes (woken, 5 appends, hibernated: what the WAL a
   hibernation leaves costs the next wake, its appends and the hibernation
   itself), and per active actor: open file descriptors and RSS (a fresh
@@ -354,6 +357,7 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
             await agent.session.append_message(make(i))
         await host.hibernate(ns, full.id)
         full_bytes = file_bytes(actor_files(host, full.id))
+        compactions, compaction_bytes = compaction_footprint(Path(host.path_for(full.id)))
         wal_bytes = file_bytes([p for p in actor_files(host, full.id) if p.name.endswith("-wal")])
         cycles = await written_between_wakes(host, ns, make)
     floor = MinimalStore(root / "minimal-footprint.sqlite3")
@@ -373,8 +377,32 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
           f"hibernate() {sleep.wall_us / 1000:.2f} ms wall ({sleep.cpu_us / 1000:.2f} ms CPU, worker threads included); "
           f"WAL left {wal_left / 1024:.1f} KiB")
     verdict("empty actor file", f"{empty_bytes / 1024:.1f} KiB", "<= 16 KiB", empty_bytes <= 16 * 1024)
-    verdict(f"bytes per {messages:,} messages", f"x{full_bytes / floor_bytes:.2f} minimal "
-            f"({full_bytes / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "<= 1.2x", full_bytes <= 1.2 * floor_bytes)
+    same_rows = full_bytes - compaction_bytes
+    print(f"  {'':>28}of which {compactions} compaction rows (the default config's summaries, which the minimal "
+          f"schema does not hold) {compaction_bytes / 2**20:.2f} MiB; the same rows as the minimal schema "
+          f"x{same_rows / floor_bytes:.2f}")
+    verdict(f"bytes per {messages:,} messages (same rows)", f"x{same_rows / floor_bytes:.2f} minimal "
+            f"({same_rows / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "<= 1.2x", same_rows <= 1.2 * floor_bytes)
+    verdict(f"bytes per {messages:,} messages + {compactions} compactions", f"x{full_bytes / floor_bytes:.2f} minimal "
+            f"({full_bytes / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "reported", None)
+
+
+def compaction_footprint(path: Path) -> tuple[int, int]:
+    """``(compaction rows, bytes of the pages holding them and their indexes)`` of a closed actor file.
+
+    Read from a copy (``dbstat``), so the actor's own file and its WAL stay as they are.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in [path, *path.parent.glob(path.name + "-wal")]:
+            shutil.copyfile(source, Path(tmp) / source.name)
+        con = apsw.Connection(str(Path(tmp) / path.name))
+        try:
+            [(rows,)] = con.execute("SELECT count(*) FROM assistant_compactions").fetchall()
+            [(pages,)] = con.execute("SELECT count(*) FROM dbstat WHERE name IN (SELECT name FROM sqlite_schema "
+                                     "WHERE tbl_name = 'assistant_compactions')").fetchall()
+            return rows, pages * int(con.pragma("page_size"))
+        finally:
+            con.close()
 
 
 async def written_between_wakes(host: Any, ns: Any, make: Messages, rounds: int = 25) -> tuple[Any, ...]:
