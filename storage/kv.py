@@ -178,9 +178,8 @@ class ActorStorage(SqlStorage):
             ValueError: ``key`` is too long, or an ``int`` does not fit 64 bits.
         """
         row = (_check_key(key), _encode(value))
-        with self.transaction():
-            create_on_first_use(self.connection, _KV)
-            self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", *row)
+        create_on_first_use(self.connection, _KV)  # the first time: a commit of its own, or the caller's transaction
+        self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", *row)
 
     def put_many(self, entries: Mapping[str, Any]) -> None:
         """Store every ``key: value`` of ``entries`` in one transaction (all or none)."""
@@ -263,13 +262,12 @@ class ActorStorage(SqlStorage):
 
     def write_alarm_row(self, scheduled_ms: int, retry_count: int) -> None:
         """Store the alarm row as is, telling no listener (runtime use)."""
-        with self.transaction():
-            create_on_first_use(self.connection, _ALARM)
-            self.exec(
-                "INSERT OR REPLACE INTO _cf_alarm (id, scheduled_ms, retry_count) VALUES (1, ?, ?)",
-                scheduled_ms,
-                retry_count,
-            )
+        create_on_first_use(self.connection, _ALARM)  # the first time: a commit of its own, or the caller's transaction
+        self.exec(
+            "INSERT OR REPLACE INTO _cf_alarm (id, scheduled_ms, retry_count) VALUES (1, ?, ?)",
+            scheduled_ms,
+            retry_count,
+        )
 
     def clear_alarm_row(self) -> None:
         """Remove the alarm row, telling no listener (runtime use)."""

@@ -55,7 +55,16 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   search, version 4) and ``assistant_embeddings_pending`` the messages still to
   embed (:mod:`storage.embeddings`);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
-  ``_cf_alarm`` the actor's single alarm.
+  ``_cf_alarm`` the actor's single alarm;
+* children are found through ``idx_assistant_msg_parent`` on ``parent_seq``
+  (version 5; before, on ``(session_id, parent_id, seq)``);
+* the tables of :data:`ON_FIRST_USE` (key-value, alarm, transcripts,
+  searchable-block entries and their indexes, embeddings) exist only once
+  written (version 6 drops them while empty): readers ask
+  :func:`table_exists`, writers call :func:`create_on_first_use` inside
+  their transaction; a cluster restore makes them all
+  (:func:`create_for_restore`); a cluster's capture makes them all before
+  it attaches (:func:`create_every_table`).
 """
 
 from __future__ import annotations
@@ -417,44 +426,33 @@ def create_on_first_use(con: apsw.Connection, table: str) -> None:
     """Make ``table`` (one of :data:`ON_FIRST_USE`, with its indexes and companions) unless it exists.
 
     Call it inside the transaction of the write that needs the table, so a
-    rollback takes both away. Cluster mode: the changeset of that write
-    holds its rows but not the table; :func:`create_for_changes` makes
-    such tables before a changeset is applied elsewhere.
+    rollback takes both away. Cluster mode makes them all before its
+    capture attaches (:func:`create_every_table`), and so does a restore
+    (:func:`create_for_restore`).
     """
     if not table_exists(con, table):
         con.execute(ON_FIRST_USE[table])
 
 
-def create_for_changes(con: apsw.Connection, tables: set[str]) -> None:
-    """Before applying a changeset touching ``tables`` to a file at the top of the ladder: make
-    those of :data:`ON_FIRST_USE` it lacks (SQLite skips, silently, the changes of a missing
-    table). A file at an older version is left alone: it still has every table its version made."""
-    if int(con.pragma("user_version")) < _FIRST_USE_VERSION:
-        return
-    for owner in sorted({owner for owner in map(_owner, tables) if owner is not None}):
-        if table_exists(con, owner):
-            continue
-        con.execute(ON_FIRST_USE[owner])
-        # Making an FTS5 table writes its first rows into its shadow tables; the changeset holds
-        # those rows too (as the table that made them was captured from its creation on), so
-        # they are cleared here and come back, as they are now, from the changeset.
-        for member in _COMPANIONS.get(owner, ()):
-            for shadow in (member + suffix for suffix in _FTS5_SHADOWS):
-                if _in_schema(con, shadow):
-                    con.execute(f"DELETE FROM {shadow}")
+def create_for_restore(con: apsw.Connection) -> None:
+    """Before a cluster changeset is applied to a file at the top of the ladder: make every table
+    of :data:`ON_FIRST_USE` it lacks, as the capture that recorded it had (:func:`create_every_table`;
+    SQLite skips, silently, the changes of a missing table). A file at an older version is left
+    alone: it still has every table its version made, and its migration runs when it is opened."""
+    if int(con.pragma("user_version")) >= _FIRST_USE_VERSION:
+        create_every_table(con)
 
 
-#: The tables an FTS5 table keeps its index in (a changeset names these, never the FTS5 table).
-_FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
+def create_every_table(con: apsw.Connection) -> None:
+    """Make every table of :data:`ON_FIRST_USE` the file lacks (cluster mode, before its change
+    capture attaches: a table made inside a captured turn would be DDL the log cannot carry).
 
-
-def _owner(table: str) -> str | None:
-    """The :data:`ON_FIRST_USE` table that makes ``table`` (itself, a companion or an FTS5 shadow of one)."""
-    for owner in ON_FIRST_USE:
-        for member in (owner, *_COMPANIONS.get(owner, ())):
-            if table == member or table in {member + suffix for suffix in _FTS5_SHADOWS}:
-                return owner
-    return None
+    An FTS5 table writes its first rows into its shadow tables when it is made, the same rows
+    on every host, so a changeset recorded after that applies where :func:`create_for_restore`
+    made the table again.
+    """
+    for table in ON_FIRST_USE:
+        create_on_first_use(con, table)
 
 
 #: The version from which the tables of :data:`ON_FIRST_USE` may be missing.
