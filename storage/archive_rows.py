@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .context import upsert_search_entry
+from .schema import create_on_first_use, table_exists
 from .sqlite import SqlStorage
 
 __all__ = ["ACTOR_NAME_KEY", "export_records", "holds_session_data", "restore_times", "write_records"]
@@ -36,10 +37,10 @@ _CONFIG = "SELECT key, value FROM assistant_config WHERE session_id = ? AND key 
 _BLOCKS = "SELECT label, content, updated_at FROM cf_agents_context_blocks ORDER BY label"
 _ENTRIES = "SELECT label, key, content, created_at, updated_at FROM cf_agents_search_entries ORDER BY seq"
 _KV = "SELECT key, value FROM _cf_KV ORDER BY key"
-_HOLDS = """
-SELECT EXISTS (SELECT 1 FROM assistant_messages) OR EXISTS (SELECT 1 FROM assistant_compactions)
-    OR EXISTS (SELECT 1 FROM cf_agents_search_entries) OR EXISTS (SELECT 1 FROM _cf_KV)
-"""
+_HOLDS = "SELECT EXISTS (SELECT 1 FROM assistant_messages) OR EXISTS (SELECT 1 FROM assistant_compactions)"
+# Tables made by their first write (storage.schema.ON_FIRST_USE): absent, they hold nothing.
+_ENTRY_TABLE = "cf_agents_search_entries"
+_KV_TABLE = "_cf_KV"
 
 
 def export_records(storage: SqlStorage, session_id: str = "") -> Iterator[dict[str, Any]]:
@@ -54,16 +55,20 @@ def export_records(storage: SqlStorage, session_id: str = "") -> Iterator[dict[s
         yield {"type": "config", "key": key, "value": value}
     for label, content, updated_at in storage.exec(_BLOCKS):
         yield {"type": "contextBlock", "label": label, "content": content, "updatedAt": updated_at}
-    for label, key, content, created_at, updated_at in storage.exec(_ENTRIES):
+    entries = storage.exec(_ENTRIES) if table_exists(storage.connection, _ENTRY_TABLE) else ()
+    for label, key, content, created_at, updated_at in entries:
         yield {"type": "searchEntry", "label": label, "key": key, "content": content, "createdAt": created_at,
                "updatedAt": updated_at}
-    for key, value in storage.exec(_KV):
+    kv = storage.exec(_KV) if table_exists(storage.connection, _KV_TABLE) else ()
+    for key, value in kv:
         yield {"type": "kv", "key": key, "value": base64.b64encode(bytes(value)).decode("ascii")}
 
 
 def holds_session_data(storage: SqlStorage) -> bool:
     """``True`` when the file holds messages, compactions, search entries or KV rows (an import refuses it)."""
-    return bool(storage.scalar(_HOLDS))
+    return bool(storage.scalar(_HOLDS)) or any(
+        table_exists(storage.connection, table) and storage.scalar(f"SELECT EXISTS (SELECT 1 FROM {table})")
+        for table in (_ENTRY_TABLE, _KV_TABLE))
 
 
 def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], session_id: str = "") -> None:
@@ -90,6 +95,7 @@ def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], sessio
             storage.exec("UPDATE cf_agents_search_entries SET created_at = ?, updated_at = ? WHERE label = ? "
                          "AND key = ?", record["createdAt"], record["updatedAt"], record["label"], record["key"])
         elif kind == "kv":
+            create_on_first_use(storage.connection, _KV_TABLE)
             storage.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", record["key"],
                          base64.b64decode(record["value"], validate=True))
 

@@ -31,7 +31,7 @@ import apsw
 
 from .errors import SearchQueryError
 from .fts import ParsedQuery, index_rows, matching_rowids_sql, parse_query, unindex_rows
-from .schema import NOW_MS
+from .schema import NOW_MS, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 from .tree import context as rules
 from .tree.context import SEARCH_LIMIT, entries_summary, entries_text
@@ -47,6 +47,8 @@ T = TypeVar("T")
 
 #: The porter FTS5 table of search entries (its trigram twin is ``<name>_cjk``).
 SEARCH_FTS = "cf_agents_search_fts"
+# Made, with both its full-text indexes, by the first entry written (storage.schema.ON_FIRST_USE).
+_ENTRIES = "cf_agents_search_entries"
 
 _SEQ_OF_ENTRY = "SELECT seq FROM cf_agents_search_entries WHERE label = ?1 AND key = ?2"
 _INSERT_ENTRY = "INSERT INTO cf_agents_search_entries (label, key, content) VALUES (?1, ?2, ?3) RETURNING seq"
@@ -127,6 +129,8 @@ def delete_blocks(storage: SqlStorage, labels: list[str]) -> int:
 
 def count_search_entries(storage: SqlStorage, label: str) -> int:
     """Number of search entries under the block label ``label``."""
+    if not table_exists(storage.connection, _ENTRIES):
+        return 0
     return _run(storage, rules.count_entries(_SQLITE_CONTEXT, label))
 
 
@@ -138,6 +142,7 @@ def upsert_search_entry(storage: SqlStorage, label: str, key: str, content: str)
     transaction: a failure leaves the old entry and index untouched.
     """
     with storage.transaction():
+        create_on_first_use(storage.connection, _ENTRIES)
         _run(storage, rules.upsert_entry(_SQLITE_CONTEXT, label, key, content))
 
 
@@ -153,7 +158,7 @@ def search_entries(storage: SqlStorage, label: str, query: str, limit: int = SEA
         SearchQueryError: SQLite failed while searching (never for user text).
     """
     parsed = parse_query(query)
-    if parsed is None:
+    if parsed is None or not table_exists(storage.connection, _ENTRIES):
         return []
     try:
         rows = _run(storage, rules.search_entries(_SQLITE_CONTEXT, label, parsed, limit))

@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from .messages import MessageStore
+from .schema import create_on_first_use, table_exists
 from .shapes import LATEST_LEAF, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree.rows import NewMessage, SearchRow
@@ -45,6 +46,22 @@ __all__ = [
     "stored_dimensions",
     "vectors",
 ]
+
+# Made by the first write that needs them (storage.schema.ON_FIRST_USE); a read finds nothing before.
+_VECTORS = "assistant_embeddings"
+_PENDING_TABLE = "assistant_embeddings_pending"
+_ENTRIES = "cf_agents_search_entries"
+_ENTRY_VECTORS = "cf_agents_search_embeddings"
+
+
+def _has(storage: SqlStorage, table: str) -> bool:
+    return table_exists(storage.connection, table)
+
+
+def _make_vector_tables(storage: SqlStorage) -> None:
+    """Inside the caller's transaction: the message vector tables (both), unless they exist."""
+    create_on_first_use(storage.connection, _VECTORS)
+
 
 _MARK = """
 INSERT INTO assistant_embeddings_pending (seq, session_id) VALUES (?1, ?2)
@@ -101,6 +118,7 @@ class EmbeddingMessageStore(MessageStore):
             if not super().update(message_id, role, content, text, tokens=tokens, tools=tools):
                 return False
             seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
+            _make_vector_tables(self.storage)
             self.storage.exec(_DELETE_VECTOR, seq)
             if text:
                 self.storage.exec(_MARK, seq, self.session_id)
@@ -113,7 +131,7 @@ class EmbeddingMessageStore(MessageStore):
         with self.storage.transaction():
             seqs = [self.storage.scalar(_SEQ_OF, self.session_id, i) for i in ids]
             deleted = super().delete(ids)
-            for seq in seqs:
+            for seq in seqs if _has(self.storage, _VECTORS) else ():
                 if seq is not None:
                     self.storage.exec(_DELETE_VECTOR, seq)
                     self.storage.exec(_DELETE_PENDING, seq)
@@ -125,6 +143,8 @@ class EmbeddingMessageStore(MessageStore):
             clear_vectors(self.storage, self.session_id)
 
     def _mark(self, message_ids: list[str]) -> None:
+        if message_ids:
+            _make_vector_tables(self.storage)
         for message_id in message_ids:
             seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
             if seq is not None:
@@ -133,6 +153,8 @@ class EmbeddingMessageStore(MessageStore):
 
 def clear_vectors(storage: SqlStorage, session_id: str) -> None:
     """Delete every vector and marker of ``session_id`` (one transaction)."""
+    if not _has(storage, _VECTORS):
+        return
     with storage.transaction():
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
         storage.exec("DELETE FROM assistant_embeddings_pending WHERE session_id = ?1", session_id)
@@ -142,6 +164,7 @@ def reset(storage: SqlStorage, session_id: str, model: str) -> int:
     """Delete every vector of ``session_id`` and mark each message with text again, in one transaction
     (``durable-sessions reembed``); returns how many messages are marked."""
     with storage.transaction():
+        _make_vector_tables(storage)
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
         storage.exec(_MISSING, session_id, model)
         return pending_count(storage, session_id)
@@ -154,6 +177,8 @@ def has_messages(storage: SqlStorage, session_id: str) -> bool:
 
 def pending_count(storage: SqlStorage, session_id: str) -> int:
     """How many messages of ``session_id`` wait to be embedded."""
+    if not _has(storage, _PENDING_TABLE):
+        return 0
     return int(storage.scalar("SELECT count(*) FROM assistant_embeddings_pending WHERE session_id = ?1", session_id))
 
 
@@ -164,6 +189,7 @@ def mark_missing(storage: SqlStorage, session_id: str, model: str) -> int:
     model (``durable-sessions reembed``). One pass over the session's messages.
     """
     with storage.transaction():
+        _make_vector_tables(storage)
         storage.exec(_MISSING, session_id, model)
         return int(storage.connection.changes())
 
@@ -176,6 +202,8 @@ def pending_batch(storage: SqlStorage, session_id: str, limit: int) -> list[tupl
     """
     found: list[tuple[int, int, str]] = []
     gone: list[int] = []
+    if not _has(storage, _PENDING_TABLE):
+        return found
     for seq, mark, exists, text in storage.exec(_PENDING, session_id, limit):
         (found.append((seq, mark, text)) if exists and text else gone.append(seq))
     if gone:
@@ -197,6 +225,7 @@ def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: i
     """
     stored: list[int] = []
     with storage.transaction():
+        _make_vector_tables(storage)
         for seq, mark, blob in rows:
             current = storage.scalar("SELECT mark FROM assistant_embeddings_pending WHERE seq = ?1", seq)
             if current != mark:
@@ -211,6 +240,8 @@ def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: i
 
 def vectors(storage: SqlStorage, session_id: str, model: str, *, after: int = 0) -> list[tuple[int, bytes]]:
     """``(seq, vector bytes)`` of ``session_id``'s vectors of ``model`` with ``seq > after``, in ``seq`` order."""
+    if not _has(storage, _VECTORS):
+        return []
     return list(storage.exec(
         "SELECT seq, vector FROM assistant_embeddings WHERE session_id = ?1 AND model = ?2 AND seq > ?3 ORDER BY seq",
         session_id, model, after))
@@ -218,6 +249,8 @@ def vectors(storage: SqlStorage, session_id: str, model: str, *, after: int = 0)
 
 def stored_dimensions(storage: SqlStorage, session_id: str) -> list[tuple[str, int, int]]:
     """``(model, dimension, rows)`` of every kind of vector ``session_id`` holds."""
+    if not _has(storage, _VECTORS):
+        return []
     return list(storage.exec(
         "SELECT model, dimension, count(*) FROM assistant_embeddings WHERE session_id = ?1 GROUP BY model, dimension",
         session_id))
@@ -226,6 +259,11 @@ def stored_dimensions(storage: SqlStorage, session_id: str) -> list[tuple[str, i
 def entry_vectors(storage: SqlStorage, label: str, model: str) -> list[tuple[int, str, str, bytes | None]]:
     """Every entry of the searchable block ``label``: ``(seq, key, content, vector bytes)``, the
     vector ``None`` when the entry has none of ``model`` for its current content."""
+    if not _has(storage, _ENTRIES):
+        return []
+    if not _has(storage, _ENTRY_VECTORS):
+        return [(seq, key, content, None) for seq, key, content in storage.exec(
+            "SELECT seq, key, content FROM cf_agents_search_entries WHERE label = ?1 ORDER BY seq", label)]
     return list(storage.exec(
         "SELECT s.seq, s.key, s.content, CASE WHEN e.content = s.content THEN e.vector END "
         "FROM cf_agents_search_entries AS s "
@@ -237,6 +275,7 @@ def store_entry_vectors(storage: SqlStorage, model: str, dimension: int,
                         rows: Sequence[tuple[int, str, bytes]]) -> None:
     """Store ``(entry seq, the content embedded, vector bytes)`` rows, in one transaction."""
     with storage.transaction():
+        create_on_first_use(storage.connection, _ENTRY_VECTORS)
         for seq, content, blob in rows:
             storage.exec(
                 "INSERT OR REPLACE INTO cf_agents_search_embeddings (seq, model, dimension, content, vector) "

@@ -30,12 +30,17 @@ from typing import Any
 import apsw
 import msgpack
 
+from .schema import create_on_first_use, table_exists
 from .sqlite import SqlStorage
 
 #: Largest key, in UTF-8 bytes (a Durable Object's limit).
 MAX_KEY_BYTES = 2048
 
 _MISSING = object()
+
+# Made by their first write (storage.schema.ON_FIRST_USE).
+_KV = "_cf_KV"
+_ALARM = "_cf_alarm"
 
 # Largest LIMIT SQLite binds (a 64-bit signed integer).
 _MAX_SQL_INT = 2**63 - 1
@@ -69,6 +74,10 @@ class ActorStorage(SqlStorage):
         self.delivering_alarm: int | None = None
         self._alarm_generation = 0
         self._autocheckpoint_pages: int | None = None
+
+    def _has(self, table: str) -> bool:
+        """Whether ``table`` exists yet (``_cf_KV`` and ``_cf_alarm`` are made by their first write)."""
+        return table_exists(self.connection, table)
 
     def skip_checkpoint_on_close(self) -> None:
         """Leave the WAL in place when this connection closes.
@@ -142,7 +151,10 @@ class ActorStorage(SqlStorage):
             TypeError: ``key`` is not a ``str``.
             ValueError: ``key`` is longer than :data:`MAX_KEY_BYTES`.
         """
-        blob = self.scalar("SELECT value FROM _cf_KV WHERE key = ?", _check_key(key))
+        key = _check_key(key)
+        if not self._has(_KV):
+            return default
+        blob = self.scalar("SELECT value FROM _cf_KV WHERE key = ?", key)
         return default if blob is None else _decode(blob)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
@@ -165,18 +177,26 @@ class ActorStorage(SqlStorage):
             TypeError: ``key`` is not a ``str``, or msgpack cannot encode ``value``.
             ValueError: ``key`` is too long, or an ``int`` does not fit 64 bits.
         """
-        self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", _check_key(key), _encode(value))
+        row = (_check_key(key), _encode(value))
+        create_on_first_use(self.connection, _KV)  # the first time: a commit of its own, or the caller's transaction
+        self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", *row)
 
     def put_many(self, entries: Mapping[str, Any]) -> None:
         """Store every ``key: value`` of ``entries`` in one transaction (all or none)."""
         rows = [(_check_key(k), _encode(v)) for k, v in entries.items()]
+        if not rows:
+            return
         with self.transaction():
+            create_on_first_use(self.connection, _KV)
             for row in rows:
                 self.exec("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", *row)
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; ``True`` when it existed."""
-        self.exec("DELETE FROM _cf_KV WHERE key = ?", _check_key(key))
+        key = _check_key(key)
+        if not self._has(_KV):
+            return False
+        self.exec("DELETE FROM _cf_KV WHERE key = ?", key)
         return self.connection.changes() > 0
 
     def delete_many(self, keys: Iterable[str]) -> int:
@@ -234,12 +254,15 @@ class ActorStorage(SqlStorage):
 
     def read_alarm_row(self) -> AlarmRow | None:
         """The stored alarm row, including a pending retry (runtime use)."""
+        if not self._has(_ALARM):
+            return None
         for scheduled_ms, retry_count in self.exec("SELECT scheduled_ms, retry_count FROM _cf_alarm WHERE id = 1"):
             return AlarmRow(scheduled_ms, retry_count)
         return None
 
     def write_alarm_row(self, scheduled_ms: int, retry_count: int) -> None:
         """Store the alarm row as is, telling no listener (runtime use)."""
+        create_on_first_use(self.connection, _ALARM)  # the first time: a commit of its own, or the caller's transaction
         self.exec(
             "INSERT OR REPLACE INTO _cf_alarm (id, scheduled_ms, retry_count) VALUES (1, ?, ?)",
             scheduled_ms,
@@ -248,7 +271,8 @@ class ActorStorage(SqlStorage):
 
     def clear_alarm_row(self) -> None:
         """Remove the alarm row, telling no listener (runtime use)."""
-        self.exec("DELETE FROM _cf_alarm WHERE id = 1")
+        if self._has(_ALARM):
+            self.exec("DELETE FROM _cf_alarm WHERE id = 1")
 
     # Defined last: the name shadows the builtin inside the class body.
     def list(
@@ -275,6 +299,7 @@ class ActorStorage(SqlStorage):
         """
         where, params = _range_clause(prefix, start, end)
         query = f"SELECT key, value FROM _cf_KV{where} ORDER BY key {'DESC' if reverse else 'ASC'}"
+        exists = self._has(_KV)
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int):
                 raise TypeError(f"limit must be an int, not {type(limit).__name__}")
@@ -282,6 +307,8 @@ class ActorStorage(SqlStorage):
                 raise ValueError(f"limit must be at least 1, not {limit}")
             query += " LIMIT ?"
             params.append(min(limit, _MAX_SQL_INT))
+        if not exists:
+            return {}
         return {key: _decode(blob) for key, blob in self.exec(query, *params)}
 
 

@@ -24,13 +24,14 @@ from typing import Any, TypeVar
 import apsw
 
 from . import fts
+from .carried import CarriedLeaf, JumpNode, exclusive
 from .context import delete_config, read_config, write_config
 from .errors import SearchQueryError
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree import reads, writes
 from .tree import sqlite as SQLITE
-from .tree.places import ancestor_at_depth, token_places
+from .tree.places import Link, ancestor_at_depth, token_places
 from .tree.reads import check_chunk_limits
 from .tree.rows import (
     PATH_CHUNK_BYTES,
@@ -64,17 +65,23 @@ __all__ = [
 
 T = TypeVar("T")
 
+_ANY_COMPACTION = "SELECT EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = ?1)"
+
 
 class MessageStore:
     """The rows of one session (``session_id``) in one :class:`SqlStorage`.
 
-    Cheap to create; holds no state besides its two arguments, so any number
-    of stores (and processes reopening the file) see the same tree.
+    Cheap to create. Besides its two arguments it only carries the latest
+    leaf's place from its own last append (:mod:`storage.carried`), trusted
+    while nothing else wrote the file, so any number of stores (and
+    processes reopening the file) see the same tree.
     """
 
     def __init__(self, storage: SqlStorage, session_id: str = "") -> None:
         self.storage = storage
         self.session_id = session_id
+        self._carried: CarriedLeaf | None = None
+        self._exclusive: bool | None = None
 
     def __repr__(self) -> str:
         return f"MessageStore(session_id={self.session_id!r})"
@@ -89,6 +96,25 @@ class MessageStore:
     def _write(self, op: Operation[T]) -> T:
         with self.storage.transaction():
             return drive(self.storage.connection, op)
+
+    def _carried_leaf(self) -> CarriedLeaf | None:
+        """The carried latest leaf while the file is as this store's last append left it, else ``None``."""
+        carried = self._carried
+        if carried is not None and carried.version == self.storage.connection.data_version():
+            return carried
+        self._carried = None
+        return None
+
+    def _depth_jump(self, seq: int) -> tuple[int, int]:
+        rows: list[tuple[Any, ...]] = self.storage.connection.execute(SQLITE.DEPTH_JUMP, (seq,)).fetchall()
+        [(depth, jump)] = rows
+        return depth, jump
+
+    def _can_carry(self) -> bool:
+        """Only a connection holding its file exclusively sees every commit to it in its data version early."""
+        if self._exclusive is None:
+            self._exclusive = exclusive(self.storage.connection)
+        return self._exclusive
 
     # -- reads -------------------------------------------------------------
 
@@ -106,6 +132,9 @@ class MessageStore:
 
     def latest_leaf(self) -> str | None:
         """Id of the latest leaf (the session's newest message, :mod:`storage.tree.sqlite`); ``None`` if empty."""
+        carried = self._carried_leaf()
+        if carried is not None:
+            return carried.leaf_id
         return self._run(reads.latest_leaf(SQLITE, self.session_id))
 
     def path_contents(self, leaf_id: str) -> list[str]:
@@ -189,7 +218,15 @@ class MessageStore:
 
         One statement when the session has no compaction row (then no
         overlay applies): what the token estimate after each append reads.
+        No statement after this store's own append when nothing else wrote since
+        and the session is known to have no compaction row.
         """
+        carried = self._carried_leaf()
+        if carried is not None:
+            if carried.compacted is None:
+                carried.compacted = bool(self.storage.scalar(_ANY_COMPACTION, self.session_id))
+            if not carried.compacted:
+                return PathTokens(carried.path_tokens, ())
         return self._run(reads.latest_path_tokens(SQLITE, self.session_id))
 
     def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
@@ -274,9 +311,26 @@ class MessageStore:
             ``(False, None)`` when the id is already stored (nothing changes,
             the first content stays).
         """
-        return self._write(
-            writes.append(SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id)
-        )
+        before = self._carried_leaf()
+        latest: tuple[str, Link] | None = None
+        above: tuple[JumpNode, ...] = ()
+        if before is not None and parent_id is LATEST_LEAF:
+            link, above = before.link(self._depth_jump)
+            latest = (before.leaf_id, link)
+        alone = not self.storage.in_transaction
+        row = self._write(writes.append_row(
+            SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id, latest
+        ))
+        if row is None:
+            return False, None
+        parent, _link, seq, place = row
+        self._carried = None
+        if alone and self._can_carry():  # committed: nothing can roll it back
+            self._carried = CarriedLeaf.after_append(
+                self.storage.connection.data_version(), message_id, seq, place, above,
+                None if before is None else before.compacted,
+            )
+        return True, parent
 
     def append_chain(
         self, messages: Sequence[NewMessage], parent_id: str | None | _LatestLeaf = LATEST_LEAF

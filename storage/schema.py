@@ -55,11 +55,21 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   search, version 4) and ``assistant_embeddings_pending`` the messages still to
   embed (:mod:`storage.embeddings`);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
-  ``_cf_alarm`` the actor's single alarm.
+  ``_cf_alarm`` the actor's single alarm;
+* children are found through ``idx_assistant_msg_parent`` on ``parent_seq``
+  (version 5; before, on ``(session_id, parent_id, seq)``);
+* the tables of :data:`ON_FIRST_USE` (key-value, alarm, transcripts,
+  searchable-block entries and their indexes, embeddings) exist only once
+  written (version 6 drops them while empty): readers ask
+  :func:`table_exists`, writers call :func:`create_on_first_use` inside
+  their transaction; a cluster restore makes them all
+  (:func:`create_for_restore`); a cluster's capture makes them all before
+  it attaches (:func:`create_every_table`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Union
 
@@ -287,8 +297,163 @@ CREATE TABLE cf_agents_search_embeddings (
 """
 
 
+# Version 5: fewer pages written per append and a smaller file (docs/performance.md). Children are
+# found by their parent's ``seq`` (an integer, growing with every append: each insert lands on the
+# index's last page) instead of ``(session_id, parent_id, seq)`` (text keys scattered over the whole
+# index: 1.7 pages written per append at 10k messages, and pages left two-thirds full). A child's
+# ``parent_seq`` is always its parent's row (storage/tree/sqlite.py), so the session and the
+# ``parent_id`` the old index held are read from the few rows found.
+_V5 = """
+DROP INDEX idx_assistant_msg_parent;
+CREATE INDEX idx_assistant_msg_parent ON assistant_messages (parent_seq);
+"""
+
+
+# Version 6: tables most actors never use are made when first written (docs/performance.md).
+# Each empty table costs a page (an FTS5 table five), so a new file held 44 pages of empty
+# b-trees. These tables are dropped while empty, here, and made again, exactly as the ladder
+# made them, by the first write that needs them (:func:`create_on_first_use`); a read finds
+# none of their rows while they do not exist (:func:`table_exists`).
+ON_FIRST_USE: dict[str, str] = {
+    "_cf_KV": "CREATE TABLE IF NOT EXISTS _cf_KV (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;",
+    "_cf_alarm": """
+CREATE TABLE IF NOT EXISTS _cf_alarm (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    scheduled_ms INTEGER NOT NULL,
+    retry_count  INTEGER NOT NULL DEFAULT 0
+);""",
+    "transcript_entries": """
+CREATE TABLE IF NOT EXISTS transcript_entries (
+    seq     INTEGER PRIMARY KEY,
+    subpath TEXT NOT NULL DEFAULT '',
+    uuid    TEXT,
+    entry   TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_transcript_uuid ON transcript_entries (subpath, uuid) WHERE uuid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idx_transcript_subpath ON transcript_entries (subpath, seq);""",
+    # The entries of searchable blocks with their two full-text indexes: made (and dropped) together.
+    "cf_agents_search_entries": f"""
+CREATE TABLE IF NOT EXISTS cf_agents_search_entries (
+    seq        INTEGER PRIMARY KEY,
+    label      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_at TEXT NOT NULL DEFAULT {NOW_MS},
+    UNIQUE (label, key)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS cf_agents_search_fts USING fts5(
+    label UNINDEXED, key UNINDEXED, content,
+    tokenize = 'porter unicode61'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS cf_agents_search_fts_cjk USING fts5(content, tokenize = 'trigram');""",
+    "cf_agents_search_embeddings": """
+CREATE TABLE IF NOT EXISTS cf_agents_search_embeddings (
+    seq        INTEGER PRIMARY KEY,
+    model      TEXT NOT NULL,
+    dimension  INTEGER NOT NULL,
+    content    TEXT NOT NULL,
+    vector     BLOB NOT NULL
+);""",
+    "assistant_embeddings": """
+CREATE TABLE IF NOT EXISTS assistant_embeddings (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    model      TEXT NOT NULL,
+    dimension  INTEGER NOT NULL,
+    vector     BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_embeddings_session ON assistant_embeddings (session_id, model);
+CREATE TABLE IF NOT EXISTS assistant_embeddings_pending (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    mark       INTEGER NOT NULL DEFAULT 1
+);""",
+}
+
+#: Tables that go with each table of :data:`ON_FIRST_USE` (dropped only when all are empty).
+_COMPANIONS: dict[str, tuple[str, ...]] = {
+    "cf_agents_search_entries": ("cf_agents_search_fts", "cf_agents_search_fts_cjk"),
+    "assistant_embeddings": ("assistant_embeddings_pending",),
+}
+
+
+def _v6(con: apsw.Connection) -> None:
+    """Version 6: drop the tables of :data:`ON_FIRST_USE` that hold no row (nothing else changes)."""
+    for table in ON_FIRST_USE:
+        group = (table, *_COMPANIONS.get(table, ()))
+        if all(_empty(con, name) for name in group):
+            for name in group:
+                con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def _empty(con: apsw.Connection, table: str) -> bool:
+    if not _in_schema(con, table):
+        return True
+    return not con.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchall()[0][0]
+
+
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+#: Tables of :data:`ON_FIRST_USE` seen existing outside any transaction, per connection: only a
+#: ``DROP`` could take such a table away, and nothing drops them once the ladder has run.
+_SEEN: weakref.WeakKeyDictionary[apsw.Connection, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _in_schema(con: apsw.Connection, table: str) -> bool:
+    return bool(con.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchall())
+
+
+def table_exists(con: apsw.Connection, table: str) -> bool:
+    """Whether ``table`` (one of :data:`ON_FIRST_USE`) exists in ``con``'s file: a read of a
+    table that does not exist yet finds no row. One schema lookup until it is seen committed."""
+    seen = _SEEN.get(con)
+    if seen is not None and table in seen:
+        return True
+    if not _in_schema(con, table):
+        return False
+    if con.get_autocommit():  # committed: a rollback cannot take it away any more
+        _SEEN.setdefault(con, set()).add(table)
+    return True
+
+
+def create_on_first_use(con: apsw.Connection, table: str) -> None:
+    """Make ``table`` (one of :data:`ON_FIRST_USE`, with its indexes and companions) unless it exists.
+
+    Call it inside the transaction of the write that needs the table, so a
+    rollback takes both away. Cluster mode makes them all before its
+    capture attaches (:func:`create_every_table`), and so does a restore
+    (:func:`create_for_restore`).
+    """
+    if not table_exists(con, table):
+        con.execute(ON_FIRST_USE[table])
+
+
+def create_for_restore(con: apsw.Connection) -> None:
+    """Before a cluster changeset is applied to a file at the top of the ladder: make every table
+    of :data:`ON_FIRST_USE` it lacks, as the capture that recorded it had (:func:`create_every_table`;
+    SQLite skips, silently, the changes of a missing table). A file at an older version is left
+    alone: it still has every table its version made, and its migration runs when it is opened."""
+    if int(con.pragma("user_version")) >= _FIRST_USE_VERSION:
+        create_every_table(con)
+
+
+def create_every_table(con: apsw.Connection) -> None:
+    """Make every table of :data:`ON_FIRST_USE` the file lacks (cluster mode, before its change
+    capture attaches: a table made inside a captured turn would be DDL the log cannot carry).
+
+    An FTS5 table writes its first rows into its shadow tables when it is made, the same rows
+    on every host, so a changeset recorded after that applies where :func:`create_for_restore`
+    made the table again.
+    """
+    for table in ON_FIRST_USE:
+        create_on_first_use(con, table)
+
+
+#: The version from which the tables of :data:`ON_FIRST_USE` may be missing.
+_FIRST_USE_VERSION = 6

@@ -43,10 +43,14 @@ from typing import Any, Literal, overload
 from common.shapes import MAIN_SUBPATH, encode_entry, parse_session_key
 from common.transcript_summary import fold_session_summary
 
+from .schema import create_on_first_use, table_exists
 from .sqlite import Durability, SqlStorage
 
 #: File name of the catalog inside a data directory.
 CATALOG_FILE_NAME = "transcripts-catalog.sqlite3"
+
+# Made by the first append (storage.schema.ON_FIRST_USE).
+_ENTRIES = "transcript_entries"
 
 #: Folder (inside a data directory) holding one file per session.
 TRANSCRIPTS_DIR_NAME = "transcripts"
@@ -79,6 +83,10 @@ class TranscriptFile:
     def __init__(self, storage: SqlStorage) -> None:
         self.storage = storage
 
+    def _exists(self) -> bool:
+        """Whether ``transcript_entries`` exists yet (it is made by the first append)."""
+        return table_exists(self.storage.connection, _ENTRIES)
+
     def append(self, subpath: str, entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Store ``entries`` after those already under ``subpath``, in order.
 
@@ -102,6 +110,7 @@ class TranscriptFile:
             return stored
         con = self.storage.connection
         with self.storage.transaction():
+            create_on_first_use(con, _ENTRIES)
             for entry, (text, uuid) in zip(entries, rows):
                 con.execute(
                     "INSERT OR IGNORE INTO transcript_entries (subpath, uuid, entry) VALUES (?, ?, ?)",
@@ -117,6 +126,8 @@ class TranscriptFile:
         Entries are deep-equal to what was appended (JSON round trip).
         """
         _check_subpath(subpath)
+        if not self._exists():
+            return None
         cursor = self.storage.exec(
             "SELECT entry FROM transcript_entries WHERE subpath = ? ORDER BY seq", subpath
         )
@@ -131,6 +142,8 @@ class TranscriptFile:
         it as the response body (about 10x faster than ``load`` + dump).
         """
         _check_subpath(subpath)
+        if not self._exists():
+            return None
         cursor = self.storage.exec(
             "SELECT entry FROM transcript_entries WHERE subpath = ? ORDER BY seq", subpath
         )
@@ -144,6 +157,8 @@ class TranscriptFile:
         """
         found: list[str] = []
         current = MAIN_SUBPATH
+        if not self._exists():
+            return found
         while True:
             following = self.storage.scalar(
                 "SELECT min(subpath) FROM transcript_entries WHERE subpath > ?", current
@@ -155,6 +170,10 @@ class TranscriptFile:
 
     def count(self, subpath: str | None = None) -> int:
         """Number of entries under ``subpath``, or in the whole file when ``None``."""
+        if subpath is not None:
+            _check_subpath(subpath)
+        if not self._exists():
+            return 0
         if subpath is None:
             return int(self.storage.scalar("SELECT count(*) FROM transcript_entries"))
         _check_subpath(subpath)
@@ -169,6 +188,9 @@ class TranscriptFile:
         """
         if subpath:
             _check_subpath(subpath)
+        if not self._exists():
+            return 0
+        if subpath:
             self.storage.exec("DELETE FROM transcript_entries WHERE subpath = ?", subpath)
         else:
             self.storage.exec("DELETE FROM transcript_entries")

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import apsw
 
 from common.errors import StorageError, StorageUnavailableError
+from storage.schema import create_every_table
 from storage.sqlite import SqlStorage
 
 __all__ = ["MARKER_TABLE", "ChangeCapture", "Marker", "ensure_marker", "read_marker", "start_capture", "write_marker"]
@@ -123,6 +124,7 @@ class ChangeCapture:
         self._refusal: BaseException | None = None
         self.committed = False
         self.schema_changed = False
+        create_every_table(self._con)  # made before the capture: never DDL inside a captured turn
         self._schema_version = self._read_schema_version()
         self._session = self._new_session()
         storage.on_commit(self._on_commit, key=_HOOK_KEY)

@@ -40,7 +40,7 @@ import apsw
 from common.errors import RestoreError, StorageUnavailableError
 from storage.cipher import write_image
 from storage.private_files import make_private, make_private_dirs
-from storage.schema import MIGRATIONS, Migration
+from storage.schema import MIGRATIONS, Migration, create_for_restore
 from storage.sqlite import BUSY_TIMEOUT_MS, Durability, _fsync_path, ensure_template
 
 from . import statements as sql
@@ -147,6 +147,7 @@ def _apply_on_fresh_connection(file: str, changeset: bytes, marker: Marker, acto
         with con:
             ensure_marker(con)
             if changeset:
+                create_for_restore(con)  # tables made on first use: the log holds rows, never tables
                 try:
                     apsw.Changeset.apply(changeset, con, conflict=conflict)
                 except apsw.Error as exc:

@@ -132,9 +132,12 @@ WITH RECURSIVE w(seq, parent_seq, used, n) AS (
 )
 SELECT w.parent_seq, m.content FROM w CROSS JOIN assistant_messages AS m ON m.seq = w.seq ORDER BY w.n DESC
 """
+# Children are found by their ``parent_seq`` (``idx_assistant_msg_parent``, schema version 5);
+# ``parent_id`` is checked too, so a row is listed exactly when both pointers name the parent.
 CHILDREN = """
-SELECT content FROM assistant_messages INDEXED BY idx_assistant_msg_parent
-WHERE session_id = ?1 AND parent_id = ?2 ORDER BY created_at, seq
+SELECT c.content FROM assistant_messages AS p
+CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent ON c.parent_seq = p.seq
+WHERE p.session_id = ?1 AND p.id = ?2 AND +c.session_id = ?1 AND +c.parent_id = ?2 ORDER BY c.created_at, c.seq
 """
 
 INSERT = """
@@ -186,7 +189,7 @@ WITH RECURSIVE sub(seq, id) AS (
     SELECT seq, id FROM assistant_messages WHERE session_id = ?1 AND id = ?2
     UNION ALL
     SELECT c.seq, c.id FROM sub CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent
-    ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
+    ON c.parent_seq = sub.seq WHERE c.seq > sub.seq AND +c.session_id = ?1 AND +c.parent_id = sub.id
 )
 """
 # ?3 (the row's seq) is for dialects that start the walk by it.
@@ -202,7 +205,7 @@ WITH RECURSIVE sub(seq, id, parent_id, bytes, tokens) AS (
     UNION
     SELECT c.seq, c.id, c.parent_id, octet_length(c.content), c.tokens
     FROM sub CROSS JOIN assistant_messages AS c INDEXED BY idx_assistant_msg_parent
-    ON c.session_id = ?1 AND c.parent_id = sub.id WHERE c.seq > sub.seq
+    ON c.parent_seq = sub.seq WHERE c.seq > sub.seq AND +c.session_id = ?1 AND +c.parent_id = sub.id
 )
 SELECT seq, id, parent_id, bytes, tokens FROM sub ORDER BY seq
 """
@@ -229,12 +232,14 @@ WITH RECURSIVE climb(seq, depth) AS (
 SELECT seq FROM climb WHERE depth = ?3
 """
 ROW_FOR_DELETE = "SELECT seq, parent_id, parent_seq FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
+# The children of row ?3 (whose id is ?2), and handing them to ?4 (id) / ?5 (seq).
 CHILD_IDS = """
-SELECT id FROM assistant_messages INDEXED BY idx_assistant_msg_parent WHERE session_id = ?1 AND parent_id = ?2
+SELECT id FROM assistant_messages INDEXED BY idx_assistant_msg_parent
+WHERE parent_seq = ?3 AND +session_id = ?1 AND +parent_id = ?2
 """
 REPARENT = """
-UPDATE assistant_messages INDEXED BY idx_assistant_msg_parent SET parent_id = ?3, parent_seq = ?4
-WHERE session_id = ?1 AND parent_id = ?2
+UPDATE assistant_messages INDEXED BY idx_assistant_msg_parent SET parent_id = ?4, parent_seq = ?5
+WHERE parent_seq = ?3 AND +session_id = ?1 AND +parent_id = ?2
 """
 DELETE = "DELETE FROM assistant_messages WHERE seq = ?1"
 SESSION_SEQS = "SELECT seq FROM assistant_messages WHERE session_id = ?1"
@@ -323,8 +328,8 @@ def rewrite(
 
 def remove(s: str, seq: int, message_id: str, parent: str | None, parent_ref: Any) -> Operation[list[str]]:
     """Re-attach the children (``parent_id`` and ``parent_seq``), delete the row and its search rows."""
-    moved = [child for (child,) in (yield CHILD_IDS, (s, message_id))]
-    yield REPARENT, (s, message_id, parent, parent_ref)
+    moved = [child for (child,) in (yield CHILD_IDS, (s, message_id, seq))]
+    yield REPARENT, (s, message_id, seq, parent, parent_ref)
     yield DELETE, (seq,)
     yield from _each(fts.unindex_rows(FTS_TABLE, seq, tools=True))
     return moved

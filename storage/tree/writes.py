@@ -30,7 +30,11 @@ from .places import Link, Places, child_place, place_subtrees
 from .rows import CompactionRow, NewMessage, utf8_length
 from .steps import Dialect, Operation, Place
 
-__all__ = ["add_compaction", "append", "append_chain", "clear", "delete", "resolve_parent", "update"]
+__all__ = ["Appended", "add_compaction", "append", "append_chain", "append_row", "clear", "delete", "resolve_parent",
+           "update"]
+
+#: What :func:`append_row` stored: ``(parent used, the parent's link row, the new row's seq, its place)``.
+Appended = tuple[str | None, Link | None, int, Place]
 
 
 def _link(d: Dialect, s: str, message_id: str) -> Operation[Link | None]:
@@ -76,13 +80,34 @@ def append(
     Returns ``(True, <the parent used>)``, or ``(False, None)`` when the id
     is already stored (nothing changes, the first content stays).
     """
+    row = yield from append_row(d, s, message_id, role, content, text, tools, tokens, parent_id)
+    return (False, None) if row is None else (True, row[0])
+
+
+def append_row(
+    d: Dialect, s: str, message_id: str, role: str, content: str, text: str, tools: str, tokens: int,
+    parent_id: str | None | _LatestLeaf, latest: tuple[str, Link] | None = None,
+) -> Operation[Appended | None]:
+    """:func:`append`, returning what was stored (:data:`Appended`), or ``None`` for a duplicate id.
+
+    ``latest``: the latest leaf's id and link row when the caller already
+    knows them (SQLite's store carries them from its own last append while
+    nothing else wrote the file); a :data:`~common.shapes.LATEST_LEAF`
+    parent then costs no read. It must be exactly what
+    :func:`resolve_parent` would read.
+    """
     if d.LOCK is not None:
         yield d.LOCK, (s,)
-    parent, link = yield from resolve_parent(d, s, parent_id)
+    parent: str | None
+    link: Link | None
+    if latest is not None and parent_id is LATEST_LEAF:
+        parent, link = latest
+    else:
+        parent, link = yield from resolve_parent(d, s, parent_id)
     place = child_place(link, utf8_length(content), tokens)
     seq = yield from d.insert(s, message_id, role, content, text, tools, parent,
                               None if link is None else link[0], place)
-    return (False, None) if seq is None else (True, parent)
+    return None if seq is None else (parent, link, seq, place)
 
 
 def _overlay_end(d: Dialect, s: str, overlay_id: str, current: str | None) -> Operation[str | None]:

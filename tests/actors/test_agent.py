@@ -97,7 +97,8 @@ def test_broadcast_refuses_other_types(storage):
 
 def test_sql_and_storage_use_the_context_storage(storage):
     agent = Agent(FakeContext(storage, []), env={"k": 1})
-    agent.sql("INSERT INTO _cf_KV (key, value) VALUES (?, ?)", "a", b"\xc0")
+    agent.storage.put("a", 0)  # _cf_KV is made by its first write (storage.schema.ON_FIRST_USE)
+    agent.sql("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", "a", b"\xc0")
     assert agent.storage is storage
     assert agent.storage.get("a") is None
     assert agent.sql("SELECT key FROM _cf_KV") == [{"key": "a"}]

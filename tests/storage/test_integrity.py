@@ -23,11 +23,11 @@ FRAME = PAGE + 24
 
 @pytest.fixture
 def written(tmp_path):
-    """An actor file whose last 300 commits sit in its WAL (closed without a checkpoint)."""
+    """An actor file whose last 250 commits sit in its WAL (closed without a checkpoint, below its 1,000 pages)."""
     path = tmp_path / "a.sqlite3"
     storage = ActorStorage.open(path)
     storage.skip_checkpoint_on_close()
-    for i in range(300):
+    for i in range(250):
         storage.put(f"k{i}", "value " * 100)
     storage.close()
     return path

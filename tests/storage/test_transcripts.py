@@ -138,6 +138,7 @@ def test_a_bad_entry_stores_nothing_of_its_batch(file):
 
 
 def test_a_failed_insert_rolls_the_whole_batch_back(file):
+    file.append("other", [entry("first")])  # the table is made by the first append
     file.storage.exec(
         "CREATE TRIGGER refuse BEFORE INSERT ON transcript_entries WHEN NEW.uuid = 'bad' "
         "BEGIN SELECT RAISE(ABORT, 'refused'); END"
