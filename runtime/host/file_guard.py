@@ -129,7 +129,7 @@ class FileGuard:
         self._to_mark: set[ActorKey] = set()
         # What vouches for a file at its next wake (see after_close): (path, folders seen) of the files
         # this host opened, and (path, identity) of those it closed cleanly.
-        self._opened: dict[ActorKey, tuple[str, list[os.stat_result | None]]] = {}
+        self._opened: dict[ActorKey, tuple[str, list[os.stat_result | None]]] = {}  # folders and files seen
         self._closed_as: dict[ActorKey, tuple[str, bytes]] = {}
         self._folders_of: dict[str, list[str]] = {}  # see _folders
 
@@ -168,7 +168,7 @@ class FileGuard:
         folders = self._folders(path)
         seen = _lstats([*folders, *_files(path)])
         if not self.rebuildable:
-            self._opened[key] = (path, seen[:len(folders)])
+            self._opened[key] = (path, seen)
         if closed is not None and not self.rebuildable and key not in self._refused \
                 and _identity(seen, len(folders)) == closed[1]:
             return None  # untouched since this host closed it cleanly: checked when it was opened
@@ -410,22 +410,31 @@ class FileGuard:
 
         Only files whose last modification time no later change could repeat are remembered
         (:func:`_settled`): a file system keeps coarse modification times, so a change within the
-        same tick as our last write would not show.
+        same tick as our last write would not show. A file written within the last tick (the
+        generation raised at the close itself) has its modification time set back by 1 ns
+        (:func:`_set_back`): a time no later change can be stamped with, since stamps never go
+        below one already given, so it is remembered too.
         """
         key = (actor_id.namespace, actor_id.hex)
         opened = self._opened.pop(key, None)
         if key in self._refused or self.rebuildable:
             return
-        path, folders_seen = opened if opened is not None else (os.fspath(self._path_for(actor_id)), [None])
+        path, at_open = opened if opened is not None else (os.fspath(self._path_for(actor_id)), None)
         folders = self._folders(path)
-        if any(stat is None for stat in folders_seen):  # new: its folders were made when it opened
-            folders_seen = _lstats(folders)
-        files = _lstats(_files(path))
-        seen = [*folders_seen, *files]
+        if at_open is None or any(stat is None for stat in at_open[:len(folders)]):
+            at_open = _lstats([*folders, *_files(path)])  # new: its folders were made when it opened
+        # The database and its WAL as they are now; -shm and -journal as they were at the open (with
+        # exclusive locking SQLite makes neither: one that came since shows at the next wake).
+        files = [*_lstats(_files(path)[:2]), *at_open[-2:]]
+        seen = [*at_open[:len(folders)], *files]
         if files[0] is None or any(stat is not None and S_ISLNK(stat.st_mode) for stat in seen):
             return
-        if _settled(max(stat.st_mtime_ns for stat in files if stat is not None)):
-            self._closed_as[key] = (path, _identity(seen, len(folders)))
+        if not _settled(max(stat.st_mtime_ns for stat in files if stat is not None)):
+            set_back = _set_back(_files(path)[:2], files[:2])
+            if set_back is None:
+                return
+            seen = [*at_open[:len(folders)], *set_back, *at_open[-2:]]
+        self._closed_as[key] = (path, _identity(seen, len(folders)))
 
     def forget(self, actor_id: ActorId) -> None:
         """The actor was erased (its files removed, catalog row dropped): forget what is kept of it in memory."""
@@ -527,6 +536,33 @@ def _settled(mtime_ns: int) -> bool:
     while grain < 2_000_000_000 and mtime_ns % (grain * 5) == 0:
         grain *= 10
     return time.clock_gettime_ns(_STAMP_CLOCK) - mtime_ns >= grain
+
+
+def _set_back(names: list[str], seen: list[os.stat_result | None]) -> list[os.stat_result | None] | None:
+    """Set the modification time of each file just written (not :func:`_settled`) 1 ns back, access time
+    kept; what ``lstat`` sees then, or ``None`` when a file system did not take it (or it failed).
+
+    A later change is stamped no earlier than the stamp our write got (stamps come from a clock that
+    only moves on, or from a floor above every stamp given), so it cannot fall on the time set here:
+    the file's times then tell a later change as they do once the clock moved on. The file system
+    may cut the time to its grain: still below the stamp, so still told apart.
+    """
+    fresh = [i for i, stat in enumerate(seen) if stat is not None and not _settled(stat.st_mtime_ns)]
+    try:
+        for i in fresh:
+            stat = seen[i]
+            assert stat is not None
+            os.utime(names[i], ns=(stat.st_atime_ns, stat.st_mtime_ns - 1), follow_symlinks=False)
+        after = _lstats(names)
+    except OSError:
+        logger.debug("could not set back the modification time of %s", names[0], exc_info=True)
+        return None
+    for i in fresh:
+        before, now = seen[i], after[i]
+        if now is None or before is None or S_ISLNK(now.st_mode) or now.st_ino != before.st_ino \
+                or now.st_size != before.st_size or not now.st_mtime_ns < before.st_mtime_ns:
+            return None
+    return after
 
 
 def _files(path: str) -> list[str]:
