@@ -211,24 +211,25 @@ def checks(monkeypatch):
     return seen
 
 
-async def settle(host, stub):
-    """Hibernate ``stub`` once the clock that stamps files is past its files' last change (so the close
-    can vouch for them), then wake it with a read and hibernate it again: its close is remembered."""
+async def settled_box(host, name):
+    """A box actor that wrote, hibernated, and (once the clock that stamps files passed its files' last
+    change) woke for a read and hibernated again: a close the host remembers."""
+    stub = host.bind("box", Box).get_by_name(name)
+    await stub.put("k0", "v")
+    await host.hibernate("box", stub.id)
     path = host.path_for(stub.id)
     newest = max(p.stat().st_mtime_ns for p in (path, path.with_name(path.name + "-wal")) if p.exists())
     with trio.fail_after(30):
         while (time.clock_gettime_ns(COARSE) if COARSE is not None else time.time_ns() - 10**8) <= newest + 2:
             await trio.sleep(0.005)
     await stub.get("k0")
-    await host.hibernate(stub.namespace.name, stub.id)
+    await host.hibernate("box", stub.id)
+    return stub
 
 
 async def test_a_file_untouched_since_a_clean_close_wakes_without_the_checks(actor_data_dir, checks):
     async with open_host(actor_data_dir) as host:
-        stub = host.bind("box", Box).get_by_name("quiet")
-        await stub.put("k0", "v")
-        await host.hibernate("box", stub.id)
-        await settle(host, stub)
+        stub = await settled_box(host, "quiet")
         checks.clear()
         for _ in range(3):
             assert await stub.get("k0") == "v"
@@ -241,10 +242,7 @@ async def test_a_file_changed_behind_the_host_after_a_clean_close_gets_every_che
     import shutil
 
     async with open_host(actor_data_dir) as host:
-        stub = host.bind("box", Box).get_by_name("changed")
-        await stub.put("k0", "v")
-        await host.hibernate("box", stub.id)
-        await settle(host, stub)
+        stub = await settled_box(host, "changed")
         path = host.path_for(stub.id)
         if change == "a -journal appears":
             path.with_name(path.name + "-journal").write_bytes(b"")
@@ -262,10 +260,7 @@ async def test_a_file_changed_behind_the_host_after_a_clean_close_gets_every_che
 
 async def test_a_folder_swapped_for_a_link_after_a_clean_close_is_refused(actor_data_dir, tmp_path):
     async with open_host(actor_data_dir) as host:
-        stub = host.bind("box", Box).get_by_name("linked")
-        await stub.put("k0", "v")
-        await host.hibernate("box", stub.id)
-        await settle(host, stub)
+        stub = await settled_box(host, "linked")
         shard = host.path_for(stub.id).parent
         moved = tmp_path / "elsewhere"
         shard.rename(moved)  # the files keep their inodes, sizes and times
