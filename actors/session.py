@@ -690,8 +690,10 @@ class Session:
         """
         checked = self._before_store(check_message(message))
         content = serialise(checked)
-        if utf8_length(content) > self._row_max_bytes:
-            checked = dict(enforce_row_size_limit(checked, max_bytes=self._row_max_bytes))
+        size = utf8_length(content)
+        if size > self._row_max_bytes:
+            # ``content`` is the row text row_bytes() would measure: the shrink need not encode it again
+            checked = dict(enforce_row_size_limit(checked, max_bytes=self._row_max_bytes, size=size))
             content = serialise(checked)
         parts = checked["parts"]
         tokens = estimate_message_tokens([checked])

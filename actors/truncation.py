@@ -377,8 +377,15 @@ def _utf8_length(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def enforce_row_size_limit(message: Mapping[str, Any], *, max_bytes: int = ROW_MAX_BYTES) -> Mapping[str, Any]:
+def enforce_row_size_limit(
+    message: Mapping[str, Any], *, max_bytes: int = ROW_MAX_BYTES, size: int | None = None
+) -> Mapping[str, Any]:
     """Return ``message`` shrunk so its JSON row is at most ``max_bytes`` UTF-8 bytes.
+
+    ``size`` is :func:`row_bytes` of ``message`` when the caller already knows it
+    (it serialised the message to store it): the message is then not encoded
+    again just to be measured, which for a text of megabytes is most of the
+    work. ``None`` (the default): measured here.
 
     A message within the limit is returned as the same object. Otherwise a
     shrunk copy is returned (the input is not mutated), in passes that stop
@@ -408,12 +415,16 @@ def enforce_row_size_limit(message: Mapping[str, Any], *, max_bytes: int = ROW_M
             ``metadata``, or thousands of small parts), its ``parts`` is not
             a list, or its ``metadata`` is not an object; nothing is
             returned, so nothing gets stored.
-        InvalidInputError: ``max_bytes`` is not a positive integer.
+        InvalidInputError: ``max_bytes`` is not a positive integer, or ``size``
+            is given and is not an integer >= 0.
     """
     _check_count(max_bytes, "max_bytes", minimum=1)
+    if size is not None:
+        _check_count(size, "size")
     if not isinstance(message, Mapping):
         raise InvalidMessageError(f"message must be a mapping, not {type(message).__name__}", field="message")
-    size = row_bytes(message)
+    if size is None:
+        size = row_bytes(message)
     if size <= max_bytes:
         return message
     shrink = _RowShrink(message, size, max_bytes)
@@ -467,6 +478,8 @@ class _RowShrink:
             )
         self.metadata = dict(metadata or {})
         self._metadata_bytes = self._current_metadata_bytes()
+        self._part_sizes: dict[int, int] = {}  # bytes of self.parts[i] as it now stands, once measured
+        self._replaced = False
 
     def fits(self) -> bool:
         return self.size <= self.max_bytes
@@ -532,8 +545,36 @@ class _RowShrink:
         return shrunk
 
     def _replace(self, index: int, part: Mapping[str, Any]) -> None:
-        self.size += _part_bytes(part) - _part_bytes(self.parts[index])
+        new_bytes = _part_bytes(part)
+        self.size += new_bytes - self._bytes_of(index)
         self.parts[index] = part
+        self._part_sizes[index] = new_bytes
+        self._replaced = True
+
+    def _bytes_of(self, index: int) -> int:
+        """Bytes of ``self.parts[index]`` in the row, measured once."""
+        size = self._part_sizes.get(index)
+        if size is None:
+            size = self._most_of_the_row(index)
+            if size is None:
+                size = _part_bytes(self.parts[index])
+            self._part_sizes[index] = size
+        return size
+
+    def _most_of_the_row(self, index: int) -> int | None:
+        """Bytes of a text part holding most of the unchanged row (a text of megabytes beside a
+        few small parts), by subtraction: the row's size less everything else in it (the message
+        without its parts, the other parts, the commas between parts), each small, instead of
+        encoding that text once more. ``None`` for any other part, or once the row has changed."""
+        part = self.parts[index]
+        text = part.get("text") if isinstance(part, Mapping) else None
+        if self._replaced or not isinstance(text, str) or 2 * len(text) <= self.size:
+            return None
+        rest = row_bytes({**self.message, "parts": []}) + len(self.parts) - 1
+        for other in range(len(self.parts)):
+            if other != index:
+                rest += self._bytes_of(other)
+        return self.size - rest
 
     def _record(self, key: str, item: Any) -> None:
         listed = list(self.metadata.get(key) or [])
@@ -560,7 +601,20 @@ def part_type(part: Any) -> Any:
 
 
 def _part_bytes(part: Any) -> int:
+    """:func:`row_bytes` of one part. A flat part (a dict of string keys whose values are strings,
+    booleans, ``None`` or safe integers, as a text part is) holds no number JavaScript writes
+    differently, so its plain JSON is its row text: no search of that text for such numbers,
+    which for a text of megabytes costs more than encoding it."""
+    if type(part) is dict and all(type(key) is str and _is_plain(value) for key, value in part.items()):
+        return _utf8_length(_ENCODER.encode(part))
     return row_bytes(part)
+
+
+def _is_plain(value: Any) -> bool:
+    kind = type(value)
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    return kind is str or kind is bool or value is None
 
 
 def _check_count(value: Any, name: str, *, minimum: int = 0) -> None:

@@ -33,6 +33,8 @@ sent and their p99. Goals (issue 26): health p99 <= 100 ms and RSS growth
 <= 64 MiB per heavy request; under the flood, >= 99 % of legitimate
 requests answered with p99 <= 1 s.
 
+It ends with one line per load: the goal met or NOT MET.
+
 Run: ``.venv/bin/python benchmarks/bench_isolation.py [--repo PATH] [--only body|batch|text|frame|flood]``
 (about a minute on 2 cores).
 """
@@ -62,6 +64,19 @@ from drill_flood import read_response, request_bytes  # noqa: E402
 
 PROBE_EVERY_S = 0.02
 ANSWER_TIMEOUT_S = 120.0
+#: Issue 26's goals: health p99 and RSS growth per heavy request; under the flood, legitimate requests.
+HEALTH_P99_MS = 100.0
+RSS_GROWTH_MIB = 64.0
+FLOOD_ANSWERED = 0.99
+FLOOD_P99_MS = 1000.0
+#: ``(load, met)`` of every load run, printed again at the end.
+VERDICTS: list[tuple[str, bool]] = []
+
+
+def verdict(load: str, met: bool, goal: str) -> None:
+    """Print and remember whether ``load`` met ``goal``."""
+    VERDICTS.append((load, met))
+    print(f"goal ({goal}): {'met' if met else 'NOT MET'}")
 
 
 # -- the server -------------------------------------------------------------------------------------
@@ -158,6 +173,13 @@ class Prober:
                 stream = None
             await trio.sleep(max(0.0, PROBE_EVERY_S - (time.perf_counter() - start)))
 
+    def p99(self) -> float:
+        """The 99th percentile latency (ms); infinite when nothing was answered or a probe failed."""
+        if not self.latencies or self.failures:
+            return float("inf")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
     def summary(self) -> str:
         if not self.latencies:
             return f"health: none answered, {self.failures} failed"
@@ -214,7 +236,7 @@ async def heavy_bodies(address, pid: int, parts: int, bodies: int, messages: int
             outcomes.append(f"{status} {body[:160].decode(errors='replace')}")
         return outcomes
 
-    await measured(address, pid, load, bodies)
+    await measured(address, pid, load, bodies, "heavy JSON batch" if messages > 1 else "heavy JSON body")
 
 
 async def oversized_text(address, pid: int, bodies: int) -> None:
@@ -233,7 +255,7 @@ async def oversized_text(address, pid: int, bodies: int) -> None:
             outcomes.append(f"{status} {answer[:160].decode(errors='replace')}")
         return outcomes
 
-    await measured(address, pid, load, bodies)
+    await measured(address, pid, load, bodies, "oversized text (shrunk)")
 
 
 async def heavy_frames(address, pid: int, mib: float, bodies: int) -> None:
@@ -259,10 +281,10 @@ async def heavy_frames(address, pid: int, mib: float, bodies: int) -> None:
                 outcomes.append(f"closed {closed}")
         return outcomes
 
-    await measured(address, pid, load, bodies)
+    await measured(address, pid, load, bodies, "heavy msgpack frame")
 
 
-async def measured(address, pid: int, load, count: int) -> None:
+async def measured(address, pid: int, load, count: int, label: str) -> None:
     reset_peak(pid)
     before = rss_mib(pid)
     idle_cpu = await idle_cpu_s(address, pid)
@@ -276,6 +298,8 @@ async def measured(address, pid: int, load, count: int) -> None:
           f"(requests one at a time, so this is the growth per request)")
     for outcome in dict.fromkeys(outcomes):
         print(f"  answer: {outcome}")
+    verdict(label, prober.p99() <= HEALTH_P99_MS and peak - before <= RSS_GROWTH_MIB,
+            f"health p99 <= {HEALTH_P99_MS:.0f} ms, RSS growth <= {RSS_GROWTH_MIB:.0f} MiB per request")
 
 
 async def idle_flood(address, pid: int, rate: float, seconds: float, source: str = "127.0.0.2") -> None:
@@ -351,6 +375,8 @@ async def idle_flood(address, pid: int, rate: float, seconds: float, source: str
           f"p99 {p99:.0f} ms; statuses {statuses}")
     print(f"flood: {len(idle)} idle connections opened ({refused_flood[0]} connects failed), "
           f"{still_open} still open at the end; RSS +{rss_mib(pid, 'VmHWM') - before:.0f} MiB")
+    verdict("idle flood", bool(sent) and len(answered) >= FLOOD_ANSWERED * sent and p99 <= FLOOD_P99_MS,
+            f">= {100 * FLOOD_ANSWERED:.0f} % of legitimate requests answered, p99 <= {FLOOD_P99_MS:.0f} ms")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -358,6 +384,7 @@ async def main(args: argparse.Namespace) -> None:
         process, url = start_server(args.repo, Path(folder))
         address = (url.split("//")[1].rsplit(":", 1)[0], int(url.rsplit(":", 1)[1]))
         try:
+            await warm_up(address)
             print("\n== baseline: the prober alone for 3 s (what the machine's own load costs)")
             prober, _ = await probed(address, partial(trio.sleep, 3.0))
             print(prober.summary())
@@ -377,6 +404,19 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             process.terminate()
             process.wait(30)
+    print("\n== goals (issue 26)")
+    for load, met in VERDICTS:
+        print(f"{load}: {'met' if met else 'NOT MET'}")
+
+
+async def warm_up(address: tuple[str, int]) -> None:
+    """One small append and one read first: the server's one-time costs (the actor file template, modules
+    imported on first use) are not charged to the first load measured."""
+    body = json.dumps({"message": {"id": "w", "role": "user", "parts": [{"type": "text", "text": "hi"}]}}).encode()
+    for method, payload in (("POST", body), ("GET", b"")):
+        status, answer = await one_request(address, method, "/v1/sessions/warm-up/messages", payload)
+        if status >= 300:
+            raise SystemExit(f"warm-up {method} answered {status}: {answer[:200]!r}")
 
 
 def limits_allow(repo: Path, batch: bool = False):

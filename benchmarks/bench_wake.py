@@ -14,7 +14,17 @@ mode, alternating wake by wake on the same files (exclusive: the WAL index in
 heap memory, no ``-shm`` file, the default; normal: a shared, memory-mapped
 ``-shm`` file), and counts the files a woken session leaves on disk.
 
-Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30] [--locking exclusive,normal]``
+``--checks`` times back-to-back wakes through a host instead (issue 28): an
+actor of the server's session class hibernated and woken by a read, again
+and again, with the host's damage checks (:mod:`runtime.host.file_guard`:
+symbolic links, file headers, the quick check of a small file, the
+generation against the catalog) and with them turned off, alternating batch
+by batch on the same file, and prints wakes per second of CPU time (wall
+time in brackets) with ÷ without (goal >= 0.9: met / NOT MET). Then the same
+when each wake also writes a message (its close cannot vouch for the file).
+
+Run: ``.venv/bin/python benchmarks/bench_wake.py [--sizes 100,10000,100000] [--wakes 30] [--locking exclusive,normal]
+[--checks]``
 
 Everything goes through :class:`actors.session.Session` (``with_context``,
 ``with_cached_prompt``, ``tools()``), as an application would use it.
@@ -23,6 +33,7 @@ Everything goes through :class:`actors.session.Session` (``with_context``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
@@ -154,14 +165,107 @@ async def compare_locking(sizes: list[int], wakes: int, modes: list[str]) -> Non
         shutil.rmtree(root, ignore_errors=True)
 
 
+#: Issue 28's goal: back-to-back wakes per second with the damage checks >= this share of those without.
+CHECKS_GOAL = 0.9
+
+
+class _Unchecked:
+    """Turns the damage checks of every host off (and on again): the wake as it would be without them."""
+
+    def __enter__(self) -> None:
+        from runtime.host.file_guard import FileGuard
+
+        self.saved = {name: getattr(FileGuard, name) for name in ("before_open", "after_open", "after_close")}
+        after_open = self.saved["after_open"]
+        FileGuard.before_open = lambda guard, actor_id: None  # no link, header, quick or catalog check
+        # the commit hooks, without the generation check; nothing remembered of the closed files
+        FileGuard.after_open = lambda guard, actor_id, storage, entry: after_open(guard, actor_id, storage, None)
+        FileGuard.after_close = lambda guard, actor_id: None
+
+    def __exit__(self, *exc) -> None:
+        from runtime.host.file_guard import FileGuard
+
+        for name, method in self.saved.items():
+            setattr(FileGuard, name, method)
+
+
+async def compare_checks(sizes: list[int], wakes: int) -> None:
+    """Back-to-back wakes per second through a host, with the damage checks ÷ without (issue 28).
+
+    Per second of this process's CPU time (the machine is shared: CPU time is steadier than wall
+    time, printed in brackets); median of alternating batches.
+    """
+    from actors.session_agent import SessionAgent, SessionConfig
+    from runtime import open_host
+
+    root = Path(tempfile.mkdtemp(prefix="bench_wake_checks_"))
+    try:
+        print(f"{'messages':>12} | {'file KiB':>8} | {'wakes/s checked':>22} | {'wakes/s unchecked':>22} | "
+              f"{'ratio':>11} | goal >= {CHECKS_GOAL}")
+        async with open_host(root / "data") as host:
+            ns = host.bind("sessions", SessionAgent, env=SessionConfig())
+            for size in sizes:
+                stub = ns.get_by_name(f"wake-{size}")
+                await stub.append_messages([{"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
+                                             "parts": [{"type": "text", "text": f"{TEXT} ({i})"}]}
+                                            for i in range(size)])
+                path = host.path_for(stub.id)
+                for writes in (False, True):
+                    cpu, wall = await _alternate_wakes(host, ns, stub, wakes, writes)
+                    kib = sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1024
+                    checked, unchecked = statistics.median(cpu[True]), statistics.median(cpu[False])
+                    walls = statistics.median(wall[True]), statistics.median(wall[False])
+                    ratio = checked / unchecked
+                    print(f"{str(size) + (' +1 write' if writes else ''):>12} | {kib:>8.0f} | "
+                          f"{checked:>9.0f} [{walls[0]:>5.0f} wall] | {unchecked:>9.0f} [{walls[1]:>5.0f} wall] | "
+                          f"{ratio:>4.2f} [{walls[0] / walls[1]:.2f}] | {'met' if ratio >= CHECKS_GOAL else 'NOT MET'}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _alternate_wakes(host, ns, stub, wakes: int, writes: bool,
+                           rounds: int = 25) -> tuple[dict[bool, list[float]], dict[bool, list[float]]]:
+    """Wakes per CPU second and per wall second, per round, with (``True``) and without (``False``) the
+    checks, rounds alternating. ``writes``: each wake also appends a message (its close then cannot
+    vouch for the file: it was written a moment ago)."""
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    wall: dict[bool, list[float]] = {True: [], False: []}
+    counter = [0]
+
+    async def wake() -> None:
+        await host.hibernate(ns, stub.id)
+        await stub.get_loaded_skill_keys()
+        if writes:
+            counter[0] += 1
+            await stub.append_message({"id": f"w{counter[0]}", "role": "user",
+                                       "parts": [{"type": "text", "text": TEXT}]})
+
+    await wake()
+    await trio.sleep(0.2)  # what was written before is old enough for a close to vouch for it
+    for _ in range(rounds):
+        for checked in (True, False):
+            with contextlib.nullcontext() if checked else _Unchecked():
+                await wake()  # untimed: the close before it ran in the other mode (and remembered nothing)
+                started_cpu, started = time.process_time(), time.perf_counter()
+                for _ in range(wakes):
+                    await wake()
+                cpu[checked].append(wakes / (time.process_time() - started_cpu))
+                wall[checked].append(wakes / (time.perf_counter() - started))
+    return cpu, wall
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,10000,100000", help="comma-separated message counts")
     parser.add_argument("--wakes", type=int, default=30, help="wakes timed per size")
     parser.add_argument("--locking", help="compare locking modes, e.g. exclusive,normal (skips the main table)")
+    parser.add_argument("--checks", action="store_true",
+                        help="back-to-back wakes through a host with the damage checks / without (issue 28)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    if args.locking:
+    if args.checks:
+        trio.run(compare_checks, sizes, args.wakes)
+    elif args.locking:
         trio.run(compare_locking, sizes, args.wakes, args.locking.split(","))
     else:
         trio.run(run, sizes, args.wakes)

@@ -10,10 +10,18 @@ for the checks themselves):
   short-lived connection of its own.
 * **after opening** it: the file's generation must not be below the
   catalog's (else it *went back in time*: its WAL was deleted or cut
-  short). A file this host closed
-  without having written it for a while, and nobody touched since (same
-  inode, size and modification time), skips the header scan and the quick
-  check: it was checked when it was opened.
+  short).
+* **a clean close vouches for the next wake**: a file this host closed
+  once the clock that stamps modification times had passed its last write
+  (a tick, 1-10 ms on Linux: :func:`_settled`), and that nobody touched
+  since, skips every check above: the headers and the quick
+  check were done when it was opened, and the catalog's row can hold no news
+  for it (only this host writes it, and only after raising the file's own
+  generation first). "Nobody touched it" is one ``lstat`` of each folder on
+  its way from the data folder, of the file and of each companion
+  (``-wal``, ``-shm``, ``-journal``): the same inodes (so no symbolic link
+  has taken a place, and no file was replaced), the files the same size and
+  modification time, no companion come or gone. Anything else gets every check.
 * **when a call fails** with SQLite reporting damage (:func:`storage.faults.classify`).
 * **when the actor hibernates or closes** after writing: its generation is
   raised and the catalog row updated (never per call: an append pays no
@@ -44,11 +52,14 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import struct
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from stat import S_ISLNK
 
 import trio
 
@@ -74,8 +85,16 @@ logger = logging.getLogger(__name__)
 
 #: Folder (inside the data folder) damaged actors' files are moved to.
 QUARANTINE_DIR = "_quarantine"
-#: How long ago a closed file must have been last modified for its stats to vouch for it (ns).
+#: Where the kernel's coarse clock cannot be read (not Linux): how long ago a closed file must have been
+#: last modified for its stats to vouch for it (ns). A file system keeps coarse modification times, so a
+#: change within the same tick as our last write would not show (see :func:`_settled`).
 TRUSTED_AGE_NS = 100_000_000
+#: The clock Linux stamps modification times with, ``CLOCK_REALTIME_COARSE`` (which :mod:`time` does not
+#: name); ``None`` elsewhere.
+_STAMP_CLOCK: int | None = 5 if sys.platform == "linux" else None
+#: How :func:`_identity` packs what it saw: the inode of each folder on the way, then (inode, size,
+#: modification time in ns) of the database, ``-wal``, ``-shm`` and ``-journal`` (a missing file: 0, -1, -1).
+_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 _HOOK_ID = "runtime.catalog"
 
 ActorKey = tuple[str, str]
@@ -108,7 +127,11 @@ class FileGuard:
         # Crash-safe marks (see mark_after_turn): actors whose next write needs a mark, and those that wrote since.
         self._unmarked: set[ActorKey] = set()
         self._to_mark: set[ActorKey] = set()
-        self._closed_as: dict[ActorKey, tuple[tuple[int, int, int] | None, ...]] = {}  # file stats at close
+        # What vouches for a file at its next wake (see after_close): (path, folders seen) of the files
+        # this host opened, and (path, identity) of those it closed cleanly.
+        self._opened: dict[ActorKey, tuple[str, list[os.stat_result | None]]] = {}  # folders and files seen
+        self._closed_as: dict[ActorKey, tuple[str, bytes]] = {}
+        self._folders_of: dict[str, list[str]] = {}  # see _folders
 
     # -- refusals ----------------------------------------------------------------------------
 
@@ -129,7 +152,8 @@ class FileGuard:
 
     def before_open(self, actor_id: ActorId) -> CatalogEntry | None:
         """Check an actor about to be opened (headers; a small file gets a quick check on a connection
-        of its own); its catalog entry (``None``: unknown).
+        of its own); its catalog entry (``None``: unknown, or the file is as this host cleanly closed
+        it, which leaves the entry nothing to check: see the module docstring).
 
         Raises:
             ActorStorageCorruptError: quarantined earlier, a damaged header, a
@@ -138,36 +162,59 @@ class FileGuard:
                 folder on its path inside the data folder is a symbolic link
                 (refused, the target never opened).
         """
-        link = self._symbolic_link(actor_id)
+        key = (actor_id.namespace, actor_id.hex)
+        closed = self._closed_as.pop(key, None)
+        path = closed[0] if closed is not None else os.fspath(self._path_for(actor_id))
+        folders = self._folders(path)
+        seen = _lstats([*folders, *_files(path)])
+        if not self.rebuildable:
+            self._opened[key] = (path, seen)
+        if closed is not None and not self.rebuildable and key not in self._refused \
+                and _identity(seen, len(folders)) == closed[1]:
+            return None  # untouched since this host closed it cleanly: checked when it was opened
+        link = _first_link(folders, path, seen)
         if link is not None:
             logger.error("actor %s/%s refused: %s is a symbolic link (to %s); the host never follows links in "
                          "its data folder", actor_id.namespace, actor_id.hex, link, os.readlink(link))
-            self._settled.add((actor_id.namespace, actor_id.hex))  # nothing to move or mark: fixed, it serves again
+            self._settled.add(key)  # nothing to move or mark: fixed, it serves again
             raise self.refuse(actor_id, f"{link.relative_to(self.data_dir)} in the data folder is a symbolic "
                                         "link; refused without opening it (put the file itself there)")
         entry = self.catalog.get(actor_id.namespace, actor_id.hex)
         if self.rebuildable:
             return entry  # checked by set_aside_if_damaged before the copy was made current
         if entry is not None and entry.quarantined:
-            self._settled.add((actor_id.namespace, actor_id.hex))
+            self._settled.add(key)
             raise self.refuse(actor_id, entry.problem or "quarantined earlier", name=entry.name)
-        path = self._path_for(actor_id)
-        if not path.exists():
+        database, wal = seen[len(folders):len(folders) + 2]
+        if database is None:
             if entry is not None:
-                seen = (f"the host marked generation {entry.generation} at a write before it stopped without "
-                        "closing it" if entry.unclosed else
-                        f"the catalog saw generation {entry.generation}, {entry.messages} messages")
-                raise self.quarantine(actor_id, f"its file vanished ({seen})", entry=entry)
+                was = (f"the host marked generation {entry.generation} at a write before it stopped without "
+                       "closing it" if entry.unclosed else
+                       f"the catalog saw generation {entry.generation}, {entry.messages} messages")
+                raise self.quarantine(actor_id, f"its file vanished ({was})", entry=entry)
             return None
-        if self._closed_as.pop((actor_id.namespace, actor_id.hex), None) == _stats(path):
-            return entry  # untouched since this host closed it: checked when it was opened
         problem = check_files(path)
-        if problem is None and self._small(path):
+        if problem is None and database.st_size + (wal.st_size if wal is not None else 0) \
+                <= self._quick_check_max_bytes:
             problem = quick_check_file(path)
             problem = None if problem is None else f"the integrity check failed: {problem}"
         if problem is not None:
             raise self.quarantine(actor_id, problem, entry=entry)
         return entry
+
+    def _folders(self, path: str) -> list[str]:
+        """The folders from the data folder (excluded) down to the one holding ``path`` (included);
+        kept per holding folder (a namespace has at most 256 shard folders)."""
+        holder = os.path.dirname(path)
+        folders = self._folders_of.get(holder)
+        if folders is None:
+            base = os.fspath(self.data_dir)
+            folders, folder = [], holder
+            while len(folder) > len(base) and folder.startswith(base):
+                folders.append(folder)
+                folder = os.path.dirname(folder)
+            folders = self._folders_of[holder] = folders[::-1]
+        return folders
 
     def _symbolic_link(self, actor_id: ActorId) -> Path | None:
         """The first symbolic link on the way from the data folder to the actor's files, else ``None``.
@@ -175,13 +222,9 @@ class FileGuard:
         A link could point anywhere (another user's files, a file another
         host serves); SQLite would follow it, so the host never opens one.
         """
-        path = self._path_for(actor_id)
-        relative = path.relative_to(self.data_dir)
-        candidates = [self.data_dir.joinpath(*relative.parts[:depth]) for depth in range(1, len(relative.parts))]
-        for candidate in [*candidates, *companion_files(path)]:
-            if candidate.is_symlink():
-                return candidate
-        return None
+        path = os.fspath(self._path_for(actor_id))
+        folders = self._folders(path)
+        return _first_link(folders, path, _lstats([*folders, *_files(path)]))
 
     def after_open(self, actor_id: ActorId, storage: ActorStorage, entry: CatalogEntry | None) -> None:
         """Check the opened file against the catalog; then watch its commits.
@@ -361,18 +404,37 @@ class FileGuard:
             logger.info("starting the next WAL of %s failed", storage.path, exc_info=True)
 
     def after_close(self, actor_id: ActorId) -> None:
-        """Remember the closed files' identity, size and time: unchanged at the next wake, they need no
-        new header scan or quick check (a file changed behind the host's back is checked again).
+        """Remember what the closed files and the folders on their way are (see the module docstring):
+        unchanged at the next wake, they need no check (a file changed behind the host's back is
+        checked again).
 
-        Only files last modified :data:`TRUSTED_AGE_NS` or more ago are remembered: a file system
-        keeps coarse modification times, so a change within the same tick as our last write would
-        not show.
+        Only files whose last modification time no later change could repeat are remembered
+        (:func:`_settled`): a file system keeps coarse modification times, so a change within the
+        same tick as our last write would not show. A file written within the last tick (the
+        generation raised at the close itself) has its modification time set back by 1 ns
+        (:func:`_set_back`): a time no later change can be stamped with, since stamps never go
+        below one already given, so it is remembered too.
         """
         key = (actor_id.namespace, actor_id.hex)
-        stats = _stats(self._path_for(actor_id))
-        newest = max((stat[2] for stat in stats if stat is not None), default=None)
-        if key not in self._refused and newest is not None and time.time_ns() - newest >= TRUSTED_AGE_NS:
-            self._closed_as[key] = stats
+        opened = self._opened.pop(key, None)
+        if key in self._refused or self.rebuildable:
+            return
+        path, at_open = opened if opened is not None else (os.fspath(self._path_for(actor_id)), None)
+        folders = self._folders(path)
+        if at_open is None or any(stat is None for stat in at_open[:len(folders)]):
+            at_open = _lstats([*folders, *_files(path)])  # new: its folders were made when it opened
+        # The database and its WAL as they are now; -shm and -journal as they were at the open (with
+        # exclusive locking SQLite makes neither: one that came since shows at the next wake).
+        files = [*_lstats(_files(path)[:2]), *at_open[-2:]]
+        seen = [*at_open[:len(folders)], *files]
+        if files[0] is None or any(stat is not None and S_ISLNK(stat.st_mode) for stat in seen):
+            return
+        if not _settled(max(stat.st_mtime_ns for stat in files if stat is not None)):
+            set_back = _set_back(_files(path)[:2], files[:2])
+            if set_back is None:
+                return
+            seen = [*at_open[:len(folders)], *set_back, *at_open[-2:]]
+        self._closed_as[key] = (path, _identity(seen, len(folders)))
 
     def forget(self, actor_id: ActorId) -> None:
         """The actor was erased (its files removed, catalog row dropped): forget what is kept of it in memory."""
@@ -380,6 +442,7 @@ class FileGuard:
         self._refused.pop(key, None)
         self._settled.discard(key)
         self._written.pop(key, None)
+        self._opened.pop(key, None)
         self._closed_as.pop(key, None)
 
     # -- quarantine ----------------------------------------------------------------------------
@@ -403,6 +466,8 @@ class FileGuard:
         session = name or actor_id.name or f"{actor_id.namespace}/{actor_id.hex}"
         self._refused[key] = ActorStorageCorruptError(session, problem)
         self._written.pop(key, None)
+        self._opened.pop(key, None)
+        self._closed_as.pop(key, None)
         return ActorStorageCorruptError(session, problem)
 
     def refused(self, actor_id: ActorId) -> bool:
@@ -452,17 +517,93 @@ class FileGuard:
 
 
 
-def _stats(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
-    """``(inode, size, mtime_ns)`` of the database and its WAL (``None`` for a missing one)."""
-    found: list[tuple[int, int, int] | None] = []
-    for file in companion_files(path)[:2]:
+def _settled(mtime_ns: int) -> bool:
+    """Whether a change to a file from now on would give it a modification time other than ``mtime_ns``.
+
+    Linux stamps a change with its coarse clock (one tick: 1-10 ms), or, since 6.13, with a value at
+    least as late, cut to the file system's granularity ``g`` (1 ns on ext4, xfs, btrfs and tmpfs,
+    100 ns on NTFS, 1 s on ext3, 2 s on FAT). Once that clock is ``g`` past ``mtime_ns`` (a multiple
+    of ``g``), every later stamp is at least ``mtime_ns + g``. ``g`` is not known, but it divides
+    ``mtime_ns``: twice the power of ten that ends it (``2e9`` for a time in whole seconds) is at least
+    ``g``. So a file written a tick before its close is vouched for, where waiting a fixed age would
+    still distrust it. Without that clock (not Linux): :data:`TRUSTED_AGE_NS` must have passed.
+    (On a network file system the server stamps the files with its own clock; SQLite advises
+    against keeping databases there.)
+    """
+    if _STAMP_CLOCK is None:
+        return time.time_ns() - mtime_ns >= TRUSTED_AGE_NS
+    grain = 2
+    while grain < 2_000_000_000 and mtime_ns % (grain * 5) == 0:
+        grain *= 10
+    return time.clock_gettime_ns(_STAMP_CLOCK) - mtime_ns >= grain
+
+
+def _set_back(names: list[str], seen: list[os.stat_result | None]) -> list[os.stat_result | None] | None:
+    """Set the modification time of each file just written (not :func:`_settled`) 1 ns back, access time
+    kept; what ``lstat`` sees then, or ``None`` when a file system did not take it (or it failed).
+
+    A later change is stamped no earlier than the stamp our write got (stamps come from a clock that
+    only moves on, or from a floor above every stamp given), so it cannot fall on the time set here:
+    the file's times then tell a later change as they do once the clock moved on. The file system
+    may cut the time to its grain: still below the stamp, so still told apart.
+    """
+    fresh = [i for i, stat in enumerate(seen) if stat is not None and not _settled(stat.st_mtime_ns)]
+    try:
+        for i in fresh:
+            stat = seen[i]
+            assert stat is not None
+            os.utime(names[i], ns=(stat.st_atime_ns, stat.st_mtime_ns - 1), follow_symlinks=False)
+        after = _lstats(names)
+    except OSError:
+        logger.debug("could not set back the modification time of %s", names[0], exc_info=True)
+        return None
+    for i in fresh:
+        before, now = seen[i], after[i]
+        if now is None or before is None or S_ISLNK(now.st_mode) or now.st_ino != before.st_ino \
+                or now.st_size != before.st_size or not now.st_mtime_ns < before.st_mtime_ns:
+            return None
+    return after
+
+
+def _files(path: str) -> list[str]:
+    """The database and its companions (:data:`_FILE_SUFFIXES`)."""
+    return [path + suffix for suffix in _FILE_SUFFIXES]
+
+
+def _lstats(names: list[str]) -> list[os.stat_result | None]:
+    """``os.lstat`` (links not followed) of each name; ``None`` for one that is missing."""
+    found: list[os.stat_result | None] = []
+    for name in names:
         try:
-            st = os.stat(file)
+            found.append(os.lstat(name))
         except FileNotFoundError:
             found.append(None)
-        else:
-            found.append((st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(found)
+    return found
+
+
+def _first_link(folders: list[str], path: str, seen: list[os.stat_result | None]) -> Path | None:
+    """The first of the folders and files (``seen`` by :func:`_lstats`) that is a symbolic link, else ``None``."""
+    for name, stat in zip([*folders, *_files(path)], seen, strict=True):
+        if stat is not None and S_ISLNK(stat.st_mode):
+            return Path(name)
+    return None
+
+
+def _identity(seen: list[os.stat_result | None], folders: int) -> bytes:
+    """What :func:`_lstats` saw of ``folders`` folders and then the files, packed (about 150 bytes a
+    closed actor): each folder's inode, then each file's inode, size and modification time (0, -1, -1
+    when missing)."""
+    values: list[int] = [stat.st_ino if stat is not None else 0 for stat in seen[:folders]]
+    for stat in seen[folders:]:
+        values += (stat.st_ino, stat.st_size, stat.st_mtime_ns) if stat is not None else (0, -1, -1)
+    packer = _PACKERS.get(folders)
+    if packer is None:
+        packer = _PACKERS[folders] = struct.Struct("<" + "Q" * folders + "Qqq" * len(_FILE_SUFFIXES))
+    return packer.pack(*values)
+
+
+#: :func:`_identity`'s packing, by the number of folders on the way (inodes unsigned, sizes and times signed).
+_PACKERS: dict[int, struct.Struct] = {}
 
 
 def _named(facts: ActorFacts, actor_id: ActorId) -> ActorFacts:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from actors.truncation import ROW_MAX_BYTES, enforce_row_size_limit, row_bytes
+from actors.truncation import ROW_MAX_BYTES, enforce_row_size_limit, js_length, js_prefix, row_bytes
 from common.errors import InvalidInputError, InvalidMessageError
 
 pytestmark = pytest.mark.both_storages
@@ -172,3 +172,69 @@ def test_null_metadata_is_replaced_by_the_compaction_record():
 def test_limit_must_be_positive():
     with pytest.raises(InvalidInputError, match="max_bytes"):
         enforce_row_size_limit({"id": "m", "role": "user", "parts": []}, max_bytes=0)
+
+
+# -- a size the caller already measured (the session serialised the message to store it) ----------------
+
+ESCAPED_TEXT = 'say "hi"\n\ttab\\ \x01 é 😀 ' * 120_000  # escapes, control chars, 2- and 4-byte UTF-8
+
+
+def oversized_messages():
+    yield {"id": "t", "role": "user", "parts": [{"type": "text", "text": "hello world, " * 640_000}]}
+    yield {"id": "e", "role": "user", "parts": [{"type": "text", "text": ESCAPED_TEXT}],
+           "metadata": {"compactedTextParts": [3], "note": 1.5}}
+    yield {"id": "mid", "role": "user", "createdAt": "2026-01-01T00:00:00.000Z", "parts": [
+        {"type": "text", "text": "p" * 5000}, {"type": "text", "text": ESCAPED_TEXT, "state": "done"},
+        {"type": "text", "text": "r" * 5000}]}
+    yield tool_message("c9", {"rows": [{"v": 1.0, "w": "B" * 1000}] * 3000})
+    yield {"id": "n", "role": "assistant", "parts": [
+        {"type": "data-x", "n": 2**60, "f": 1e21, "blob": "z" * 2_000_000}, {"type": "text", "text": "ok"}]}
+
+
+@pytest.mark.parametrize("message", list(oversized_messages()), ids=lambda m: m["id"])
+def test_a_size_given_by_the_caller_shrinks_exactly_as_measuring_it(message, caplog):
+    with caplog.at_level(logging.WARNING, logger="actors.truncation"):
+        measured = enforce_row_size_limit(message)
+    logged = list(caplog.messages)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="actors.truncation"):
+        given = enforce_row_size_limit(message, size=row_bytes(message))
+    assert json.dumps(given) == json.dumps(measured)
+    assert caplog.messages == logged
+
+
+@pytest.mark.parametrize("slack", [0, -1])
+def test_text_truncation_stops_at_the_exact_byte_with_a_huge_escaped_text(slack):
+    # The huge text's bytes are found by subtraction (the row less its other pieces): the stop after it
+    # must fall on the exact byte, escapes and multi-byte characters included.
+    message = {"id": "x", "role": "user", "parts": [
+        {"type": "text", "text": ESCAPED_TEXT}, {"type": "text", "text": "q" * 5000}]}
+    first_only = {**message, "parts": [
+        {"type": "text", "text": f"[Text truncated for storage ({js_length(ESCAPED_TEXT)} chars). "
+                                 f"First 500 chars: {js_prefix(ESCAPED_TEXT, 500)}...]"},
+        message["parts"][1]], "metadata": {"compactedTextParts": [0]}}
+    limit = row_bytes(first_only) + slack
+    for size in (None, row_bytes(message)):
+        result = enforce_row_size_limit(message, max_bytes=limit, size=size)
+        assert result["metadata"] == ({"compactedTextParts": [0]} if slack == 0 else {"compactedTextParts": [0, 1]})
+        assert row_bytes(result) <= limit
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "text", "text": ESCAPED_TEXT[:5000]},
+    {"type": "data-x", "n": 2**60, "ok": True, "none": None},
+    {"type": "data-x", "n": 1.0},
+    {"type": "data-x", "nested": {"n": 1e16}},
+    {1: "int key"},
+])
+def test_a_part_is_measured_as_its_row_text(part):
+    from actors.truncation import _part_bytes
+
+    assert _part_bytes(part) == row_bytes(part)
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, True, "10"])
+def test_a_given_size_must_be_a_count_of_bytes(size):
+    with pytest.raises(InvalidInputError, match="size must be an integer >= 0") as caught:
+        enforce_row_size_limit({"id": "m", "role": "user", "parts": []}, size=size)
+    assert caught.value.field == "size"

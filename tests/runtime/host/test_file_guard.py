@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from runtime import open_host
 from runtime.host.file_guard import QUARANTINE_DIR
 from runtime.testing import actor_data_dir, run_in_actor  # noqa: F401 (fixtures)
 from storage.catalog import HostCatalog
-from storage.integrity import read_generation
+from storage.integrity import open_for_inspection, read_generation
 
 
 class Box(Agent):
@@ -192,3 +193,117 @@ async def test_a_file_changed_after_a_read_only_wake_is_checked_again(actor_data
             file.write(b"\x00")
         with pytest.raises(ActorStorageCorruptError, match="the integrity check failed"):
             await victim.get("k1")
+
+
+# -- a clean close vouches for the next wake ----------------------------------------------------------------
+
+COARSE = 5 if sys.platform == "linux" else None  # CLOCK_REALTIME_COARSE, which stamps files on Linux
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """How many times the host scanned a file's headers (the real check runs)."""
+    import runtime.host.file_guard as guard
+
+    seen = []
+    real = guard.check_files
+    monkeypatch.setattr(guard, "check_files", lambda path: seen.append(path) or real(path))
+    return seen
+
+
+async def settled_box(host, name):
+    """A box actor that wrote, hibernated, and (once the clock that stamps files passed its files' last
+    change) woke for a read and hibernated again: a close the host remembers."""
+    stub = host.bind("box", Box).get_by_name(name)
+    await stub.put("k0", "v")
+    await host.hibernate("box", stub.id)
+    path = host.path_for(stub.id)
+    newest = max(p.stat().st_mtime_ns for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+    with trio.fail_after(30):
+        while (time.clock_gettime_ns(COARSE) if COARSE is not None else time.time_ns() - 10**8) <= newest + 2:
+            await trio.sleep(0.005)
+    await stub.get("k0")
+    await host.hibernate("box", stub.id)
+    return stub
+
+
+async def test_a_file_untouched_since_a_clean_close_wakes_without_the_checks(actor_data_dir, checks):
+    async with open_host(actor_data_dir) as host:
+        stub = await settled_box(host, "quiet")
+        checks.clear()
+        for _ in range(3):
+            assert await stub.get("k0") == "v"
+            await host.hibernate("box", stub.id)
+        assert checks == []
+
+
+@pytest.mark.parametrize("change", ["a -journal appears", "the file is a copy", "the -wal is gone"])
+async def test_a_file_changed_behind_the_host_after_a_clean_close_gets_every_check(actor_data_dir, checks, change):
+    import shutil
+
+    async with open_host(actor_data_dir) as host:
+        stub = await settled_box(host, "changed")
+        path = host.path_for(stub.id)
+        if change == "a -journal appears":
+            path.with_name(path.name + "-journal").write_bytes(b"")
+        elif change == "the file is a copy":  # same bytes and times, another inode
+            shutil.copy2(path, path.with_name("copy"))
+            path.with_name("copy").replace(path)
+        else:
+            with open_for_inspection(path) as storage:
+                storage.connection.wal_checkpoint(mode=3)
+            path.with_name(path.name + "-wal").unlink()
+        checks.clear()
+        assert await stub.get("k0") == "v"
+        assert checks == [str(path)]
+
+
+async def test_a_folder_swapped_for_a_link_after_a_clean_close_is_refused(actor_data_dir, tmp_path):
+    async with open_host(actor_data_dir) as host:
+        stub = await settled_box(host, "linked")
+        shard = host.path_for(stub.id).parent
+        moved = tmp_path / "elsewhere"
+        shard.rename(moved)  # the files keep their inodes, sizes and times
+        shard.symlink_to(moved)
+        with pytest.raises(ActorStorageCorruptError, match=f"{shard.relative_to(actor_data_dir)} in the data "
+                                                            "folder is a symbolic link"):
+            await stub.get("k0")
+        assert shard.is_symlink()
+
+
+@pytest.mark.skipif(COARSE is None, reason="the kernel's coarse clock is Linux's")
+def test_a_modification_time_vouches_once_the_stamping_clock_passed_it_by_its_grain():
+    from runtime.host.file_guard import _settled
+
+    now = time.clock_gettime_ns(COARSE)
+    a_tick_ago = now - 4_000_000 - now % 10 + 3  # in nanoseconds (ending in 3): no later change gets it
+    assert _settled(a_tick_ago)
+    assert not _settled(now + 1_000_003)  # the clock has not passed it yet
+    whole_seconds = (now // 10**9 - 1) * 10**9  # 1-2 s ago, from a file system keeping whole seconds
+    assert not _settled(whole_seconds)  # (ext3; FAT keeps two): not before two seconds
+    assert _settled(whole_seconds - 2 * 10**9)
+
+
+async def test_a_file_written_just_before_its_close_wakes_without_the_checks_and_a_later_change_is_seen(
+        actor_data_dir, checks):
+    async with open_host(actor_data_dir) as host:
+        stub = host.bind("box", Box).get_by_name("busy")
+        path = host.path_for(stub.id)
+        wal = path.with_name(path.name + "-wal")
+        for i in range(3):
+            await stub.put(f"k{i}", "v")
+            await host.hibernate("box", stub.id)  # raises the generation: a write a moment before the close
+            checks.clear()
+            assert await stub.get(f"k{i}") == "v"
+            assert checks == []  # its modification time was set 1 ns back at the close: it vouches
+        await host.hibernate("box", stub.id)
+        stamp = wal.stat().st_mtime_ns
+        with wal.open("r+b") as file:  # the same byte again: same size and bytes, a new stamp
+            file.seek(40)
+            byte = file.read(1)
+            file.seek(40)
+            file.write(byte)
+        assert wal.stat().st_mtime_ns != stamp
+        checks.clear()
+        assert await stub.get("k0") == "v"
+        assert checks == [str(path)]
