@@ -118,8 +118,7 @@ async def import_records_postgres(agent: Any, records: Sequence[dict[str, Any]])
     its rows in Postgres in one transaction, then the KV rows in the actor's file. Returns the messages stored.
 
     Raises:
-        ConflictError: the session already holds messages, compactions, search entries or KV rows, or
-            another session of the database holds one of the archive's compaction ids.
+        ConflictError: the session already holds messages, compactions, search entries or KV rows.
         InvalidInputError: a record whose value Postgres cannot hold (NUL), a time not in the stored form,
             a ``kv`` value that is not base64, a message the session refuses (the message names the line);
             nothing was stored.

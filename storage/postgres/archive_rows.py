@@ -19,9 +19,8 @@ everything in one transaction -- messages through the tree engine
 (:func:`storage.tree.writes.append_chain`: places, token totals, searched
 text), then their stored times, then the other rows -- and refuses a
 session that already holds messages, compactions or search entries, so a
-failure stores nothing. Compaction ids are unique across the table (the
-original's schema), so an archive whose compactions another session of the
-database holds (a copy of a session imported beside it) is refused too.
+failure stores nothing. Compaction ids, like message ids, are unique per
+session (schema version 5), so a copy of a session imports beside it.
 """
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ SELECT EXISTS (SELECT 1 FROM assistant_messages WHERE session_id = %(s)s)
     OR EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = %(s)s)
     OR EXISTS (SELECT 1 FROM cf_agents_search_entries WHERE {_OWNED}) AS holds
 """
-# Compaction ids are unique in the whole table (the original's schema), not per session.
-_TAKEN_COMPACTIONS = "SELECT id FROM assistant_compactions WHERE id = ANY(%(ids)s::text[]) ORDER BY id LIMIT 1"
 _UTC = "%({0})s::timestamp AT TIME ZONE 'UTC'"
 # One statement for every message (its triggers run once, not once per row: per-row statements cost
 # O(session) each, 36 s for 10,000 messages against 0.3 s).
@@ -125,20 +122,13 @@ def import_rows(
     times as ``YYYY-MM-DD HH:MM:SS[.fff]``).
 
     Raises:
-        ConflictError: the session already holds messages, compactions or search entries, or another session
-            holds one of the archive's compaction ids (nothing stored).
+        ConflictError: the session already holds messages, compactions or search entries (nothing stored).
     """
     owned = _owned(session_id)
     yield Query(_LOCK, owned)
     if (yield Query(_HOLDS, owned))[0]["holds"]:
         raise ConflictError("the session already holds data: import an archive only into a session that was "
                             "never written (or delete it first)")
-    compactions = [record["id"] for record in records if record["type"] == "compaction"]
-    taken = (yield Query(_TAKEN_COMPACTIONS, {"ids": compactions})) if compactions else []
-    if taken:
-        raise ConflictError(f"compaction id {taken[0]['id']!r} is already stored in this database (by another "
-                            "session: compaction ids are unique per table); delete that session first, or import "
-                            "into another database")
     for rows, parent in chains:
         yield from on_postgres(writes.append_chain(POSTGRES, session_id, rows, parent))
     if times:

@@ -115,7 +115,7 @@ async def test_a_version_3_database_gains_the_embedding_tables_and_keeps_its_mes
         assert not set(EMBEDDING_TABLES) & _catalog(conn)[0]
         await create_schema(conn)
         assert set(EMBEDDING_TABLES) <= _catalog(conn)[0]
-        assert conn.execute("SELECT value FROM durable_sessions_meta").fetchone()[0] == str(SCHEMA_VERSION) == "4"
+        assert conn.execute("SELECT value FROM durable_sessions_meta").fetchone()[0] == str(SCHEMA_VERSION)
         assert await store.get("m1") == '{"id":"m1"}'
         rows = PostgresStorage(conn).vectors("s")
         assert await rows.pending_count() == 0 and await rows.mark_missing("model") == 1  # not the text-less one
@@ -125,6 +125,60 @@ async def test_a_version_3_database_gains_the_embedding_tables_and_keeps_its_mes
         assert [(s, v) for s, _, v in await rows.vectors("model")] == [(seq, b"\0\0\x80?")]
         await store.delete(["m1"])
         assert conn.execute("SELECT count(*) FROM assistant_embeddings").fetchone()[0] == 0
+
+
+def _compaction_key(conn) -> str:
+    return conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                        "WHERE conrelid = 'assistant_compactions'::regclass AND contype = 'p'").fetchone()[0]
+
+
+async def test_a_version_4_database_keys_its_compactions_per_session_and_keeps_them(pg_dsn):
+    """Version 5 keys compactions by ``(session_id, id)``, as messages; the rows a version-4 database (key
+    ``id`` alone, the original's) holds are read back unchanged, and an id one session holds becomes free
+    for another session, never twice in one session."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE assistant_compactions DROP CONSTRAINT assistant_compactions_pkey")
+        conn.execute("ALTER TABLE assistant_compactions ADD PRIMARY KEY (id)")
+        conn.execute("UPDATE durable_sessions_meta SET value = '4' WHERE key = 'schema_version'")
+        one, two = PostgresSessionProvider(conn, "one"), PostgresSessionProvider(conn, "two")
+        for store in (one, two):
+            await store.append("a", "user", '{"id":"a"}', "first")
+            await store.append("b", "assistant", '{"id":"b"}', "second", "a")
+        await one.add_compaction("k1", "summary one", "a", "b")
+        await two.add_compaction("k2", "summary two", "a", "b")
+        before = {store.session_id: await store.compactions() for store in (one, two)}
+        with pytest.raises(DatabaseError, match="assistant_compactions_pkey"):  # the version-4 key
+            await two.add_compaction("k1", "taken", "a", "b")
+
+        await create_schema(conn)
+        assert _compaction_key(conn) == "PRIMARY KEY (session_id, id)"
+        assert conn.execute("SELECT value FROM durable_sessions_meta").fetchone()[0] == str(SCHEMA_VERSION) == "5"
+        assert {store.session_id: await store.compactions() for store in (one, two)} == before
+        assert await one.path_ids("b") == ["a", "b"]
+        assert [r.id for r in before["one"]] == ["k1"] and [r.id for r in before["two"]] == ["k2"]
+
+        copied = await two.add_compaction("k1", "same id, other session", "a", "b")
+        assert [(r.id, r.summary) for r in await two.compactions()] == [("k2", "summary two"),
+                                                                         ("k1", "same id, other session")]
+        assert copied.seq > before["two"][0].seq
+        with pytest.raises(DatabaseError, match="assistant_compactions_pkey"):
+            await one.add_compaction("k1", "twice in one session", "a", "b")
+        assert await one.compactions() == before["one"]
+        await create_schema(conn)  # idempotent: the key stays, no row moves
+        assert _compaction_key(conn) == "PRIMARY KEY (session_id, id)"
+        assert len(await two.compactions()) == 2
+
+
+async def test_a_database_migrated_by_the_original_keys_its_compactions_per_session(pg_empty_dsn):
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        conn.execute(SPEC_MIGRATION)
+        assert _compaction_key(conn) == "PRIMARY KEY (id)"
+        conn.execute("INSERT INTO assistant_compactions (id, session_id, summary, from_message_id, to_message_id) "
+                     "VALUES ('k', 's', 'the original wrote it', 'a', 'b')")
+        await create_schema(conn)
+        assert _compaction_key(conn) == "PRIMARY KEY (session_id, id)"
+        [row] = await PostgresSessionProvider(conn, "s").compactions()
+        assert (row.id, row.summary, row.from_message_id, row.to_message_id) == ("k", "the original wrote it", "a", "b")
 
 
 async def test_schema_from_two_connections_at_once(pg_empty_dsn):

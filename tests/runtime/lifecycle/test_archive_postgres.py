@@ -1,6 +1,7 @@
 """``serve --postgres``: export and import of a session whose rows are in Postgres, with a real
 ``durable-sessions serve --postgres`` process (issue 27, item 2): a session deleted and imported again
-exports the same archive, byte for byte apart from ``exportedAt``; a bad archive or a clash stores nothing."""
+exports the same archive, byte for byte apart from ``exportedAt``, and so does a copy imported beside it (an
+automatically compacted one too: compaction ids are unique per session); a bad archive or a clash stores nothing."""
 
 from __future__ import annotations
 
@@ -17,13 +18,6 @@ from tests.support.processes import cli_command, cli_env, server_process
 TOKEN = "archive-postgres-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NDJSON = {"Content-Type": "application/x-ndjson"}
-
-
-def without(archive: str, kind: str) -> str:
-    """``archive`` without its records of type ``kind`` (the end record's count put right)."""
-    lines = archive.rstrip("\n").split("\n")
-    body = [line for line in lines[1:-1] if json.loads(line)["type"] != kind]
-    return "\n".join([lines[0], *body, json.dumps({"type": "end", "records": len(body)}, separators=(",", ":"))]) + "\n"
 
 
 def session_rows(dsn: str, session_id: str) -> int:
@@ -62,18 +56,11 @@ async def test_a_session_deleted_and_imported_again_exports_the_same_archive(tmp
             history = (await http.get(f"{base}/{session}/messages")).json()["messages"]
             prompt = (await http.get(f"{base}/{session}/system-prompt")).json()
 
-            # Beside the original, its compaction id is taken (unique per table): refused, nothing stored.
-            clash = await http.post(f"{base}/{copy}/import", content=archive.encode(), headers=NDJSON)
-            assert clash.status_code == 409, clash.text
-            assert "compaction id" in clash.json()["error"]["message"]
-            empty = (await http.get(f"{base}/{copy}/export")).text.splitlines()  # woken (so named), nothing else
-            assert len(empty) == 2 and json.loads(empty[1]) == {"type": "end", "records": 0}
-            assert session_rows(pg_empty_dsn, copy) == 0
-            # Without the compaction it imports beside the original, and exports as it came.
-            lighter = without(archive, "compaction")
-            answer = await http.post(f"{base}/{copy}/import", content=lighter.encode(), headers=NDJSON)
+            # Beside the original, compaction included (its id is unique per session): exports as it came.
+            answer = await http.post(f"{base}/{copy}/import", content=archive.encode(), headers=NDJSON)
             assert (answer.status_code, answer.json()) == (201, {"imported": 6}), answer.text
-            same_apart_from_header(lighter, (await http.get(f"{base}/{copy}/export")).text, copy)
+            same_apart_from_header(archive, (await http.get(f"{base}/{copy}/export")).text, copy)
+            assert (await http.get(f"{base}/{copy}/messages")).json()["messages"] == history
 
             assert (await http.delete(f"{base}/{session}")).status_code == 204
             assert (await http.get(f"{base}/{session}/export")).status_code == 404
@@ -89,6 +76,54 @@ async def test_a_session_deleted_and_imported_again_exports_the_same_archive(tmp
             refused = await http.post(f"{base}/{session}/import", content=archive.encode(), headers=NDJSON)
             assert refused.status_code == 409 and refused.json()["error"]["type"] == "ConflictError"
             assert (await http.get(f"{base}/{session}/export")).text.split("\n")[1:] == archive.split("\n")[1:]
+
+
+#: Automatic compaction (the extractive summarizer, the default) after a few hundred estimated tokens.
+COMPACTING = """
+[session.compaction]
+threshold = 300
+protect_head = 1
+tail_token_budget = 60
+"""
+
+
+async def test_an_automatically_compacted_session_is_copied_beside_itself_with_the_cli(tmp_path, pg_empty_dsn):
+    """The README's ``import --prefix copy-`` with the sessions in Postgres: the copy of a session that was
+    compacted on its own lands in the same database as the original; both export the same records."""
+    config = tmp_path / "sessions.toml"
+    config.write_text(COMPACTING, encoding="utf-8")
+    with server_process(tmp_path / "data", token=TOKEN,
+                        extra=["--postgres", pg_empty_dsn, "--config", str(config)]) as server:
+        with httpx.Client(headers=AUTH, timeout=60) as http:
+            base = f"{server.url}/v1/sessions"
+            for i in range(12):
+                text = f"turn {i}: " + " ".join(f"word{i}x{j}" for j in range(40))
+                stored = http.post(f"{base}/chat-42/messages", json={"message": {
+                    "id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "parts": [{"type": "text",
+                                                                                             "text": text}]}})
+                assert stored.status_code == 201, stored.text
+            compactions = http.get(f"{base}/chat-42/compactions").json()["compactions"]
+            assert compactions, "the session was not compacted automatically"
+            history = http.get(f"{base}/chat-42/messages").json()["messages"]
+            assert history[1]["id"] == f"compaction_{compactions[-1]['id']}"
+
+            archive = tmp_path / "chat-42.jsonl"
+            exported = subprocess.run([*cli_command(), "export", "chat-42", "-o", str(archive), "--url", server.url],
+                                      env=cli_env(TOKEN), capture_output=True, text=True, timeout=120)
+            assert exported.returncode == 0, exported
+            imported = subprocess.run([*cli_command(), "import", str(archive), "--prefix", "copy-", "--url",
+                                       server.url], env=cli_env(TOKEN), capture_output=True, text=True, timeout=120)
+            assert imported.returncode == 0, imported
+            assert imported.stdout.strip() == "imported session copy-chat-42: 12 messages stored"
+
+            original = archive.read_text(encoding="utf-8")
+            same_apart_from_header(original, http.get(f"{base}/copy-chat-42/export").text, "copy-chat-42")
+            same_apart_from_header(original, http.get(f"{base}/chat-42/export").text, "chat-42")  # untouched
+            assert http.get(f"{base}/copy-chat-42/compactions").json()["compactions"] == compactions
+            assert http.get(f"{base}/copy-chat-42/messages").json()["messages"] == history
+        with psycopg.connect(pg_empty_dsn) as conn:
+            ids = conn.execute("SELECT id, count(DISTINCT session_id) FROM assistant_compactions GROUP BY id").fetchall()
+        assert sorted(ids) == sorted((c["id"], 2) for c in compactions)
 
 
 async def test_a_bad_archive_names_its_line_and_stores_nothing_in_postgres(tmp_path, pg_empty_dsn):
