@@ -34,6 +34,7 @@ from common.errors import InvalidInputError
 __all__ = [
     "ARCHIVE_FORMAT",
     "ARCHIVE_VERSION",
+    "IDENTITY_KEYS",
     "RECORD_KEYS",
     "VOLATILE_FIELDS",
     "ArchiveError",
@@ -61,6 +62,13 @@ RECORD_KEYS: Mapping[str, Mapping[str, tuple[type, ...]]] = {
     "searchEntry": {"label": _STR, "key": _STR, "content": _STR, "createdAt": _STR, "updatedAt": _STR},
     "kv": {"key": _STR, "value": _STR},
     "end": {"records": (int,)},
+}
+
+
+#: What names a record of each type inside one session (no two records of a type share it).
+IDENTITY_KEYS: Mapping[str, tuple[str, ...]] = {
+    "message": ("id",), "compaction": ("id",), "config": ("key",), "contextBlock": ("label",),
+    "searchEntry": ("label", "key"), "kv": ("key",),
 }
 
 
@@ -95,10 +103,12 @@ def parse_archive(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
     Raises:
         ArchiveError: the first bad line (not JSON, not an object, an unknown
             type, a missing key or a value of the wrong type, no header first,
-            a newer version, anything after ``end``, a wrong ``end`` count, or
-            no ``end`` at all: a cut-short file).
+            a newer version, two records of a type naming the same thing
+            (:data:`IDENTITY_KEYS`), anything after ``end``, a wrong ``end``
+            count, or no ``end`` at all: a cut-short file).
     """
     records: list[dict[str, Any]] = []
+    seen: dict[tuple[Any, ...], int] = {}  # (type, identity...) -> the line that first named it
     number = 0
     ended = False
     for number, line in enumerate(lines, start=1):  # noqa: B007 - the last number names a missing end
@@ -121,6 +131,12 @@ def parse_archive(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
                 raise ArchiveError(number, f"the end record counts {record['records']} records, the file holds "
                                            f"{len(records) - 1}")
             ended = True
+        elif (keys := IDENTITY_KEYS.get(kind)) is not None:
+            identity = (kind, *(record[key] for key in keys))
+            first = seen.setdefault(identity, number)
+            if first != number:
+                named = " ".join(f"{key} {record[key]!r}" for key in keys)
+                raise ArchiveError(number, f"a second {kind} record with {named} (the first is on line {first})")
         records.append(record)
     if not records:
         raise ArchiveError(1, "an empty file (an archive starts with its header record)")

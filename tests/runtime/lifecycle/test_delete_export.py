@@ -143,6 +143,12 @@ async def test_a_truncated_or_malformed_archive_stores_nothing_and_names_the_lin
             bad = [*lines[:3], '{"type":"message","id":"x"}', *lines[3:]]
             with pytest.raises(InvalidInputError, match=r"^line 4: a message record needs 'parentId'"):
                 await client.import_session("cut", "\n".join(bad))
+            for kind in ("compaction", "message"):  # the same thing twice: named, before anything is stored
+                first = next(n for n, line in enumerate(lines, start=1) if f'"type":"{kind}"' in line)
+                twice = [*lines[:-1], lines[first - 1], lines[-1]]
+                with pytest.raises(InvalidInputError, match=rf"^line {len(lines)}: a second {kind} record with id "
+                                                            rf"'[^']+' \(the first is on line {first}\)"):
+                    await client.import_session("cut", "\n".join(twice))
             assert await client.session("cut").get_history() == []
             with pytest.raises(SessionNotFoundError):
                 await client.export_session("cut")
