@@ -55,7 +55,7 @@ async def test_any_host_answers_any_session_as_one_host_would(cluster):
                 await s.append_message({"id": "x"})
         await c2.session("chat").replace_context_block("memory", "likes tea")
         assert (await c3.session("chat").get_context_block("memory"))["content"] == "likes tea"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         for host in cluster.hosts:
             response = await http.get(f"{host.url}/v1/sessions/chat/messages:count")
             assert (response.status_code, response.json(), response.headers[OWNER_HEADER]) == (
@@ -111,7 +111,7 @@ async def test_managers_answer_on_any_host_too(cluster):
             assert [row["id"] for row in await manager.list()] == [session_id]
             assert [m["id"] for m in await manager.get_history(session_id)] == ["m1"]
             assert [hit["id"] for hit in await manager.search("zfa04y")] == ["m1"]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         answers = [await http.get(f"{host.url}/v1/managers/user-7/sessions") for host in cluster.hosts]
     assert {a.headers[OWNER_HEADER] for a in answers} == {h1.url}
     forwarded = await _forwarded(h1, h2, h3)
@@ -124,7 +124,7 @@ async def test_managers_answer_on_any_host_too(cluster):
 
 
 async def test_reads_of_a_session_never_written_activate_nothing(cluster):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         for host in cluster.hosts:
             for path, body in (("messages", {"messages": []}), ("messages:count", {"count": 0}),
                                ("search?q=tea", {"results": []}), ("messages:leaf", {"message": None})):
@@ -142,7 +142,7 @@ async def test_a_forwarded_request_is_never_forwarded_again(cluster):
     h1, h2, _ = cluster.hosts
     async with SessionsClient(h1.url) as client:
         await client.session("hop").append_message(msg("m1"))
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         response = await http.get(f"{h2.url}/v1/sessions/hop/messages", headers={HOP_HEADER: "test"})
         assert response.status_code == 503
         assert response.json()["error"]["type"] == NotOwnerError.__name__
@@ -168,7 +168,7 @@ async def test_a_client_of_several_hosts_goes_straight_to_the_owner(cluster):
 
 async def _forwarded(*hosts):
     """How many requests and sockets each host sent on to an owner (``GET /v1/actors``)."""
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         return [(await http.get(f"{h.url}/v1/actors")).json()["cluster"]["forwarded"] for h in hosts]
 
 
@@ -280,7 +280,7 @@ async def test_idle_sockets_stay_open_while_their_session_sleeps_and_get_its_bro
 
 
 async def _hibernations(host):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         return (await http.get(f"{host.url}/v1/actors")).json()["hibernations"] > 0
 
 
@@ -288,7 +288,7 @@ async def test_a_transcript_call_runs_at_the_pairs_owner_from_any_host(cluster):
     """A key-addressed transcript call is forwarded like a session call (more in test_http_catalog.py)."""
     h1, h2, h3 = cluster.hosts
     key = {"project_key": "p", "session_id": "s"}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         stored = await http.post(f"{h1.url}/v1/transcripts/entries", json={"key": key, "entries": [{"uuid": "u"}]})
         owner = stored.headers[OWNER_HEADER]
         loads = [await http.get(f"{host.url}/v1/transcripts/entries", params=key) for host in (h2, h3)]

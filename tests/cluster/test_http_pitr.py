@@ -119,8 +119,8 @@ async def test_bad_requests_are_refused_with_the_window_named(cluster, pg_empty_
 
 def test_outside_cluster_mode_the_routes_answer_501(tmp_path):
     with server_process(tmp_path / "data") as server:
-        bookmark = httpx.get(f"{server.url}/v1/sessions/s/bookmark", params={"at": "2026-01-01T00:00:00Z"})
-        restore = httpx.post(f"{server.url}/v1/sessions/s:restore", json={"bookmark": "bm1.x"})
+        bookmark = httpx.get(f"{server.url}/v1/sessions/s/bookmark", params={"at": "2026-01-01T00:00:00Z"}, timeout=60)
+        restore = httpx.post(f"{server.url}/v1/sessions/s:restore", json={"bookmark": "bm1.x"}, timeout=60)
     for answer in (bookmark, restore):
         assert answer.status_code == 501
         assert answer.json()["error"] == {

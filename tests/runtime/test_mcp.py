@@ -77,7 +77,8 @@ async def over_stdio(server, session_id):
 
 @asynccontextmanager
 async def over_http(server, session_id):
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http, \
+    # Generous timeout: the first call imports the MCP SDK in the server, slow on a loaded machine.
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http, \
             streamable_http_client(f"{server.url}/mcp/{session_id}", http_client=http) as (read, write), \
             ClientSession(read, write) as session:
         await session.initialize()
@@ -186,7 +187,7 @@ async def test_http_endpoint_is_guarded_like_the_api(server):
         assert nameless.status_code == 400
         assert nameless.json()["error"]["field"] == "session_id"
     # /mcp?session=ID names the same session as /mcp/ID
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http2, \
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http2, \
             streamable_http_client(f"{server.url}/mcp?session=by-query", http_client=http2) as (read, write), \
             ClientSession(read, write) as session:
         await session.initialize()

@@ -295,7 +295,7 @@ def test_offline_import_into_a_data_folder_serves_the_same_sessions(tmp_path):
         assert [m["id"][:8] for m in json.loads(client_check.stdout)] == ["cc67b20e", "972dc1ad", "c97a4bd2"]
         reply = httpx.get(f"{server.url}/v1/transcripts/subkeys",
                           params={"project_key": "-experiments-worktrees",
-                                  "session_id": "ef958aa1-0e93-49f0-bb71-150f63befcd1"})
+                                  "session_id": "ef958aa1-0e93-49f0-bb71-150f63befcd1"}, timeout=60)
         assert reply.json() == {"subkeys": ["subagents/agent-aef063ba534d73153"]}
 
 

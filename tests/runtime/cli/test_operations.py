@@ -100,8 +100,8 @@ def test_log_options_after_the_subcommand_are_accepted_and_checked():
 def test_json_logs_and_the_access_log(tmp_path):
     data = tmp_path / "data"
     with server_process(data, extra=["--log-level", "info", "--log-format", "json", "--access-log"]) as server:
-        assert httpx.get(f"{server.url}/v1/health?probe=1").status_code == 200
-        assert httpx.get(f"{server.url}/v1/ready").status_code == 200
+        assert httpx.get(f"{server.url}/v1/health?probe=1", timeout=60).status_code == 200
+        assert httpx.get(f"{server.url}/v1/ready", timeout=60).status_code == 200
     lines = [json.loads(line) for line in (tmp_path / "data-server.log").read_text().splitlines()
              if line.startswith("{")]
     assert lines and all(set(line) >= {"time", "level", "logger", "message"} for line in lines)
@@ -135,7 +135,7 @@ def test_the_text_access_log_escapes_control_characters_of_the_path(tmp_path):
 def test_no_access_log_unless_asked(tmp_path):
     data = tmp_path / "data"
     with server_process(data, extra=["--log-level", "info"]) as server:
-        httpx.get(f"{server.url}/v1/health")
+        httpx.get(f"{server.url}/v1/health", timeout=60)
     assert "GET /v1/health" not in (tmp_path / "data-server.log").read_text()
 
 

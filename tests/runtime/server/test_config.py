@@ -173,7 +173,7 @@ snapshot_bytes = 4096
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = '10.0.0.5:8801'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nadvertise = 'http://h:1/x'\n", "cluster.advertise must be a base URL"),
     ("[cluster]\npostgres = 'dbname=s'\nleases = 3\n",
-     "unknown key cluster.leases (allowed: advertise, connect_timeout_s, databases, host_id, lease_s, postgres, "
+     "unknown key cluster.leases (allowed: advertise, connect_timeout_s, databases, host_id, lease_s, pitr_days, postgres, "
      "snapshot_bytes)"),
     ("[cluster]\npostgres = 'dbname=s'\nsnapshot_bytes = 0\n", "cluster.snapshot_bytes must be a positive integer"),
     ("cluster = 3\n", "cluster must be a table"),

@@ -130,7 +130,7 @@ async def _raw_status(url: str, session_id: str) -> tuple[int, str | None]:
     """Status and ``Retry-After`` of a raw append (no client retries)."""
     import httpx
 
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=60) as http:
         response = await http.post(
             f"{url}/v1/sessions/{session_id}/messages", headers={"Authorization": f"Bearer {TOKEN}"},
             json={"message": {"id": "raw", "role": "user", "parts": []}}, timeout=60)
