@@ -299,6 +299,8 @@ _REGISTERED = "EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = {alias
 
 def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
     """Up to ``limit`` registered sessions (a SessionManager's file) holding pending markers."""
+    if not _has(storage, _PENDING_TABLE):
+        return []
     return [sid for (sid,) in storage.exec(
         "SELECT DISTINCT p.session_id FROM assistant_embeddings_pending AS p "
         f"WHERE {_REGISTERED.format(alias='p')} LIMIT ?1", limit)]
@@ -306,6 +308,8 @@ def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
 
 def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes]]:
     """``(seq, vector bytes)`` of every vector of ``model`` in a registered session, in ``seq`` order."""
+    if not _has(storage, _VECTORS):
+        return []
     return list(storage.exec(
         f"SELECT e.seq, e.vector FROM assistant_embeddings AS e WHERE e.model = ?1 AND {_REGISTERED.format(alias='e')} "
         "ORDER BY e.seq", model))

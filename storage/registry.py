@@ -50,13 +50,14 @@ _DELETE_SESSION_ROWS = (
     f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
     f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
     f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
-    "DELETE FROM assistant_embeddings WHERE session_id = ?",
-    "DELETE FROM assistant_embeddings_pending WHERE session_id = ?",
     "DELETE FROM assistant_messages WHERE session_id = ?",
     "DELETE FROM assistant_compactions WHERE session_id = ?",
     "DELETE FROM assistant_config WHERE session_id = ?",
     "DELETE FROM assistant_sessions WHERE id = ?",
 )
+# Made on first use (storage.schema.ON_FIRST_USE): deleted from only when the file has them.
+_LAZY_SESSION_TABLES = ("assistant_embeddings", "assistant_embeddings_pending")
+_EXISTING = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (SELECT value FROM json_each(?))"
 # Block rows of one session: labels "<something>_<session id>" (?1 = length of "_<id>", ?2 = "_<id>").
 _DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE length(label) > ?1 AND substr(label, -?1) = ?2"
 
@@ -106,8 +107,14 @@ WHERE id = ?1 RETURNING {_COLUMNS}
 
     @staticmethod
     def delete_rows(session_id: str) -> Operation[None]:
-        """The session's search rows first (their rowid is the message's seq), then its rows and blocks."""
-        for statement in _DELETE_SESSION_ROWS:
+        """The session's search rows first (their rowid is the message's seq), then its vectors (when
+        the file has their tables), its rows and blocks."""
+        for statement in _DELETE_SESSION_ROWS[:3]:
+            yield statement, (session_id,)
+        existing = yield _EXISTING, (json.dumps(_LAZY_SESSION_TABLES),)
+        for (table,) in sorted(existing):
+            yield f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
+        for statement in _DELETE_SESSION_ROWS[3:]:
             yield statement, (session_id,)
         suffix = rules.block_suffix(session_id)
         yield _DELETE_BLOCKS, (len(suffix), suffix)
