@@ -352,6 +352,8 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
         await empty.get_context_blocks()  # wakes it: the file is made, the actor's name kept
         await host.hibernate(ns, empty.id)
         empty_bytes = file_bytes(actor_files(host, empty.id))
+        empty_pages = pages_by_tree(Path(host.path_for(empty.id)))
+        wal_empty = file_bytes([p for p in actor_files(host, empty.id) if p.name.endswith("-wal")])
         full = ns.get_by_name("full")
         agent = await run_in_actor(full, lambda a: a)
         for i in range(messages):
@@ -368,6 +370,8 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
     floor_bytes = file_bytes([root / "minimal-footprint.sqlite3"])
     print(f"  empty actor file (activated once)   {empty_bytes / 1024:8.1f} KiB  "
           f"(100,000 sessions: {empty_bytes * 100_000 / 2**30:.2f} GiB)")
+    print(f"  {'':>28}of which the WAL {wal_empty / 1024:.1f} KiB; database pages by b-tree: "
+          + ", ".join(f"{name} {n}" for name, n in empty_pages))
     print(f"  {messages:,} appended messages          {full_bytes / 2**20:8.2f} MiB  minimal schema "
           f"{floor_bytes / 2**20:.2f} MiB  x{full_bytes / floor_bytes:.2f}")
     print(f"  {'':>28}of which the WAL hibernation leaves {wal_bytes / 2**20:.2f} MiB; the database alone "
@@ -386,6 +390,19 @@ async def bench_footprint(root: Path, make: Messages, messages: int = 10_000) ->
             f"({same_rows / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "<= 1.2x", same_rows <= 1.2 * floor_bytes)
     verdict(f"bytes per {messages:,} messages + {compactions} compactions", f"x{full_bytes / floor_bytes:.2f} minimal "
             f"({full_bytes / 2**20:.2f} vs {floor_bytes / 2**20:.2f} MiB)", "reported", None)
+
+
+def pages_by_tree(path: Path) -> list[tuple[str, int]]:
+    """``(b-tree name, pages)`` of a closed actor file (its WAL included), most pages first (``dbstat``, on a copy)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in [path, *path.parent.glob(path.name + "-wal")]:
+            shutil.copyfile(source, Path(tmp) / source.name)
+        con = apsw.Connection(str(Path(tmp) / path.name))
+        try:
+            return [(name, int(n)) for name, n in con.execute(
+                "SELECT name, count(*) AS n FROM dbstat GROUP BY name ORDER BY n DESC, name")]
+        finally:
+            con.close()
 
 
 def compaction_footprint(path: Path) -> tuple[int, int]:

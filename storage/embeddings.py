@@ -294,13 +294,14 @@ def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int,
 
 # -- a SessionManager's sessions (one file, many session ids) ---------------------------------------
 
+_REGISTRY = "assistant_sessions"  # made by the first session registered (storage.schema.ON_FIRST_USE)
 _REGISTERED = "EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = {alias}.session_id)"
 
 
 def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
     """Up to ``limit`` registered sessions (a SessionManager's file) holding pending markers."""
-    if not _has(storage, _PENDING_TABLE):
-        return []
+    if not (_has(storage, _REGISTRY) and _has(storage, _PENDING_TABLE)):
+        return []  # made on first use: no session registered, or nothing ever marked
     return [sid for (sid,) in storage.exec(
         "SELECT DISTINCT p.session_id FROM assistant_embeddings_pending AS p "
         f"WHERE {_REGISTERED.format(alias='p')} LIMIT ?1", limit)]
@@ -308,7 +309,7 @@ def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
 
 def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes]]:
     """``(seq, vector bytes)`` of every vector of ``model`` in a registered session, in ``seq`` order."""
-    if not _has(storage, _VECTORS):
+    if not (_has(storage, _REGISTRY) and _has(storage, _VECTORS)):
         return []
     return list(storage.exec(
         f"SELECT e.seq, e.vector FROM assistant_embeddings AS e WHERE e.model = ?1 AND {_REGISTERED.format(alias='e')} "
@@ -318,7 +319,7 @@ def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes
 def registered_hits(storage: SqlStorage, seqs: list[int]) -> dict[int, dict[str, str]]:
     """The messages of registered sessions among ``seqs``, by ``seq``: ``{"id", "role", "content",
     "created_at", "session_id"}`` (the rows the cross-session text search answers with)."""
-    if not seqs:
+    if not seqs or not _has(storage, _REGISTRY):
         return {}
     found: dict[str, list[int]] = {}
     for seq, session_id in storage.exec(

@@ -27,6 +27,7 @@ from . import fts
 from .carried import CarriedLeaf, JumpNode, exclusive
 from .context import delete_config, read_config, write_config
 from .errors import SearchQueryError
+from .schema import create_on_first_use, table_exists
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree import reads, writes
@@ -94,8 +95,12 @@ class MessageStore:
         return drive(self.storage.connection, op)
 
     def _write(self, op: Operation[T]) -> T:
+        con = self.storage.connection
+        indexed = table_exists(con, FTS_TABLE)  # asked outside the transaction: once seen, never asked again
         with self.storage.transaction():
-            return drive(self.storage.connection, op)
+            if not indexed:
+                create_on_first_use(con, FTS_TABLE)  # the message text indexes (schema version 7)
+            return drive(con, op)
 
     def _carried_leaf(self) -> CarriedLeaf | None:
         """The carried latest leaf while the file is as this store's last append left it, else ``None``."""
@@ -260,6 +265,8 @@ class MessageStore:
         Raises:
             SearchQueryError: SQLite failed (never returned as an empty list).
         """
+        if not table_exists(self.storage.connection, FTS_TABLE):
+            return []  # nothing was ever written: no index, no hit
         try:
             return self._run(SQLITE.search(self.session_id, query, limit))
         except apsw.Error as exc:

@@ -23,7 +23,7 @@ import apsw
 
 from . import fts
 from .errors import SearchQueryError
-from .schema import NOW_MS
+from .schema import NOW_MS, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 from .tree import registry as rules
 from .tree import sqlite as SQLITE
@@ -45,19 +45,25 @@ _COLUMNS = ", ".join(SESSION_COLUMNS)
 _NEXT_UPDATE = "(SELECT coalesce(max(updated_seq), 0) + 1 FROM assistant_sessions)"
 _TOUCH = f"updated_at = {NOW_MS}, updated_seq = {_NEXT_UPDATE}"
 
-# Everything keyed by the session id; search rows first (their rowid is the message's seq).
+#: The registry's table (made by the first session registered: ``storage.schema.ON_FIRST_USE``).
+REGISTRY_TABLE = "assistant_sessions"
+_EMBEDDINGS = "assistant_embeddings"  # with assistant_embeddings_pending (made together, on first use)
+
+# Everything keyed by the session id; search rows first (their rowid is the message's seq). Each
+# statement with the table of storage.schema.ON_FIRST_USE it needs (None: always there): one made
+# on first use that does not exist holds no row of the session.
 _DELETE_SESSION_ROWS = (
-    f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
-    f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
-    f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)",
-    "DELETE FROM assistant_messages WHERE session_id = ?",
-    "DELETE FROM assistant_compactions WHERE session_id = ?",
-    "DELETE FROM assistant_config WHERE session_id = ?",
-    "DELETE FROM assistant_sessions WHERE id = ?",
+    (FTS_TABLE, f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    (FTS_TABLE, f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    (FTS_TABLE, f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN "
+                "(SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    (_EMBEDDINGS, "DELETE FROM assistant_embeddings WHERE session_id = ?"),
+    (_EMBEDDINGS, "DELETE FROM assistant_embeddings_pending WHERE session_id = ?"),
+    (None, "DELETE FROM assistant_messages WHERE session_id = ?"),
+    (None, "DELETE FROM assistant_compactions WHERE session_id = ?"),
+    (None, "DELETE FROM assistant_config WHERE session_id = ?"),
+    (None, "DELETE FROM assistant_sessions WHERE id = ?"),
 )
-# Made on first use (storage.schema.ON_FIRST_USE): deleted from only when the file has them.
-_LAZY_SESSION_TABLES = ("assistant_embeddings", "assistant_embeddings_pending")
-_EXISTING = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (SELECT value FROM json_each(?))"
 # Block rows of one session: labels "<something>_<session id>" (?1 = length of "_<id>", ?2 = "_<id>").
 _DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE length(label) > ?1 AND substr(label, -?1) = ?2"
 
@@ -82,7 +88,15 @@ _HIT_NAMES = ("id", "role", "content", "created_at", "session_id")
 
 
 class SqliteRegistryDialect:
-    """The SQLite :class:`~storage.tree.registry.RegistryDialect`."""
+    """The SQLite :class:`~storage.tree.registry.RegistryDialect`.
+
+    Args:
+        con: the file's connection, when it deletes a session (it asks which tables made on
+            first use exist); ``None`` otherwise.
+    """
+
+    def __init__(self, con: apsw.Connection | None = None) -> None:
+        self._con = con
 
     GET = f"SELECT {_COLUMNS} FROM assistant_sessions WHERE id = ?1"
     GET_FOR_UPDATE = GET  # the actor's transaction holds the file
@@ -105,17 +119,13 @@ UPDATE assistant_sessions SET input_tokens = input_tokens + ?2, output_tokens = 
 WHERE id = ?1 RETURNING {_COLUMNS}
 """
 
-    @staticmethod
-    def delete_rows(session_id: str) -> Operation[None]:
-        """The session's search rows first (their rowid is the message's seq), then its vectors (when
-        the file has their tables), its rows and blocks."""
-        for statement in _DELETE_SESSION_ROWS[:3]:
-            yield statement, (session_id,)
-        existing = yield _EXISTING, (json.dumps(_LAZY_SESSION_TABLES),)
-        for (table,) in sorted(existing):
-            yield f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
-        for statement in _DELETE_SESSION_ROWS[3:]:
-            yield statement, (session_id,)
+    def delete_rows(self, session_id: str) -> Operation[None]:
+        """The session's search rows first (their rowid is the message's seq), then its rows and blocks
+        (skipping the tables made on first use that do not exist)."""
+        con = self._con
+        for table, statement in _DELETE_SESSION_ROWS:
+            if table is None or con is None or table_exists(con, table):
+                yield statement, (session_id,)
         suffix = rules.block_suffix(session_id)
         yield _DELETE_BLOCKS, (len(suffix), suffix)
 
@@ -151,8 +161,20 @@ def _run(storage: SqlStorage, op: Operation[T]) -> T:
 
 
 def _write(storage: SqlStorage, op: Operation[T]) -> T:
+    """Run a registry write in one transaction, making the registry and the message text indexes
+    first when the file has none yet (the first session registered, with its first messages)."""
+    con = storage.connection
+    made = table_exists(con, REGISTRY_TABLE) and table_exists(con, FTS_TABLE)  # outside: once seen, never asked again
     with storage.transaction():
+        if not made:
+            create_on_first_use(con, REGISTRY_TABLE)
+            create_on_first_use(con, FTS_TABLE)
         return _run(storage, op)
+
+
+def _registered(storage: SqlStorage) -> bool:
+    """Whether the file has a registry (a session was ever registered); without one every session is unknown."""
+    return table_exists(storage.connection, REGISTRY_TABLE)
 
 
 # -- reads ---------------------------------------------------------------------
@@ -160,21 +182,29 @@ def _write(storage: SqlStorage, op: Operation[T]) -> T:
 
 def get_session(storage: SqlStorage, session_id: str) -> Row | None:
     """The registry row of ``session_id``, or ``None``."""
+    if not _registered(storage):
+        return None
     return _run(storage, rules.get_session(_SQLITE_REGISTRY, session_id))
 
 
 def session_exists(storage: SqlStorage, session_id: str) -> bool:
     """``True`` when ``session_id`` has a registry row."""
+    if not _registered(storage):
+        return False
     return _run(storage, rules.session_exists(_SQLITE_REGISTRY, session_id))
 
 
 def list_sessions(storage: SqlStorage) -> list[Row]:
     """Every registry row, most recently updated first (ties: the later write first)."""
+    if not _registered(storage):
+        return []
     return _run(storage, rules.list_sessions(_SQLITE_REGISTRY))
 
 
 def count_sessions(storage: SqlStorage) -> int:
     """Number of registered sessions."""
+    if not _registered(storage):
+        return 0
     return _run(storage, rules.count_sessions(_SQLITE_REGISTRY))
 
 
@@ -208,16 +238,22 @@ def insert_session(
 
 def touch_session(storage: SqlStorage, session_id: str) -> bool:
     """Set ``updated_at`` to now (and take the next ``updated_seq``); ``False`` if unknown."""
+    if not _registered(storage):
+        return False
     return _write(storage, rules.touch_session(_SQLITE_REGISTRY, session_id))
 
 
 def rename_session(storage: SqlStorage, session_id: str, name: str) -> Row | None:
     """Set the name and touch the row; returns the new row, ``None`` if unknown."""
+    if not _registered(storage):
+        return None
     return _write(storage, rules.rename_session(_SQLITE_REGISTRY, session_id, name))
 
 
 def end_session(storage: SqlStorage, session_id: str, reason: str) -> Row | None:
     """Set ``end_reason`` and touch the row; returns the new row, ``None`` if unknown."""
+    if not _registered(storage):
+        return None
     return _write(storage, rules.end_session(_SQLITE_REGISTRY, session_id, reason))
 
 
@@ -230,6 +266,8 @@ def add_usage(
     ``check(row)`` sees the current row first, in the same transaction, and
     may raise to write nothing.
     """
+    if not _registered(storage):
+        return None
     return _write(storage, rules.add_usage(_SQLITE_REGISTRY, session_id, input_tokens, output_tokens, cost, check))
 
 
@@ -244,7 +282,9 @@ def delete_session(storage: SqlStorage, session_id: str) -> bool:
     ``_system_prompt_<session_id>`` are named -- and its registry row.
     Returns ``False`` (and deletes nothing) when ``session_id`` is not registered.
     """
-    return _write(storage, rules.delete_session(_SQLITE_REGISTRY, session_id))
+    if not _registered(storage):
+        return False
+    return _write(storage, rules.delete_session(SqliteRegistryDialect(storage.connection), session_id))
 
 
 # -- search ------------------------------------------------------------------------
@@ -262,6 +302,8 @@ def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> 
     Raises:
         SearchQueryError: SQLite failed (never returned as an empty list).
     """
+    if not (_registered(storage) and table_exists(storage.connection, FTS_TABLE)):
+        return []  # no session registered, or no message ever written: no hit
     try:
         return _run(storage, _search(query, limit))
     except apsw.Error as exc:

@@ -59,8 +59,12 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
 * children are found through ``idx_assistant_msg_parent`` on ``parent_seq``
   (version 5; before, on ``(session_id, parent_id, seq)``);
 * the tables of :data:`ON_FIRST_USE` (key-value, alarm, transcripts,
-  searchable-block entries and their indexes, embeddings) exist only once
-  written (version 6 drops them while empty): readers ask
+  searchable-block entries and their indexes, embeddings; since version 7
+  the message text indexes ``assistant_fts``, ``assistant_fts_tools`` and
+  ``assistant_fts_cjk``, made by the first write to the messages, and the
+  session registry ``assistant_sessions``, made by the first session a
+  SessionManager registers) exist
+  only once written (versions 6 and 7 drop them while empty): readers ask
   :func:`table_exists`, writers call :func:`create_on_first_use` inside
   their transaction; a cluster restore makes them all
   (:func:`create_for_restore`); a cluster's capture makes them all before
@@ -371,16 +375,61 @@ CREATE TABLE IF NOT EXISTS assistant_embeddings_pending (
 );""",
 }
 
+# Version 7: the full-text indexes of message text are made by the first write to the messages
+# (docs/performance.md): their three FTS5 tables are 13 pages of an empty file. Made exactly as
+# versions 1-3 made them; a file whose indexes hold no row has them dropped here.
+ON_FIRST_USE["assistant_fts"] = """
+CREATE VIRTUAL TABLE IF NOT EXISTS assistant_fts_cjk USING fts5(content, tokenize = 'trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS assistant_fts_tools USING fts5(
+    content, tools, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS assistant_fts USING fts5(
+    content, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);"""
+
+# Also version 7: the session registry (a SessionManager's sessions), made by the first session it
+# registers; a plain session's file never has one. Made exactly as version 1 made it.
+ON_FIRST_USE["assistant_sessions"] = f"""
+CREATE TABLE IF NOT EXISTS assistant_sessions (
+    seq               INTEGER PRIMARY KEY,
+    id                TEXT NOT NULL UNIQUE,
+    name              TEXT NOT NULL,
+    parent_session_id TEXT,
+    model             TEXT,
+    source            TEXT,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    estimated_cost    REAL NOT NULL DEFAULT 0,
+    end_reason        TEXT,
+    created_at        TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_at        TEXT NOT NULL DEFAULT {NOW_MS},
+    updated_seq       INTEGER NOT NULL UNIQUE
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_sessions_updated ON assistant_sessions (updated_at, updated_seq);"""
+
 #: Tables that go with each table of :data:`ON_FIRST_USE` (dropped only when all are empty).
 _COMPANIONS: dict[str, tuple[str, ...]] = {
     "cf_agents_search_entries": ("cf_agents_search_fts", "cf_agents_search_fts_cjk"),
     "assistant_embeddings": ("assistant_embeddings_pending",),
+    "assistant_fts": ("assistant_fts_tools", "assistant_fts_cjk"),
 }
 
 
 def _v6(con: apsw.Connection) -> None:
-    """Version 6: drop the tables of :data:`ON_FIRST_USE` that hold no row (nothing else changes)."""
-    for table in ON_FIRST_USE:
+    """Version 6: drop the tables version 6 makes on first use that hold no row (nothing else changes)."""
+    _drop_empty(con, ("_cf_KV", "_cf_alarm", "transcript_entries", "cf_agents_search_entries",
+                      "cf_agents_search_embeddings", "assistant_embeddings"))
+
+
+def _v7(con: apsw.Connection) -> None:
+    """Version 7: drop the message text indexes, and the session registry, when they hold no row
+    (nothing else changes)."""
+    _drop_empty(con, ("assistant_fts", "assistant_sessions"))
+
+
+def _drop_empty(con: apsw.Connection, tables: tuple[str, ...]) -> None:
+    """Drop each of ``tables`` (of :data:`ON_FIRST_USE`) with its companions when none of them holds a row."""
+    for table in tables:
         group = (table, *_COMPANIONS.get(table, ()))
         if all(_empty(con, name) for name in group):
             for name in group:
@@ -394,7 +443,7 @@ def _empty(con: apsw.Connection, table: str) -> bool:
 
 
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6, _v7)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,8 +13,9 @@
   activation, and the file is closed.
 * **Hibernation** drops the instance at once; its file closes at once, or
   after its WAL is checkpointed in a worker thread when it is larger than
-  :data:`WAL_KEEP_BYTES` (one checkpoint at a time). A call arriving
-  meanwhile waits for the close, then wakes the actor.
+  :data:`WAL_KEEP_BYTES` or the file was made by this activation (one
+  checkpoint at a time). A call arriving meanwhile waits for the close,
+  then wakes the actor.
 * **Eviction** closes the least recently idle actor's file at once, without
   a checkpoint, when a waking actor needs its place.
 * **Faults**: a full disk is answered :class:`~common.errors.StorageFullError`;
@@ -85,6 +86,7 @@ class Lifecycle:
         self._closing: dict[ActorKey, trio.Event] = {}  # hibernated, file being checkpointed; set once closed
         self._checkpoints = trio.CapacityLimiter(1)  # one checkpoint at a time: they are disk-bound
         self._files: dict[str, int] = {}  # namespace -> actor files on disk, once scanned
+        self._made: set[ActorKey] = set()  # actors whose file their current activation made (see hibernate_slot)
 
     # -- what the host reads ---------------------------------------------------------------------
 
@@ -151,6 +153,8 @@ class Lifecycle:
         except BaseException:
             self._open_files -= 1
             raise
+        if not existed:  # made now (a cluster restore), or by the open that follows
+            self._made.add(slot.key)
         if not existed and path.exists() and slot.id.namespace in self._files:
             self._files[slot.id.namespace] += 1
 
@@ -310,37 +314,55 @@ class Lifecycle:
 
         A WAL file of more than :data:`WAL_KEEP_BYTES` is copied into the
         database and cut back in a worker thread (:meth:`FileGuard.checkpoint`)
-        before the file closes, so a sleeping actor leaves no large WAL. The
+        before the file closes, so a sleeping actor leaves no large WAL. So
+        is the WAL of a file this activation made, whatever its size: a new
+        file's WAL holds every commit of its first activation (the actor's
+        name, the generation marks, its first writes), pages a sleeping
+        session that is never woken again would keep twice; the checkpoint's
+        disk syncs are paid once per actor. The
         actor counts as hibernated at once; its file counts towards
         ``max_active`` until it is closed, and a call for it meanwhile waits
-        for the close, then wakes it (:meth:`activate`). A smaller WAL is
-        left as it is: closing costs no disk sync.
+        for the close, then wakes it (:meth:`activate`). A smaller WAL of an
+        older file is left as it is: closing costs no disk sync.
 
         Returns:
             an event set once the file is closed, or ``None`` when it already is.
         """
         with telemetry.hibernation(slot.id):  # a span while tracing is on
+            made = slot.key in self._made
             storage = self._drop_slot(slot, "hibernations", "hibernated")
             if storage is None:
                 return None
-            if storage.wal_file_bytes <= WAL_KEEP_BYTES:
+            wal_bytes = storage.wal_file_bytes
+            if wal_bytes == 0 or (wal_bytes <= WAL_KEEP_BYTES and not made):
                 self._close_file(slot.id, storage)
                 return None
             slot.detach(storage)  # the worker thread must not call back into trio objects
             closed = self._closing[slot.key] = trio.Event()
-            self._nursery.start_soon(self._checkpoint_and_close, slot.id, storage, closed)
+            self._nursery.start_soon(self._checkpoint_and_close, slot.id, storage, closed,
+                                     wal_bytes > WAL_KEEP_BYTES)
             return closed
 
-    async def _checkpoint_and_close(self, actor_id: ActorId, storage: ActorStorage, closed: trio.Event) -> None:
+    async def _checkpoint_and_close(self, actor_id: ActorId, storage: ActorStorage, closed: trio.Event,
+                                    large: bool = True) -> None:
         """Checkpoint a hibernated actor's WAL off the trio thread, then close its file.
+
+        A ``large`` WAL goes through :meth:`FileGuard.checkpoint` (which starts the
+        next WAL with one more generation raise). The small WAL of a file made by
+        this activation is only cut to 0 bytes (:meth:`ActorStorage.checkpoint_wal`):
+        the file then holds exactly what the catalog recorded at
+        :meth:`FileGuard.before_close`, and the next wake that writes starts its
+        WAL itself (one disk sync then), so an actor woken once and never
+        again keeps no WAL at all.
 
         A failure loses nothing (the WAL keeps every frame) and is logged; a
         host shutting down waits for a checkpoint already running, and closes
         the files still queued for one without it.
         """
         error: Exception | None = None
+        work = functools.partial(self._guard.checkpoint, storage) if large else storage.checkpoint_wal
         try:
-            await run_sync_off_loop(functools.partial(self._guard.checkpoint, storage), limiter=self._checkpoints)
+            await run_sync_off_loop(work, limiter=self._checkpoints)
         except Exception as exc:
             error = exc
         finally:
@@ -368,6 +390,7 @@ class Lifecycle:
         Returns the still open file (``None`` if it had none), which the caller closes.
         """
         self._table.forget(slot)
+        self._made.discard(slot.key)
         slot.state = SlotState.CLOSED
         slot.agent = None
         with self._guard.host_writes(slot.id):  # what the placement writes (a clean marker) is not the actor's

@@ -13,6 +13,7 @@ import pytest
 from actors import ConflictError, InvalidInputError, InvalidMessageError
 from actors.session import MessagesChange, Session
 from actors.skills import DirectorySkillProvider
+from storage.schema import create_on_first_use
 from tests.support.backends import kind_of, refusing_inserts, write_counts
 
 pytestmark = pytest.mark.both_storages
@@ -230,6 +231,8 @@ async def test_a_storage_failure_after_the_search_rows_rolls_them_back_too(stora
     session = Session.create(storage)
     cjk = {"id": "m2", "role": "user", "parts": [{"type": "text", "text": "東京"}]}
     last = "assistant_fts_cjk_content" if kind_of(storage) == "sqlite" else "assistant_config"
+    if kind_of(storage) == "sqlite":  # the trigger needs the index, made by a file's first message write
+        create_on_first_use(storage.connection, "assistant_fts")
     with refusing_inserts(storage, last, "last row refused") as error:  # FTS5 reports it as "constraint failed"
         with pytest.raises(error, match="last row refused|constraint failed"):
             await session.append_messages([msg("m1"), cjk])

@@ -4,6 +4,7 @@ import pytest
 
 from storage import SqlStorage
 from storage.fts import has_cjk, index_rows, matching_rowids_sql, parse_query, unindex_rows
+from storage.schema import create_on_first_use
 
 TEXTS = {
     1: "The user's guide is in docs/setup.md",
@@ -20,6 +21,7 @@ TEXTS = {
 @pytest.fixture
 def index():
     s = SqlStorage.open(":memory:")
+    create_on_first_use(s.connection, "assistant_fts")  # made by a file's first message (schema version 7)
     for rowid, text in TEXTS.items():
         for sql, params in index_rows("assistant_fts", rowid, text):
             s.exec(sql, *params)

@@ -112,6 +112,10 @@ def kind_of(storage: Any) -> str:
     return "sqlite" if isinstance(storage, SqlStorage) else "postgres"
 
 
+def _has_table(storage: SqlStorage, table: str) -> bool:
+    return bool(storage.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", table))
+
+
 def index_rows(storage: Any) -> list[dict[str, Any]]:
     """The messages indexed by their text, oldest first: ``{id, session_id, role, content}``.
 
@@ -121,6 +125,8 @@ def index_rows(storage: Any) -> list[dict[str, Any]]:
     live in the message row there.
     """
     if isinstance(storage, SqlStorage):
+        if not _has_table(storage, "assistant_fts"):
+            return []  # made by the file's first message write (storage.schema.ON_FIRST_USE)
         return storage.sql(
             f"SELECT m.id, m.session_id, m.role, {TEXT_OF_CONTENT} AS content FROM assistant_fts AS f "
             "JOIN assistant_messages AS m ON m.seq = f.rowid ORDER BY f.rowid"
@@ -135,7 +141,9 @@ def write_counts(storage: Any) -> dict[str, int]:
     """Rows of everything a message write touches: messages, the text index, the CJK index, config rows."""
     if isinstance(storage, SqlStorage):
         tables = ("assistant_messages", "assistant_fts", "assistant_fts_cjk", "assistant_config")
-        return {table: storage.scalar(f"SELECT count(*) FROM {table}") for table in tables}
+        # a table made on first use (storage.schema.ON_FIRST_USE) that does not exist holds no row
+        return {table: storage.scalar(f"SELECT count(*) FROM {table}") if _has_table(storage, table) else 0
+                for table in tables}
     return {
         "assistant_messages": storage.scalar("SELECT count(*) FROM assistant_messages"),
         "text index": len(index_rows(storage)),

@@ -118,11 +118,31 @@ async def test_idle_hibernation_checkpoints_a_large_wal_and_keeps_every_write(ac
         assert (stats.activations, stats.hibernations, stats.active) == (2, 1, 1)
 
 
+async def test_a_new_files_small_wal_is_checkpointed_at_its_first_hibernation(actor_data_dir):
+    async with open_host(actor_data_dir, idle_timeout_s=None) as host:
+        ns = host.bind("notes", Notes)
+        stub = ns.get_by_name("new")
+        await stub.write(3)
+        assert 0 < wal_size(host, stub) <= WAL_KEEP_BYTES
+        assert await host.hibernate(ns, stub.id) is True
+        # the first activation's commits are all in the database: the WAL is cut to nothing
+        assert wal_size(host, stub) == 0
+        path = host.path_for(stub.id)
+        entry = host.catalog.get("notes", stub.id.hex)
+        assert (entry.generation, file_generation(path)) == (2, 2)  # mark, close; nothing raised after
+        assert examine(path, entry.generation)[0] is None
+        assert actor_fds() == 0
+        assert await stub.count() == 3
+        assert await stub.read(2) == "2:" + "x" * 3000
+
+
 async def test_a_small_wal_is_left_in_place_at_hibernation(actor_data_dir):
     async with open_host(actor_data_dir, idle_timeout_s=None) as host:
         ns = host.bind("notes", Notes)
         stub = ns.get_by_name("small")
-        await stub.write(3)
+        await stub.write(1)
+        await host.hibernate(ns, stub.id)  # its file is new: checkpointed (see the test above)
+        await stub.write(3, start=1)
         before = wal_size(host, stub)
         assert 0 < before <= WAL_KEEP_BYTES
         assert await host.hibernate(ns, stub.id) is True
@@ -130,7 +150,7 @@ async def test_a_small_wal_is_left_in_place_at_hibernation(actor_data_dir):
         # the generation raised again at closing: one page (its table was created at the first write's mark)
         assert after == before + FRAME
         assert actor_fds() == 0
-        assert await stub.count() == 3
+        assert await stub.count() == 4
 
 
 async def test_hibernate_returns_once_the_file_is_checkpointed_and_closed(actor_data_dir):
