@@ -264,12 +264,17 @@ class _WriteCounts:
     a session that did not hibernate must not show older content than one
     that did). Weak keys: nothing is kept alive; an object that cannot be
     weakly referenced or hashed is not tracked.
+
+    :attr:`generation` moves at every bump, of any source: while it has not
+    moved, no count has (a cheap check before comparing counts).
     """
 
     def __init__(self) -> None:
         self._counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.generation = 0
 
     def bump(self, source: Any) -> None:
+        self.generation += 1
         try:
             self._counts[source] = self._counts.get(source, 0) + 1
         except TypeError:
@@ -283,6 +288,10 @@ class _WriteCounts:
 
 
 _WRITES = _WriteCounts()
+
+#: Writes of a session's default cached-prompt row (``_system_prompt[_<session id>]``) per storage file:
+#: an engine holds the stored prompt it read while this count is unchanged (see ``ContextBlocks._stored_prompt``).
+_PROMPT_WRITES = _WriteCounts()
 
 
 def mark_block_source_changed(source: Any) -> None:
@@ -376,8 +385,15 @@ class ContextBlocks:
         self._prompt_store: Any = None
         self._blocks: dict[str, ContextBlock] | None = None
         self._writes_seen: tuple[int, tuple[int, ...]] | None = None
+        self._generation_seen = -1  # _WRITES.generation when _writes_seen was last found current
         self._snapshot: str | None = None
         self._skills: SkillTracker | None = None
+        # The stored prompt as last read, with the write counts it was read at (see _stored_prompt).
+        self._stored: tuple[tuple[int, int], str | None] | None = None
+        self._holds_stored: bool | None = None
+        # The blocks' version (moves at every change of self._blocks) and the prompt rendered at one.
+        self._blocks_version = 0
+        self._rendered: tuple[int, str] | None = None
 
     # -- builder ------------------------------------------------------------------
 
@@ -500,6 +516,7 @@ class ContextBlocks:
         for config in list(self._resolve()):
             blocks[config.label] = await self._init_and_read(config)
         self._blocks, self._writes_seen = blocks, seen
+        self._blocks_version += 1
         return blocks
 
     async def _loaded(self) -> dict[str, ContextBlock]:
@@ -508,12 +525,17 @@ class ContextBlocks:
         self._resolve()
         if self._blocks is None:
             return await self._load_all()
+        generation = _WRITES.generation
+        if generation == self._generation_seen:  # no block write anywhere since the last check
+            return self._blocks
         seen = self._writes_signature()
+        self._generation_seen = generation
         if seen != self._writes_seen:
             blocks = {}
             for config in list(self._resolve()):
                 blocks[config.label] = await self._read(config)
             self._blocks, self._writes_seen = blocks, seen
+            self._blocks_version += 1
         return self._blocks
 
     def _writes_signature(self) -> tuple[int, tuple[int, ...]]:
@@ -587,6 +609,7 @@ class ContextBlocks:
             raise ContextBlockError(message, field="content")
         await _call(config.provider.set, content)
         blocks[label] = ContextBlock(**{**block, "content": content, "tokens": tokens})
+        self._blocks_version += 1
         self._wrote(config)
         return ContextBlock(**blocks[label])
 
@@ -657,6 +680,7 @@ class ContextBlocks:
         """Record ``content``, just read back from the provider, as keyed block ``label``'s content."""
         assert self._blocks is not None  # loaded by _keyed(); blocks are never unloaded
         self._blocks[label] = ContextBlock(**{**block, "content": content, "tokens": estimate_string_tokens(content)})
+        self._blocks_version += 1
 
     async def search_context(self, label: str, query: str) -> str | None:
         """The search provider's answer for ``query``, or ``None`` for no results.
@@ -697,6 +721,7 @@ class ContextBlocks:
         block = await self._init_and_read(config)
         self._resolve().append(config)
         blocks[label] = block
+        self._blocks_version += 1
         self._writes_seen = self._writes_signature()
         if block["isSkill"]:
             await self._tracker()
@@ -712,6 +737,7 @@ class ContextBlocks:
         self._resolve().remove(config)
         if self._blocks is not None:
             self._blocks.pop(label, None)
+            self._blocks_version += 1
             self._writes_seen = self._writes_signature()
         await tracker.drop_label(label)
         return True
@@ -729,24 +755,70 @@ class ContextBlocks:
         blocks = await self._loaded()
         if self._snapshot is None:
             self._snapshot = render_prompt(list(blocks.values()))
-        if self._prompt_store is not None:
-            await _call(self._prompt_store.set, self._snapshot)
+        await self._store_prompt(self._snapshot)
         return self._snapshot
 
+    async def _store_prompt(self, prompt: str) -> None:
+        """Persist ``prompt`` to the prompt store, if any; a held stored prompt is dropped."""
+        if self._prompt_store is None:
+            return
+        try:
+            await _call(self._prompt_store.set, prompt)
+        finally:
+            self._prompt_written()
+
+    def _prompt_written(self) -> None:
+        """The stored prompt may have changed: every engine on this file (or the store's) reads it again."""
+        self._stored = None
+        if self._storage is not None:
+            _PROMPT_WRITES.bump(self._storage)
+        store_file = getattr(self._prompt_store, "storage", None)
+        if store_file is not None and store_file is not self._storage:
+            _PROMPT_WRITES.bump(store_file)
+
+    @staticmethod
+    def _prompt_writes() -> tuple[int, int]:
+        """What a held stored prompt depends on: every prompt write and block write of the process
+        (a superset of this file's)."""
+        return _PROMPT_WRITES.generation, _WRITES.generation
+
+    def _may_hold_stored(self) -> bool:
+        """Whether the stored prompt, once read, may be held in memory: it is this session's own row
+        of a SQLite file this process holds exclusively, so every write of it is one of
+        :meth:`_store_prompt` or :meth:`delete_stored_state` (of this engine or another on the file,
+        counted in ``_PROMPT_WRITES``) or a block write (``_WRITES``: a block provider could name the
+        row). A custom prompt store is asked every time."""
+        if self._holds_stored is None:
+            self._holds_stored = (
+                self._spec.prompt_store is None and isinstance(self._storage, SqlStorage)
+                and sql.held_exclusively(self._storage)
+            )
+        return self._holds_stored
+
     async def _stored_prompt(self) -> str | None:
+        """The prompt store's prompt (``None``: none stored). Held in memory once read outside a
+        transaction (a committed value) while no engine wrote the row since (see :meth:`_may_hold_stored`)."""
         if self._prompt_store is None:
             return None
+        hold = self._may_hold_stored()
+        written = (0, 0)
+        if hold:
+            written = self._prompt_writes()
+            held = self._stored
+            if held is not None and held[0] == written:
+                return held[1]
         stored = await _call(self._prompt_store.get)
         if stored is not None and not isinstance(stored, str):
             raise TypeError(f"prompt store returned {type(stored).__name__} from get(), not str or None")
+        if hold and isinstance(self._storage, SqlStorage) and not self._storage.in_transaction:
+            self._stored = (written, stored)
         return stored
 
     async def refresh_system_prompt(self) -> str:
         """Reload every provider (``init`` + ``get``), re-render, replace the snapshot, persist."""
         blocks = await self._load_all()
         self._snapshot = render_prompt(list(blocks.values()))
-        if self._prompt_store is not None:
-            await _call(self._prompt_store.set, self._snapshot)
+        await self._store_prompt(self._snapshot)
         return self._snapshot
 
     async def prompt_for_estimate(self) -> str:
@@ -758,7 +830,11 @@ class ContextBlocks:
         stored = await self._stored_prompt()
         if stored is not None:
             return stored
-        return render_prompt(list((await self._loaded()).values()))
+        blocks = await self._loaded()
+        rendered = self._rendered
+        if rendered is None or rendered[0] != self._blocks_version:
+            rendered = self._rendered = (self._blocks_version, render_prompt(list(blocks.values())))
+        return rendered[1]
 
     # -- tools and skills -----------------------------------------------------------------------------
 
@@ -837,9 +913,12 @@ class ContextBlocks:
         if self._spec.cached_prompt and self._spec.prompt_store is None:
             keys.append(self._prompt_store.key)
         if isinstance(self._storage, SqlStorage):
-            with self._storage.transaction():
-                sql.delete_blocks(self._storage, keys)
-                sql.delete_config(self._storage, self._session_id, SkillTracker.CONFIG_KEY)
+            try:
+                with self._storage.transaction():
+                    sql.delete_blocks(self._storage, keys)
+                    sql.delete_config(self._storage, self._session_id, SkillTracker.CONFIG_KEY)
+            finally:
+                self._prompt_written()
             return
         if self._storage is not None:
             await self._storage.delete_blocks(keys)

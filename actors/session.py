@@ -99,6 +99,7 @@ from common.errors import (
     NotSupportedError,
 )
 from storage import SqlStorage
+from storage.context import held_exclusively
 from storage.embeddings import EmbeddingMessageStore
 from storage.fts import parse_query
 from storage.messages import LATEST_LEAF, OVERLAY_PREFIX, MessageStore, NewMessage, to_iso8601
@@ -250,13 +251,27 @@ class Session:
     def _bind(self, compaction: CompactionSpec) -> None:
         """Open the message store of :attr:`session_id` and the compaction part over it."""
         self._messages = as_async_store(self._store_for(self._session_id))
+        self._exclusive: bool | None = None
         self._context.with_state(self._messages if callable(getattr(self._messages, "get_config", None)) else None)
         self._channel.session_id = self._session_id
         self._compaction = SessionCompaction(
-            self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed
+            self._messages, self._context, self._channel, spec=compaction, on_stored=self._history_changed,
+            version=self._file_version,
         )
         if self._embedder is not None:
             self._vectors = SessionVectors(self._storage, self._session_id, self._embedder)
+
+    def _file_version(self) -> int | None:
+        """The data version of the file when the estimate may hold the history tokens it reads now
+        (see :mod:`actors.session_compaction`), else ``None``: a synchronous store (no other task
+        writes between its reads) on a SQLite file this process holds exclusively, outside a
+        caller's transaction."""
+        store = getattr(sync_store(self._messages), "storage", None)
+        if not isinstance(store, SqlStorage) or store.in_transaction:
+            return None
+        if self._exclusive is None:
+            self._exclusive = held_exclusively(store)
+        return store.data_version if self._exclusive else None
 
     # -- builders ------------------------------------------------------------
 
@@ -525,10 +540,13 @@ class Session:
             inserted, parent = False, None
         else:
             m = prepared.message
+            before = self._file_version()  # a synchronous store commits without suspending in between
             inserted, parent = await self._messages.append(
                 m["id"], m["role"], prepared.content, prepared.text, parent_id,
                 tokens=prepared.tokens, tools=prepared.tools,
             )
+            if inserted:
+                self._compaction.appended(m["id"], parent, prepared.tokens, before, self._file_version())
         await self._committed(MessagesChange("append", prepared.message, parent, inserted))
         return inserted
 

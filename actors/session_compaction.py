@@ -21,6 +21,23 @@ Its cost follows the number of compactions, not the history length. A
 custom session counter gets what its contract promises -- the whole
 history, the prompt and the blocks -- on every estimate.
 
+The history part is held between estimates (:class:`KnownPath`), as
+:mod:`storage.carried` holds the latest leaf: it is trusted only while the
+file's data version is the one it was read or last extended at (``version``:
+the Session's SQLite file, held exclusively, outside a caller's
+transaction; anything else holds nothing), so any commit not told here --
+another Session, the host, raw SQL -- makes the next estimate read the
+totals again: every write commits, so an update, delete, clear, batch
+append, compaction, or rows stored in a caller's transaction
+(``prepared_rows``) all do. One append under the latest leaf, told through
+:meth:`SessionCompaction.appended` with the versions around its commit,
+extends it instead: the new row's own tokens are added (what its
+``path_tokens`` adds; the overlays on the path stay those of its parent,
+unless the new id is an end of a stored overlay) and the version moves to
+the one after that commit; an append under another parent (a branch
+switch) forgets it. The prompt part is the context engine's (held by it;
+block writes and prompt refreshes move it).
+
 When an estimate is made (docs/behaviours.md §9, §12): only when someone
 listens to the broadcasts (see :class:`BroadcastChannel`), or the session
 has both a threshold and a compaction function (auto-compaction compares
@@ -61,7 +78,10 @@ from .tokens import TOKENS_PER_MESSAGE, estimate_string_tokens
 if TYPE_CHECKING:
     from .context import ContextBlock
 
-__all__ = ["NO_FUNCTION", "BroadcastChannel", "CompactionFunction", "ErrorHandler", "PromptSource", "SessionCompaction"]
+__all__ = [
+    "NO_FUNCTION", "BroadcastChannel", "CompactionFunction", "ErrorHandler", "KnownPath", "PromptSource",
+    "SessionCompaction",
+]
 
 logger = logging.getLogger("actors.session")
 
@@ -136,6 +156,27 @@ class BroadcastChannel:
             logger.warning("session %r: broadcast failed", self.session_id, exc_info=True)
 
 
+class KnownPath:
+    """The heuristic history tokens of the latest leaf's path, as the last estimate found them.
+
+    Attributes:
+        version: the file's data version they are true at.
+        leaf_id: the latest leaf they were computed for.
+        tokens: ``path_tokens`` of the leaf, minus what the overlays on the path
+            hide, plus the overlays' own tokens.
+        ends: the ``fromMessageId``/``toMessageId`` of every stored overlay (a new
+            message with one of these ids may bring an overlay onto the path).
+    """
+
+    __slots__ = ("ends", "leaf_id", "tokens", "version")
+
+    def __init__(self, version: int, leaf_id: str, tokens: int, ends: frozenset[str]) -> None:
+        self.version = version
+        self.leaf_id = leaf_id
+        self.tokens = tokens
+        self.ends = ends
+
+
 class SessionCompaction:
     """Compaction, token estimate and status broadcasts of one session.
 
@@ -147,6 +188,9 @@ class SessionCompaction:
         on_stored: called (and awaited when it returns an awaitable) after a
             compaction row is stored (the Session's "history changed"
             notice), or ``None``.
+        version: the data version of the store's file when the history
+            tokens may be held now (see the module docstring), else ``None``;
+            ``None`` for this argument: never held.
     """
 
     def __init__(
@@ -157,6 +201,7 @@ class SessionCompaction:
         *,
         spec: CompactionSpec | None = None,
         on_stored: Callable[[], Any] | None = None,
+        version: Callable[[], int | None] | None = None,
     ) -> None:
         self._store = as_async_store(store)
         self._context = context
@@ -167,6 +212,8 @@ class SessionCompaction:
         self._running = False
         self._prompt: tuple[str, int] = ("", 0)
         self._overlay_tokens: dict[str, int] = {}
+        self._version = version
+        self._known: KnownPath | None = None
 
     # -- the estimate ------------------------------------------------------------------
 
@@ -181,13 +228,41 @@ class SessionCompaction:
         return await self._history_tokens() + self._prompt_tokens(prompt)
 
     async def _history_tokens(self) -> int:
+        version = None if self._version is None else self._version()
+        known = self._known
+        if known is not None and known.version == version:
+            return known.tokens
+        self._known = None
+        leaf = await self._store.latest_leaf() if version is not None else None
         totals = await self._store.latest_path_tokens()  # one statement without compactions
         if totals is None:
             return 0
         tokens = totals.total
         for row, hidden in totals.hidden:
             tokens += self._overlay_cost(row.id, row.summary) - hidden
+        if leaf is not None and version is not None:
+            ends = frozenset(end for row in await self._store.compactions()
+                             for end in (row.from_message_id, row.to_message_id))
+            self._known = KnownPath(version, leaf, tokens, ends)
         return tokens
+
+    def appended(self, message_id: str, parent_id: str | None, tokens: int, before: int | None,
+                 after: int | None) -> None:
+        """Message ``message_id`` (its own ``tokens``, as stored) was just stored under ``parent_id``
+        and is the latest leaf; ``before``/``after``: the file's data version just before and just
+        after that commit (``None``: not holdable). The held history tokens grow by ``tokens`` when
+        the commit was the only one since they were true and it extends their path; else they are
+        forgotten."""
+        known = self._known
+        if known is None:
+            return
+        if (before is None or after is None or known.version != before or parent_id is None
+                or parent_id != known.leaf_id or message_id in known.ends):
+            self._known = None
+            return
+        known.version = after
+        known.leaf_id = message_id
+        known.tokens += tokens
 
     def _overlay_cost(self, compaction_id: str, summary: str) -> int:
         cost = self._overlay_tokens.get(compaction_id)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import apsw
 
+from .carried import exclusive
 from .errors import SearchQueryError
 from .fts import ParsedQuery, index_rows, matching_rowids_sql, parse_query, unindex_rows
 from .schema import NOW_MS, create_on_first_use, table_exists
@@ -39,7 +40,7 @@ from .tree.steps import Operation, drive
 
 __all__ = [
     "SEARCH_FTS", "SEARCH_LIMIT", "SqliteContextDialect", "count_search_entries", "delete_blocks", "delete_config",
-    "entries_summary", "entries_text", "read_block", "read_config", "search_entries", "upsert_search_entry",
+    "entries_summary", "entries_text", "held_exclusively", "read_block", "read_config", "search_entries", "upsert_search_entry",
     "write_block", "write_config",
 ]
 
@@ -106,6 +107,12 @@ def _run(storage: SqlStorage, op: Operation[T]) -> T:
 
 
 # -- cf_agents_context_blocks ------------------------------------------------
+
+
+def held_exclusively(storage: SqlStorage) -> bool:
+    """Whether ``storage``'s connection holds its file exclusively (``locking_mode=EXCLUSIVE``: no other
+    connection can write a row unseen), as :func:`storage.carried.exclusive`."""
+    return exclusive(storage.connection)
 
 
 def read_block(storage: SqlStorage, label: str) -> str | None:

@@ -205,6 +205,12 @@ class SqlStorage:
         """``True`` inside :meth:`transaction` (autocommit is off)."""
         return not self.connection.get_autocommit()
 
+    @property
+    def data_version(self) -> int:
+        """The file's data version (``apsw.Connection.data_version``): it moves at every commit of
+        any connection to the file, this one included, so an equal value means nothing was committed."""
+        return self.connection.data_version()
+
     def rollback(self) -> bool:
         """Roll back the open transaction, whoever opened it; ``False`` when none was open.
 
