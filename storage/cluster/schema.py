@@ -145,6 +145,10 @@ INSERT INTO ds_cluster_meta (key, value) VALUES ('schema_version', '3')
 _READ_META = "SELECT key, value FROM ds_cluster_meta WHERE key IN ('cluster_id', 'schema_version')"
 
 
+#: Seconds the start-up schema step (:func:`create_cluster_schema`) may take, waiting for other hosts' included.
+SCHEMA_TIMEOUT_S = 60.0
+
+
 async def create_cluster_schema(conn: PgConnection) -> str:
     """Create the cluster tables if missing; return the cluster id.
 
@@ -155,12 +159,18 @@ async def create_cluster_schema(conn: PgConnection) -> str:
         StorageUnavailableError, DatabaseError: see :class:`PgConnection`.
     """
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+        # Start-up only, never on a call's path: the DDL (or another host's, holding the lock) may take
+        # longer than the per-statement limit a short lease sets, so this transaction gets its own.
+        limit_ms = round(SCHEMA_TIMEOUT_S * 1000)
+        for setting in ("statement_timeout", "lock_timeout"):
+            await conn.execute(f"SET LOCAL {setting} = {limit_ms}", timeout_s=SCHEMA_TIMEOUT_S)
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY], timeout_s=SCHEMA_TIMEOUT_S)
         meta = await _read_meta(conn)
         found = int(meta.get("schema_version", 0))
         if found > CLUSTER_SCHEMA_VERSION:
             raise SchemaTooNewError("the cluster tables in Postgres", found, CLUSTER_SCHEMA_VERSION)
-        await conn.execute(_DDL)  # also upgrades versions 1 and 2: ds_catalog (2), written_at (3)
+        # also upgrades versions 1 and 2: ds_catalog (2), written_at (3)
+        await conn.execute(_DDL, timeout_s=SCHEMA_TIMEOUT_S)
         meta = await _read_meta(conn)
     return meta["cluster_id"]
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import trio
 
-from common.errors import ServerUnreachableError
+from common.errors import ActorBusyError, ServerUnreachableError
 from runtime.client import SessionsClient
 from runtime.client.http import KEEPALIVE_EXPIRY_S
 from runtime.client.websocket import ConnectionClosed, WebSocketConnection
@@ -142,9 +142,11 @@ async def test_sigterm_during_inflight_calls_answers_them_and_exits_0(tmp_path):
             assert await trio.to_thread.run_sync(server.process.wait, 20) == 0
     answered = [o for o in outcomes if isinstance(o, int)]
     assert answered and set(answered) == {2000}
-    for other in outcomes:  # calls that came after the listener stopped were never admitted
-        assert isinstance(other, int | httpx.TransportError | ServerUnreachableError) or (
-            type(other).__name__ == "ServiceUnavailableError")
+    # Calls that came after the listener stopped were never admitted; on a loaded machine some of the 30
+    # reads wait in the session's mailbox longer than max_queue_s and are refused unrun (429), as always.
+    for other in outcomes:
+        assert isinstance(other, int | httpx.TransportError | ServerUnreachableError | ActorBusyError) or (
+            type(other).__name__ == "ServiceUnavailableError"), other
     with server_process(tmp_path / "data") as server:
         async with SessionsClient(server.url) as client:
             assert await client.session("busy").get_path_length() == 2000
