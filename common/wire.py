@@ -44,13 +44,15 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_BODY_ITEMS = 100_000
 #: Prefix of every session route (``/v1/sessions/{session_id}/...``).
 SESSIONS_PREFIX = "/v1/sessions/"
+#: The custom method of ``POST /v1/sessions/{id}:restore`` (point-in-time restore, cluster mode).
+RESTORE_SUFFIX = ":restore"
 #: Prefix of the Claude Agent SDK transcript routes.
 TRANSCRIPTS_PREFIX = "/v1/transcripts"
 
 __all__ = [
     "CLOSE_RECONNECT", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_BODY_ITEMS", "HOP_HEADER", "JSON", "LATEST_LEAF",
     "MAIN_SUBPATH",
-    "MAX_SESSION_ID_BYTES", "MSGPACK", "OWNER_HEADER", "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id",
+    "MAX_SESSION_ID_BYTES", "MSGPACK", "OWNER_HEADER", "RESTORE_SUFFIX", "SESSIONS_PREFIX", "TRANSCRIPTS_PREFIX", "check_session_id",
     "decode_body", "encode_body", "encode_entry", "error_from_payload", "error_payload", "media_type",
     "parse_session_key", "payload_for", "quote_segment", "status_of", "unquote_segment",
 ]

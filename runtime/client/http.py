@@ -62,6 +62,7 @@ from common.wire import (
     JSON,
     MSGPACK,
     OWNER_HEADER,
+    RESTORE_SUFFIX,
     SESSIONS_PREFIX,
     encode_body,
     error_from_payload,
@@ -413,7 +414,7 @@ class SessionsClient:
             ActorBusyError: the session's calls kept it busy (nothing changed; try again).
             NotSupportedError: the server is not a cluster host.
         """
-        return await self.request("POST", SESSIONS_PREFIX + quote_segment(session_id) + ":restore",
+        return await self.request("POST", SESSIONS_PREFIX + quote_segment(session_id) + RESTORE_SUFFIX,
                                   body={"bookmark": bookmark}, retry_safe=False)
 
     async def collect_garbage(self, *, dry_run: bool = False) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from common.errors import RouteNotFoundError
-from common.wire import JSON, MAX_SESSION_ID_BYTES, MSGPACK, SESSIONS_PREFIX, TRANSCRIPTS_PREFIX
+from common.wire import JSON, MAX_SESSION_ID_BYTES, MSGPACK, RESTORE_SUFFIX, SESSIONS_PREFIX, TRANSCRIPTS_PREFIX
 from runtime.api import (
     ANY,
     LIST_LIMIT,
@@ -439,7 +439,7 @@ class _Builder:
                     "window": {"type": "object", "properties": {"days": {"type": "number"},
                                                                 "from": {"type": "string"}}}}})}},
         }, errors_of=[errors.InvalidInputError, errors.SessionNotFoundError, *modes, *_CALL_ERRORS])
-        self.operation(one + ":restore", "POST", {
+        self.operation(one + RESTORE_SUFFIX, "POST", {
             "operationId": "sessions.restore", "tags": ["sessions"], "parameters": params,
             "summary": "Rewind the session to a bookmark (cluster mode); answers the bookmark that undoes it.",
             "requestBody": {"required": True, "content": _content(

@@ -36,17 +36,15 @@ import trio
 from quart import Response, request
 
 from common.errors import ActorBusyError, InvalidInputError, NotSupportedError, SessionNotFoundError
-from common.wire import unquote_segment
+from common.wire import RESTORE_SUFFIX, unquote_segment
 from storage.cluster.history import iso_ms
 from storage.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from runtime.server.app import SessionsServer
 
-__all__ = ["RESTORE_SUFFIX", "answer", "handles"]
+__all__ = ["answer", "handles"]
 
-#: The custom method of ``POST /v1/sessions/{id}:restore`` (on the raw path segment).
-RESTORE_SUFFIX = ":restore"
 _DAY_S = 86_400
 #: Seconds a restore waits for the session's pending calls before it closes the session (else 429, nothing
 #: changed).
