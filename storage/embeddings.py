@@ -52,6 +52,7 @@ _VECTORS = "assistant_embeddings"
 _PENDING_TABLE = "assistant_embeddings_pending"
 _ENTRIES = "cf_agents_search_entries"
 _ENTRY_VECTORS = "cf_agents_search_embeddings"
+_MESSAGES = "assistant_messages"  # made by the first message written (a file without it holds none)
 
 
 def _has(storage: SqlStorage, table: str) -> bool:
@@ -128,6 +129,8 @@ class EmbeddingMessageStore(MessageStore):
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
         ids = list(message_ids)
+        if not _has(self.storage, _MESSAGES):
+            return []  # no message was ever written (the table is made by the first one)
         with self.storage.transaction():
             seqs = [self.storage.scalar(_SEQ_OF, self.session_id, i) for i in ids]
             deleted = super().delete(ids)
@@ -166,12 +169,15 @@ def reset(storage: SqlStorage, session_id: str, model: str) -> int:
     with storage.transaction():
         _make_vector_tables(storage)
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
-        storage.exec(_MISSING, session_id, model)
+        if _has(storage, _MESSAGES):
+            storage.exec(_MISSING, session_id, model)
         return pending_count(storage, session_id)
 
 
 def has_messages(storage: SqlStorage, session_id: str) -> bool:
     """Whether ``session_id`` holds any message."""
+    if not _has(storage, _MESSAGES):
+        return False
     return storage.scalar("SELECT 1 FROM assistant_messages WHERE session_id = ?1 LIMIT 1", session_id) is not None
 
 
@@ -188,6 +194,8 @@ def mark_missing(storage: SqlStorage, session_id: str, model: str) -> int:
     For a session written before an embedder was configured, or with another
     model (``durable-sessions reembed``). One pass over the session's messages.
     """
+    if not _has(storage, _MESSAGES):
+        return 0  # no message was ever written
     with storage.transaction():
         _make_vector_tables(storage)
         storage.exec(_MISSING, session_id, model)
@@ -203,6 +211,10 @@ def pending_batch(storage: SqlStorage, session_id: str, limit: int) -> list[tupl
     found: list[tuple[int, int, str]] = []
     gone: list[int] = []
     if not _has(storage, _PENDING_TABLE):
+        return found
+    if not _has(storage, _MESSAGES):  # no message table: every marker names a message that is gone
+        with storage.transaction():
+            storage.exec("DELETE FROM assistant_embeddings_pending WHERE session_id = ?1", session_id)
         return found
     for seq, mark, exists, text in storage.exec(_PENDING, session_id, limit):
         (found.append((seq, mark, text)) if exists and text else gone.append(seq))
@@ -284,7 +296,7 @@ def store_entry_vectors(storage: SqlStorage, model: str, dimension: int,
 
 def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int, SearchRow]:
     """The messages of ``session_id`` among ``seqs``, by ``seq`` (the rows text search answers with)."""
-    if not seqs:
+    if not seqs or not _has(storage, _MESSAGES):
         return {}
     return {
         seq: SearchRow(message_id, role, content, created_at)
@@ -319,7 +331,7 @@ def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes
 def registered_hits(storage: SqlStorage, seqs: list[int]) -> dict[int, dict[str, str]]:
     """The messages of registered sessions among ``seqs``, by ``seq``: ``{"id", "role", "content",
     "created_at", "session_id"}`` (the rows the cross-session text search answers with)."""
-    if not seqs or not _has(storage, _REGISTRY):
+    if not seqs or not _has(storage, _REGISTRY) or not _has(storage, _MESSAGES):
         return {}
     found: dict[str, list[int]] = {}
     for seq, session_id in storage.exec(
