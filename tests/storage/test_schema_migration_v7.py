@@ -51,6 +51,13 @@ def schema_of(storage_or_con, tables):
     return dict(con.execute(f"SELECT name, sql FROM sqlite_schema WHERE tbl_name IN ({marks})", tables))
 
 
+@pytest.fixture
+def storage(tmp_path):
+    opened = SqlStorage.open(tmp_path / "new.sqlite3")
+    yield opened
+    opened.close()
+
+
 def present(storage):
     return {name for (name,) in storage.exec("SELECT name FROM sqlite_schema WHERE type = 'table'")} & set(LAZY)
 
@@ -71,8 +78,8 @@ async def test_a_v7_file_with_rows_keeps_its_tables_and_answers_as_before(tmp_pa
         assert storage.user_version == SCHEMA_VERSION == 8
         assert present(storage) == set(LAZY)
         session = Session.create(storage)
-        assert [m["id"] for m in await session.get_history()] == ["compaction_" + (await session.get_compactions())[0]["id"], "c", "d"]
         [compaction] = await session.get_compactions()
+        assert [m["id"] for m in await session.get_history()] == [f"compaction_{compaction['id']}", "c", "d"]
         assert (compaction["summary"], compaction["fromMessageId"], compaction["toMessageId"]) == \
             ("the user asked for flights", "a", "b")
         assert [m["id"] for m in await session.search("lisbon")] == ["a", "b"]  # text, then tool input
@@ -114,71 +121,59 @@ async def test_a_v7_file_with_empty_tables_loses_them_and_each_first_write_makes
         storage.close()
 
 
-async def test_every_read_of_a_new_file_answers_empty_and_makes_nothing(tmp_path):
-    storage = SqlStorage.open(tmp_path / "new.sqlite3")
-    try:
-        version = storage.connection.data_version()
-        session = Session.create(storage)
-        store = MessageStore(storage)
-        assert await session.get_history() == [] and await session.get_compactions() == []
-        assert await session.get_message("x") is None and await session.get_latest_leaf() is None
-        assert await session.get_path_length() == 0 and await session.get_branches("x") == []
-        assert await session.search("flight") == [] and await session.estimate_tokens() == 0
-        assert (store.count(), store.exists("x"), store.place("x"), store.path_json("x")) == (0, False, None, ("[]", 0))
-        assert (list(store.path_chunks("x")), store.window("x", 100, 1), store.token_places(["x"])) == ([], ([], False), {})
-        assert (store.path_tokens("x"), store.latest_path_tokens(), store.children("x")) == (None, None, [])
-        assert store.update("x", "user", "{}", "") is False and store.delete(["x"]) == []
-        store.clear()
-        assert read_block(storage, "memory") is None and delete_blocks(storage, ["memory"]) == 0
-        assert list(export_records(storage)) == [] and not holds_session_data(storage)
-        facts = actor_facts(storage)
-        assert (facts.messages, facts.compactions, facts.compacted_through, facts.first_message_ms) == (0, 0, None, None)
-        assert last_write_ms(storage) is None
-        manager = SessionManager.create(storage)
-        assert await manager.list() == [] and await manager.search("flight") == []
-        assert present(storage) == set()
-        assert storage.connection.data_version() == version  # nothing was written
-    finally:
-        storage.close()
+async def test_every_read_of_a_new_file_answers_empty_and_makes_nothing(storage):
+    version = storage.connection.data_version()
+    session = Session.create(storage)
+    store = MessageStore(storage)
+    assert await session.get_history() == [] and await session.get_compactions() == []
+    assert await session.get_message("x") is None and await session.get_latest_leaf() is None
+    assert await session.get_path_length() == 0 and await session.get_branches("x") == []
+    assert await session.search("flight") == [] and await session.estimate_tokens() == 0
+    assert (store.count(), store.exists("x"), store.place("x"), store.path_json("x")) == (0, False, None, ("[]", 0))
+    assert (list(store.path_chunks("x")), store.window("x", 100, 1), store.token_places(["x"])) == ([], ([], False), {})
+    assert (store.path_tokens("x"), store.latest_path_tokens(), store.children("x")) == (None, None, [])
+    assert store.update("x", "user", "{}", "") is False and store.delete(["x"]) == []
+    store.clear()
+    assert read_block(storage, "memory") is None and delete_blocks(storage, ["memory"]) == 0
+    assert list(export_records(storage)) == [] and not holds_session_data(storage)
+    facts = actor_facts(storage)
+    assert (facts.messages, facts.compactions, facts.compacted_through, facts.first_message_ms) == (0, 0, None, None)
+    assert last_write_ms(storage) is None
+    manager = SessionManager.create(storage)
+    assert await manager.list() == [] and await manager.search("flight") == []
+    assert present(storage) == set()
+    assert storage.connection.data_version() == version  # nothing was written
 
 
-async def test_a_rolled_back_first_write_takes_its_table_with_it(tmp_path):
-    storage = SqlStorage.open(tmp_path / "new.sqlite3")
-    try:
-        session = Session.create(storage)
-        for write in (lambda: session.append_message(msg("a", "gone")),
-                      lambda: session.add_compaction("s", "a", "a")):
-            with pytest.raises(ZeroDivisionError):
-                with storage.transaction():
-                    await write()
-                    1 / 0
-        with pytest.raises(ZeroDivisionError), storage.transaction():
-            write_block(storage, "memory", "gone")
-            1 / 0
-        assert present(storage) == set()
-        assert await session.get_history() == [] and await session.get_compactions() == []
-        assert read_block(storage, "memory") is None
-    finally:
-        storage.close()
+async def test_a_rolled_back_first_write_takes_its_table_with_it(storage):
+    session = Session.create(storage)
+    for write in (lambda: session.append_message(msg("a", "gone")),
+                  lambda: session.add_compaction("s", "a", "a")):
+        with pytest.raises(ZeroDivisionError):
+            with storage.transaction():
+                await write()
+                1 / 0
+    with pytest.raises(ZeroDivisionError), storage.transaction():
+        write_block(storage, "memory", "gone")
+        1 / 0
+    assert present(storage) == set()
+    assert await session.get_history() == [] and await session.get_compactions() == []
+    assert read_block(storage, "memory") is None
 
 
-async def test_a_session_without_compactions_reads_its_overlays_and_branches_without_the_table(tmp_path):
-    storage = SqlStorage.open(tmp_path / "new.sqlite3")
-    try:
-        session = Session.create(storage)
-        await session.append_message(msg("a", "one"))
-        await session.append_message(msg("b", "two"), "compaction_unknown")  # no such compaction: the latest leaf
-        store = MessageStore(storage)
-        [(inserted, parent)] = store.append_chain(
-            [session.prepared_rows([msg("c", "three")])[0]], "compaction_unknown")
-        assert (inserted, parent) == (True, "b")
-        assert [m["id"] for m in await session.get_history()] == ["a", "b", "c"]
-        assert store.path_tokens("c").hidden == () and store.latest_path_tokens().hidden == ()
-        assert "assistant_compactions" not in present(storage)
-        store.clear()
-        assert await session.get_history() == [] and "assistant_compactions" not in present(storage)
-    finally:
-        storage.close()
+async def test_a_session_without_compactions_reads_its_overlays_and_branches_without_the_table(storage):
+    session = Session.create(storage)
+    await session.append_message(msg("a", "one"))
+    await session.append_message(msg("b", "two"), "compaction_unknown")  # no such compaction: the latest leaf
+    store = MessageStore(storage)
+    [(inserted, parent)] = store.append_chain(
+        [session.prepared_rows([msg("c", "three")])[0]], "compaction_unknown")
+    assert (inserted, parent) == (True, "b")
+    assert [m["id"] for m in await session.get_history()] == ["a", "b", "c"]
+    assert store.path_tokens("c").hidden == () and store.latest_path_tokens().hidden == ()
+    assert "assistant_compactions" not in present(storage)
+    store.clear()
+    assert await session.get_history() == [] and "assistant_compactions" not in present(storage)
 
 
 async def test_an_archive_of_a_file_only_read_imports_into_a_new_file_that_stays_without_tables(tmp_path):

@@ -14,7 +14,8 @@ def test_open_applies_settings_and_schema(storage):
     assert storage.user_version == SCHEMA_VERSION
     tables = {r["name"] for r in storage.sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "assistant_config" in tables
-    for name in ("assistant_messages", "assistant_compactions", "cf_agents_context_blocks", "cf_agents_search_entries", "cf_agents_search_fts", "_cf_KV", "_cf_alarm", "transcript_entries",
+    for name in ("assistant_messages", "assistant_compactions", "cf_agents_context_blocks",
+                 "cf_agents_search_entries", "cf_agents_search_fts", "_cf_KV", "_cf_alarm", "transcript_entries",
                  "assistant_embeddings", "assistant_embeddings_pending", "cf_agents_search_embeddings",
                  "assistant_fts", "assistant_fts_tools", "assistant_fts_cjk", "assistant_sessions"):
         assert name not in tables  # made by their first write (storage.schema.ON_FIRST_USE)
