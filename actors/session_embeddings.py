@@ -5,7 +5,7 @@
   :func:`embedder_for` makes the embedder once per process and config (the
   local model's ~75 MB are loaded once, shared by every actor).
 * :class:`SessionVectors` is one session's side of it: it embeds the
-  messages marked pending (:mod:`storage.embeddings`) off the actor's loop
+  messages pending (:mod:`storage.embeddings`) off the actor's loop
   (``trio.to_thread.run_sync``; the model never runs inside a storage
   transaction), keeps the session's vectors in memory for the activation
   (:class:`actors.vectors.VectorIndex`, loaded at the first semantic search)
@@ -359,13 +359,14 @@ class SessionVectors:
         """Embed every pending message, a batch at a time; returns how many vectors were stored.
 
         The model runs on a worker thread, outside any transaction; each
-        batch's vectors and the removal of their markers are one
-        transaction. A message updated while its batch was embedded keeps
-        its marker (the next batch embeds the new text).
+        batch's vectors and the removal of their markers (on SQLite, also
+        the move of the embedded-through ``seq``) are one transaction. A
+        message updated while its batch was embedded stays pending (the
+        next batch embeds the new text).
 
         Raises:
             actors.embedding.EmbedderError: the model or the endpoint failed
-                (the markers stay; the caller retries later).
+                (nothing is lost: the messages stay pending; the caller retries later).
             EmbeddingMismatchError: the session stores vectors of this model with another dimension.
         """
         import trio
