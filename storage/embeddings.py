@@ -97,12 +97,12 @@ _LOWER_THROUGH = """
 UPDATE assistant_embeddings_through SET seq = (SELECT coalesce(max(seq), 0) FROM assistant_messages)
 WHERE session_id = ?1 AND seq > (SELECT coalesce(max(seq), 0) FROM assistant_messages)
 """
-# ?1 session, ?2 embedded-through seq, ?3 limit.
 _MARKED = f"""
 SELECT p.seq, p.mark, m.seq IS NOT NULL, coalesce((SELECT {TEXT_OF_CONTENT}), '')
 FROM assistant_embeddings_pending AS p LEFT JOIN assistant_messages AS m ON m.seq = p.seq AND m.session_id = ?1
-WHERE p.session_id = ?1 ORDER BY p.seq LIMIT ?3
+WHERE p.session_id = ?1 ORDER BY p.seq LIMIT ?2
 """
+# ?1 session, ?2 embedded-through seq, ?3 limit.
 _ABOVE = f"""
 SELECT seq, text FROM (
     SELECT m.seq AS seq, {TEXT_OF_CONTENT} AS text FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
@@ -253,7 +253,7 @@ def pending_batch(storage: SqlStorage, session_id: str, limit: int) -> list[tupl
         return [(seq, 0, text) for seq, text in storage.exec(_ABOVE, session_id, 0, limit)]
     through = embedded_through(storage, session_id)
     gone: list[int] = []
-    for seq, mark, exists, text in storage.exec(_MARKED, session_id, through, limit):
+    for seq, mark, exists, text in storage.exec(_MARKED, session_id, limit):
         (found.append((seq, mark, text)) if exists and text else gone.append(seq))
     if gone:
         with storage.transaction():
@@ -273,9 +273,9 @@ def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: i
 
     ``rows`` are ``(seq, text, vector bytes)``, ``seq`` and ``text`` as
     :func:`pending_batch` gave them. A row whose message no longer has that
-    text (updated while the model ran) or is gone is skipped; a skipped
-    message that has text is marked, so the next batch embeds its new text.
-    The embedded-through ``seq`` moves to the largest ``seq`` of the batch
+    text (updated while the model ran) or is gone is skipped: one at or
+    below the embedded-through ``seq`` was marked by its update. The
+    embedded-through ``seq`` moves to the largest ``seq`` of the batch
     (never down, never above the file's largest ``seq``); every message with
     text between the old and the new one that was not stored here is marked
     (one changed or stored meanwhile). Returns the ``seq`` of the rows stored.
@@ -301,10 +301,6 @@ def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: i
                     storage.exec("INSERT OR IGNORE INTO assistant_embeddings_pending (seq, session_id) "
                                  "VALUES (?1, ?2)", seq, session_id)
             storage.exec(_SET_THROUGH, session_id, up_to)
-        for seq, text, _ in rows:
-            if seq <= through and seq not in stored and storage.scalar(_TEXT_OF, seq, session_id):
-                storage.exec("INSERT OR IGNORE INTO assistant_embeddings_pending (seq, session_id) "
-                             "VALUES (?1, ?2)", seq, session_id)
     return stored
 
 
