@@ -52,8 +52,10 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
 * ``transcript_entries`` holds Claude Agent SDK transcript entries (opaque
   JSON, append order, de-duplicated by ``uuid`` per ``subpath``);
 * ``assistant_embeddings`` holds one vector per message with text (semantic
-  search, version 4) and ``assistant_embeddings_pending`` the messages still to
-  embed (:mod:`storage.embeddings`);
+  search, version 4), ``assistant_embeddings_through`` each session's
+  embedded-through ``seq`` (version 8: the messages above it are pending) and
+  ``assistant_embeddings_pending`` the messages at or below it to embed again
+  (:mod:`storage.embeddings`);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
   ``_cf_alarm`` the actor's single alarm;
 * children are found through ``idx_assistant_msg_parent`` on ``parent_seq``
@@ -442,8 +444,36 @@ def _empty(con: apsw.Connection, table: str) -> bool:
     return not con.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchall()[0][0]
 
 
+# Version 8: an append writes nothing for semantic search (docs/semantic-search.md). Each session
+# keeps the ``seq`` up to which its messages are embedded (``assistant_embeddings_through``, one row
+# per session, storage/embeddings.py): a message above it is pending by definition, and a marker
+# (``assistant_embeddings_pending``) is written only for a message at or below it that needs a
+# vector again (updated, or embedded with another model). Made with the other embedding tables, on
+# first use. A file that has them gets it here, each session holding embedding rows at its newest
+# message: version 7 marked every message it stored, so its markers already say what is pending.
+_THROUGH = """
+CREATE TABLE IF NOT EXISTS assistant_embeddings_through (
+    session_id TEXT PRIMARY KEY,
+    seq        INTEGER NOT NULL
+) WITHOUT ROWID;"""
+ON_FIRST_USE["assistant_embeddings"] += _THROUGH
+_COMPANIONS["assistant_embeddings"] += ("assistant_embeddings_through",)
+
+
+def _v8(con: apsw.Connection) -> None:
+    """Version 8: the embedded-through table, filled from the version-7 rows (see above)."""
+    if not _in_schema(con, "assistant_embeddings"):
+        return  # made on first use, with the new table
+    con.execute(_THROUGH)
+    con.execute(
+        "INSERT INTO assistant_embeddings_through (session_id, seq) "
+        "SELECT s.session_id, (SELECT coalesce(max(m.seq), 0) FROM assistant_messages AS m "
+        "                      WHERE m.session_id = s.session_id) "
+        "FROM (SELECT session_id FROM assistant_embeddings UNION SELECT session_id FROM assistant_embeddings_pending) AS s")
+
+
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6, _v7)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6, _v7, _v8)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)
