@@ -355,7 +355,7 @@ def actor_facts(storage: SqlStorage) -> ActorFacts:
     (about 1 ms per 30,000 messages).
     """
     messages, first, last, compactions, through = 0, None, None, 0, None
-    if table_exists(storage.connection, MESSAGES_TABLE):  # made by the first message (schema version 8)
+    if table_exists(storage.connection, MESSAGES_TABLE):  # made by the first message (schema version 9)
         row = storage.connection.execute(
             "SELECT count(*), min(created_at), max(created_at) FROM assistant_messages"
         ).fetchone()

@@ -47,7 +47,7 @@ _TOUCH = f"updated_at = {NOW_MS}, updated_seq = {_NEXT_UPDATE}"
 
 #: The registry's table (made by the first session registered: ``storage.schema.ON_FIRST_USE``).
 REGISTRY_TABLE = "assistant_sessions"
-_EMBEDDINGS = "assistant_embeddings"  # with assistant_embeddings_pending (made together, on first use)
+_EMBEDDINGS = "assistant_embeddings"  # with assistant_embeddings_pending and _through (made together, on first use)
 
 # Everything keyed by the session id; search rows first (their rowid is the message's seq). Each
 # statement with the tables of storage.schema.ON_FIRST_USE it needs (none: always there): one made
@@ -61,6 +61,7 @@ _DELETE_SESSION_ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
                                   "(SELECT seq FROM assistant_messages WHERE session_id = ?)"),
     ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings WHERE session_id = ?"),
     ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings_pending WHERE session_id = ?"),
+    ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings_through WHERE session_id = ?"),
     ((MESSAGES_TABLE,), "DELETE FROM assistant_messages WHERE session_id = ?"),
     ((COMPACTIONS_TABLE,), "DELETE FROM assistant_compactions WHERE session_id = ?"),
     ((), "DELETE FROM assistant_config WHERE session_id = ?"),

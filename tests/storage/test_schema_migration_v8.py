@@ -1,6 +1,6 @@
-"""Schema version 8: the message, compaction and block tables are made on first use (issue 28).
+"""Schema version 9: the message, compaction and block tables are made on first use (issue 28).
 
-``tests/data/schema_v7/`` holds two files written by the release before (``make_v7_files.py``
+``tests/data/schema_v8/`` holds two files written by the release before (``make_v8_files.py``
 beside them says how). A file whose tables hold rows keeps them and answers as before; a file
 whose tables are empty loses them, answers every read as if empty without making anything, and
 gets each back, exactly as the ladder made it, from its first write. A new file never has them
@@ -30,7 +30,7 @@ from storage.integrity import actor_facts, examine
 from storage.messages import MessageStore
 from storage.schema import SCHEMA_VERSION, table_exists
 
-FOLDER = Path("schema_v7")  # under the test_data folder
+FOLDER = Path("schema_v8")  # under the test_data folder
 LAZY = ("assistant_messages", "assistant_compactions", "cf_agents_context_blocks")
 
 
@@ -62,20 +62,20 @@ def present(storage):
     return {name for (name,) in storage.exec("SELECT name FROM sqlite_schema WHERE type = 'table'")} & set(LAZY)
 
 
-def test_the_v7_files_are_at_version_7_with_the_three_tables(tmp_path, test_data):
-    for name in ("v7_actor.sqlite3", "v7_empty.sqlite3"):
+def test_the_v8_files_are_at_version_8_with_the_three_tables(tmp_path, test_data):
+    for name in ("v8_actor.sqlite3", "v8_empty.sqlite3"):
         con = apsw.Connection(str(copy(tmp_path, test_data, name)))
         try:
-            assert con.pragma("user_version") == 7
+            assert con.pragma("user_version") == 8
             assert len(schema_of(con, LAZY)) == 9  # 3 tables, their 3 keys, 3 indexes
         finally:
             con.close()
 
 
-async def test_a_v7_file_with_rows_keeps_its_tables_and_answers_as_before(tmp_path, test_data):
-    storage = SqlStorage.open(copy(tmp_path, test_data, "v7_actor.sqlite3"))
+async def test_a_v8_file_with_rows_keeps_its_tables_and_answers_as_before(tmp_path, test_data):
+    storage = SqlStorage.open(copy(tmp_path, test_data, "v8_actor.sqlite3"))
     try:
-        assert storage.user_version == SCHEMA_VERSION == 8
+        assert storage.user_version == SCHEMA_VERSION == 9
         assert present(storage) == set(LAZY)
         session = Session.create(storage)
         [compaction] = await session.get_compactions()
@@ -95,13 +95,13 @@ async def test_a_v7_file_with_rows_keeps_its_tables_and_answers_as_before(tmp_pa
         storage.close()
 
 
-async def test_a_v7_file_with_empty_tables_loses_them_and_each_first_write_makes_its_own(tmp_path, test_data):
-    con = apsw.Connection(str(copy(tmp_path, test_data, "v7_actor.sqlite3")))  # as versions 1-5 left them
+async def test_a_v8_file_with_empty_tables_loses_them_and_each_first_write_makes_its_own(tmp_path, test_data):
+    con = apsw.Connection(str(copy(tmp_path, test_data, "v8_actor.sqlite3")))  # as versions 1-5 left them
     made_by_ladder = schema_of(con, LAZY)
     con.close()
-    storage = SqlStorage.open(copy(tmp_path, test_data, "v7_empty.sqlite3"))
+    storage = SqlStorage.open(copy(tmp_path, test_data, "v8_empty.sqlite3"))
     try:
-        assert storage.user_version == 8
+        assert storage.user_version == 9
         assert present(storage) == set()
         assert storage.scalar("SELECT value FROM assistant_config WHERE key = 'actor_name'") == "empty"
         session = Session.create(storage)

@@ -1,16 +1,16 @@
-"""Writes ``v7_actor.sqlite3`` and ``v7_empty.sqlite3``: actor files at schema version 7, for the migration tests.
+"""Writes ``v8_actor.sqlite3`` and ``v8_empty.sqlite3``: actor files at schema version 8, for the migration tests.
 
-The committed files were made by the release before schema version 8 (commit feaac55, the
+The committed files were made by the release before schema version 9 (commit e154fbb, the
 ``main`` branch before the message, compaction and block tables were made on first use) with
 this script, run from an export of that commit::
 
-    mkdir /tmp/v7 && git archive feaac55 | tar -x -C /tmp/v7
-    PYTHONPATH=/tmp/v7 python <this folder>/make_v7_files.py <this folder>
+    mkdir /tmp/v8 && git archive e154fbb | tar -x -C /tmp/v8
+    PYTHONPATH=/tmp/v8 python <this folder>/make_v8_files.py <this folder>
 
-``v7_actor.sqlite3`` holds a session with messages (text, a tool call, CJK text), a
+``v8_actor.sqlite3`` holds a session with messages (text, a tool call, CJK text), a
 compaction, a loaded-skill config value, a context block and its cached prompt;
-``v7_empty.sqlite3`` a session that only kept its name (its message, compaction and block
-tables are empty: version 8 drops them).
+``v8_empty.sqlite3`` a session that only kept its name (its message, compaction and block
+tables are empty: version 9 drops them).
 """
 
 import sys
@@ -34,7 +34,7 @@ def tool(mid, name):
 
 
 async def write(folder: Path) -> None:
-    storage = SqlStorage.open(folder / "v7_actor.sqlite3")
+    storage = SqlStorage.open(folder / "v8_actor.sqlite3")
     session = Session.create(storage)
     await session.append_message(msg("a", "flights to lisbon"))
     await session.append_message(tool("b", "book_flight"))
@@ -46,7 +46,7 @@ async def write(folder: Path) -> None:
     write_block(storage, "_system_prompt_", "You are helpful.")
     storage.exec("VACUUM")
     storage.close()
-    storage = SqlStorage.open(folder / "v7_empty.sqlite3")
+    storage = SqlStorage.open(folder / "v8_empty.sqlite3")
     storage.exec("INSERT INTO assistant_config (session_id, key, value) VALUES ('', 'actor_name', 'empty')")
     storage.exec("VACUUM")
     storage.close()
