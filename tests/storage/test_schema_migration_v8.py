@@ -20,12 +20,13 @@ from actors.session import Session
 from actors.session_archive import export_lines, import_records
 from common.archive import parse_archive
 from runtime import open_host
-from storage import SqlStorage
+from storage import SqlStorage, embeddings
 from storage.archive_rows import export_records, holds_session_data
 from storage.catalog import last_write_ms
 from storage.cluster.capture import ChangeCapture, Marker
 from storage.cluster.restore import restore_file
 from storage.context import delete_blocks, read_block, write_block
+from storage.embeddings import EmbeddingMessageStore
 from storage.integrity import actor_facts, examine
 from storage.messages import MessageStore
 from storage.schema import SCHEMA_VERSION, table_exists
@@ -139,6 +140,9 @@ async def test_every_read_of_a_new_file_answers_empty_and_makes_nothing(storage)
     facts = actor_facts(storage)
     assert (facts.messages, facts.compactions, facts.compacted_through, facts.first_message_ms) == (0, 0, None, None)
     assert last_write_ms(storage) is None
+    assert (embeddings.has_messages(storage, ""), embeddings.pending_count(storage, ""),
+            embeddings.pending_batch(storage, "", 10), embeddings.mark_missing(storage, "", "m")) == (False, 0, [], 0)
+    assert EmbeddingMessageStore(storage).delete(["x"]) == [] and embeddings.hit_rows(storage, "", [1]) == {}
     manager = SessionManager.create(storage)
     assert await manager.list() == [] and await manager.search("flight") == []
     assert present(storage) == set()
