@@ -65,7 +65,7 @@ import inspect
 import re
 import threading
 import weakref
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -104,11 +104,13 @@ class Copy:
     On psycopg one ``COPY ... FROM STDIN`` (the rows streamed, no statement
     per row; statement-level triggers fire once); on an ``execute(query, args)``
     object one ``INSERT`` per row. Each row holds one value per column, in
-    their order, as psycopg adapts it (``None`` for ``NULL``)."""
+    their order, as psycopg adapts it (``None`` for ``NULL``). ``rows`` may be made lazily (a generator):
+    they are then made while the statement runs, on the runner's worker thread, and anything raised
+    while making them ends the statement (and the transaction) with nothing written."""
 
     table: str
     columns: tuple[str, ...]
-    rows: Sequence[Sequence[Any]]
+    rows: Iterable[Sequence[Any]]
 
     @property
     def sql(self) -> str:
