@@ -193,14 +193,13 @@ def import_rows(
             yield Many(sql, params)
 
 
-
-
 def _made(chain: ArchivedChain) -> Sequence[NewMessage]:
     """The rows of ``chain``, checked to carry its ids."""
     rows = chain.rows()
     if [m.id for m in rows] != list(chain.ids):
         raise InvalidInputError("the rows made for an archive's messages carry other ids than their records "
-                                f"(the run from {chain.ids[0]!r})", field="archive")
+                                f"(the run of {len(chain.ids)} from {next(iter(chain.ids), None)!r})",
+                                field="archive")
     return rows
 
 
