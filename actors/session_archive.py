@@ -24,7 +24,7 @@ import binascii
 import datetime
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from common.archive import ARCHIVE_FORMAT, ARCHIVE_VERSION, dump_record

@@ -2,8 +2,8 @@
 
 The providers never touch a socket. Each call is written as a generator
 (an :data:`Operation`) that yields :class:`Query` / :class:`Many` /
-:class:`Copy` steps and receives each step's rows as a list of dicts; a :class:`Runner` drives
-it on one connection, inside one transaction for writes, and returns its
+:class:`Copy` steps and receives each step's rows as a list of dicts; a
+:class:`Runner` drives it on one connection, inside one transaction for writes, and returns its
 result. The same operation thus runs on any of the accepted connections:
 
 * a ``psycopg.Connection`` (psycopg 3, sync API) -- the recommended one;
@@ -104,9 +104,11 @@ class Copy:
     On psycopg one ``COPY ... FROM STDIN`` (the rows streamed, no statement
     per row; statement-level triggers fire once); on an ``execute(query, args)``
     object one ``INSERT`` per row. Each row holds one value per column, in
-    their order, as psycopg adapts it (``None`` for ``NULL``). ``rows`` may be made lazily (a generator):
-    they are then made while the statement runs, on the runner's worker thread, and anything raised
-    while making them ends the statement (and the transaction) with nothing written."""
+    their order, as psycopg adapts it (``None`` for ``NULL``). ``rows`` may
+    be made lazily (a generator): they are then made while the statement
+    runs (on psycopg: on the runner's worker thread), and anything raised
+    while making them ends the statement and the transaction, nothing
+    written."""
 
     table: str
     columns: tuple[str, ...]
