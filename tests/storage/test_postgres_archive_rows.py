@@ -14,6 +14,8 @@ import json
 import pytest
 
 from common.errors import InvalidInputError
+from storage.fts import parse_query
+from storage.postgres import PostgresSessionProvider
 from storage.postgres.archive_rows import ArchivedChain, export_rows, import_rows
 from storage.postgres.connection import runner_for
 from storage.tree.rows import NewMessage
@@ -89,6 +91,8 @@ async def test_one_copy_stores_what_the_chain_by_chain_path_stores(pg_storage, m
     assert [(row["id"], row["created"]) for row in stored] == times
     for key in (KEY, other):
         assert pg_storage.scalar("SELECT messages FROM durable_sessions_catalog WHERE session_id = ?", key) == 100
+    hits = await PostgresSessionProvider(pg_storage, KEY).search(parse_query("text 251"), 5)
+    assert [hit.id for hit in hits][:1] == ["m251"]
 
 
 async def test_a_chain_refused_while_the_copy_streams_stores_nothing(pg_storage):
