@@ -30,7 +30,10 @@ chain's rows in one INSERT), delete 121 ms.
 (2026-12-02, 2 shared cores at load ~8, medians of 3; "before": main's code, run in turn with it):
 10,000 messages -- history 404 / 582 ms, import 2.46 / 3.56 s: 6.08x / 6.13x (before: 13.37x / 13.43x);
 100,000 messages -- history 4.54 s, export 3.65 s (0.80x), import 20.7 s: 4.56x, met (before, one round:
-history 3.06 s, import 30.5 s, 9.95x); delete 1.62 s (the 1 s goal is a single host's).
+history 3.06 s, import 30.5 s, 9.95x); delete 1.62 s (the 1 s goal is a single host's). A later run
+(load ~5): 100,000 -- history 6.64 s, import 27.5 s, 4.14x, met; 10,000 -- 413 ms, 2.08 s, 5.04x, NOT MET
+(single host in the same run: 4.41x). Python prepares each message (~1/3 of the import, overlapped);
+the rest is Postgres computing two tsvectors per row and filling the indexes.
 
 Measured (2026-12-02, 2 shared cores under other load; medians of 3): history read of 100,000
 messages 6.86 s over HTTP; export 4.56 s (0.66x); import 21.7 s (3.16x; 100,099 messages with the
