@@ -110,6 +110,8 @@ class _Peer:
         self._drained: trio.Event | None = None
         self.close_requested = trio.Event()
         self.close_code: tuple[int, str] = (CLOSE_RECONNECT, "")
+        #: Called with ``(code, reason)`` when the socket must close (set while the endpoint serves it).
+        self.on_stop: Callable[[int, str], None] | None = None
 
     def close(self, code: int = CLOSE_RECONNECT, reason: str = "") -> None:
         """Close the socket soon with ``code`` (without blocking; the first request wins).
@@ -120,6 +122,13 @@ class _Peer:
         if not self.close_requested.is_set():
             self.close_code = (code, reason)
             self.close_requested.set()
+            if self.on_stop is not None:
+                self.on_stop(code, reason)
+
+    def _overflow(self) -> None:
+        self.overflowed.set()
+        if self.on_stop is not None:
+            self.on_stop(CLOSE_POLICY, "too slow: outgoing queue full")
 
     def send(self, message: str | bytes) -> None:
         """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
@@ -128,7 +137,7 @@ class _Peer:
             self.outbox.send_nowait(message)
         except trio.WouldBlock:
             self.queued -= len(message)
-            self.overflowed.set()
+            self._overflow()
             raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.queued -= len(message)
@@ -168,7 +177,7 @@ class _Peer:
 
     def _account(self, message: str | bytes) -> None:
         if self.queued and self.queued + len(message) > self.max_queued:
-            self.overflowed.set()
+            self._overflow()
             raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it")
         self.queued += len(message)
 
@@ -355,35 +364,36 @@ class WebSocketEndpoint:
         return await forwarder.answer(actor_id, HOP_HEADER in socket.headers, local, remote)
 
     async def _run_peer(self, socket: _Socket, actor_id: ActorId, peer: _Peer) -> None:
+        """Serve the socket until the client goes (the handler is cancelled), the host closes the peer
+        (:meth:`_Peer.close`), the peer stops reading (1008) or the server stops (1001; a cluster host: 1012).
+        The first reason to close wins; one task pumps frames out, one waits for the server to stop."""
         close: list[tuple[int, str]] = []
         async with trio.open_nursery() as nursery:
+            def stop(code: int, reason: str) -> None:
+                if not close:
+                    close.append((code, reason))
+                nursery.cancel_scope.cancel()
+
+            peer.on_stop = stop
+            if peer.close_requested.is_set():  # before it was served (e.g. while on_connect ran)
+                stop(*peer.close_code)
+            elif peer.overflowed.is_set():
+                stop(CLOSE_POLICY, "too slow: outgoing queue full")
             nursery.start_soon(self._pump, socket, peer)
-            nursery.start_soon(self._watch, peer, nursery.cancel_scope, close)
+            nursery.start_soon(self._watch_server, stop)
             await self._read_frames(socket, actor_id, peer, nursery)
             nursery.cancel_scope.cancel()
+        peer.on_stop = None
         if close:
             await socket.close(*close[0])
             await _drain_frames(socket)
 
-    async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
-        async with trio.open_nursery() as nursery:
-            async def wait(event: trio.Event, code: int, reason: str) -> None:
-                await event.wait()
-                close.append((code, reason))
-                nursery.cancel_scope.cancel()
-                scope.cancel()
-            if self.server.forwarder is None:
-                nursery.start_soon(wait, self.server.closing, CLOSE_GOING_AWAY, "server shutting down")
-            else:  # the session lives on at another host of the cluster
-                nursery.start_soon(wait, self.server.closing, CLOSE_RECONNECT, "host shutting down; connect again")
-            nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
-
-            async def requested() -> None:
-                await peer.close_requested.wait()
-                close.append(peer.close_code)
-                nursery.cancel_scope.cancel()
-                scope.cancel()
-            nursery.start_soon(requested)
+    async def _watch_server(self, stop: Callable[[int, str], None]) -> None:
+        await self.server.closing.wait()
+        if self.server.forwarder is None:
+            stop(CLOSE_GOING_AWAY, "server shutting down")
+        else:  # the session lives on at another host of the cluster
+            stop(CLOSE_RECONNECT, "host shutting down; connect again")
 
     async def _pump(self, socket: _Socket, peer: _Peer) -> None:
         """Send the peer's frames in order; those queued together leave in one socket write (when the
