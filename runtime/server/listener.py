@@ -14,7 +14,9 @@ behind them. :class:`AdmittingListener` keeps that bounded:
   head that has already arrived is read at once and never counts as
   waiting, and one that arrived before its connection was accepted is
   judged (answered at once when refused) by the accept loop itself: a burst
-  of refused calls costs no task each.
+  of refused calls costs no task each, and refusals do not count against
+  the :data:`ACCEPT_BATCH` connections a turn of the loop keeps (up to
+  :data:`ACCEPT_MOST` are taken per turn).
 * one client address may hold at most ``max_per_peer`` connections at once
   (``server.max_connections_per_peer``); the next is answered ``503``
   ``ServerBusyError`` with ``Retry-After`` at once, nothing read.

@@ -21,6 +21,12 @@ calls wait for room in the first case). A frame over the body limit is
 answered with a ``PayloadTooLargeError`` frame (``"id": null``), and so is one holding more
 than ``server.max_body_items`` values in arrays and objects (it is not parsed).
 
+The route is answered below Quart (:class:`WebSocketEndpoint` is ASGI
+middleware in front of the app): hypercorn's ``websocket.*`` messages are
+read and sent as they are, with no framework object, context or task per
+socket or frame; the checks and refusals before the handshake are the
+app's (an HTTP error answer through ``websocket.http.response``).
+
 In a cluster, a socket for a session another host owns is relayed to that
 owner (:mod:`runtime.server.relay`); a peer the host drops because the
 session moved away (:meth:`_Peer.close`), and every peer when the host
