@@ -1,7 +1,8 @@
 """Issue 17's goals, side by side in one run: every ratio against its ceiling or floor on this machine.
 
 Run: ``.venv/bin/python benchmarks/bench_goals.py [--sizes 100,10000,100000] [--seconds 3] [--only ...]``
-(about 5 minutes with the defaults on 2 cores; ``--only inprocess,footprint,served,regress`` picks sections).
+(about 5 minutes with the defaults on 2 cores; ``--only inprocess,footprint,served,regress`` picks sections;
+``--only websocket`` runs the served section's WebSocket part alone).
 
 Sections, each printing the goal it measures:
 
