@@ -43,7 +43,8 @@ def estimate_string_tokens(s: str | None) -> int:
     """
     if not s:
         return 0
-    words = sum(1 for w in _JS_WHITESPACE.split(s) if w)
+    pieces = _JS_WHITESPACE.split(s)  # only the first and the last piece can be empty
+    words = len(pieces) - (pieces[0] == "") - (len(pieces) > 1 and pieces[-1] == "")
     return math.ceil(max(utf16_length(s) / CHARS_PER_TOKEN, words * TOKENS_PER_WORD))
 
 
@@ -129,6 +130,10 @@ def _js_numbers(value: Any) -> Any:
         return _js_float(_double(value))
     if kind is float:
         return _js_float(value)
+    if kind is dict:  # the usual containers first: no ABC check
+        return {k: _js_numbers(v) for k, v in value.items()}
+    if kind is list:
+        return [_js_numbers(v) for v in value]
     if isinstance(value, Mapping):
         return {k: _js_numbers(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -97,7 +97,7 @@ class MessageStore:
     def _write(self, op: Operation[T]) -> T:
         con = self.storage.connection
         indexed = table_exists(con, FTS_TABLE)  # asked outside the transaction: once seen, never asked again
-        with self.storage.transaction():
+        with con:  # storage.transaction(), without a generator's frame on every write
             if not indexed:
                 create_on_first_use(con, FTS_TABLE)  # the message text indexes (schema version 7)
             return drive(con, op)
@@ -324,7 +324,7 @@ class MessageStore:
         if before is not None and parent_id is LATEST_LEAF:
             link, above = before.link(self._depth_jump)
             latest = (before.leaf_id, link)
-        alone = not self.storage.in_transaction
+        alone = self.storage.connection.get_autocommit()  # not inside a caller's transaction
         row = self._write(writes.append_row(
             SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id, latest
         ))
