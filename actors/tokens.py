@@ -28,6 +28,10 @@ _JS_WHITESPACE = re.compile(
 )
 
 
+# The ASCII characters str.split() takes for whitespace and JavaScript's \s does not.
+_ASCII_NOT_JS_WHITESPACE = re.compile("[\x1c-\x1f]")
+
+
 def utf16_length(s: str) -> int:
     """Length of ``s`` in UTF-16 code units (JavaScript's ``s.length``)."""
     if s.isascii():
@@ -43,6 +47,9 @@ def estimate_string_tokens(s: str | None) -> int:
     """
     if not s:
         return 0
+    if s.isascii() and _ASCII_NOT_JS_WHITESPACE.search(s) is None:
+        # The usual text: str.split() cuts exactly where JavaScript's \s does (C speed, no pieces kept empty).
+        return math.ceil(max(len(s) / CHARS_PER_TOKEN, len(s.split()) * TOKENS_PER_WORD))
     pieces = _JS_WHITESPACE.split(s)  # only the first and the last piece can be empty
     words = len(pieces) - (pieces[0] == "") - (len(pieces) > 1 and pieces[-1] == "")
     return math.ceil(max(utf16_length(s) / CHARS_PER_TOKEN, words * TOKENS_PER_WORD))
