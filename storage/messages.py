@@ -83,6 +83,7 @@ class MessageStore:
         self.session_id = session_id
         self._carried: CarriedLeaf | None = None
         self._exclusive: bool | None = None
+        self._indexed_on: apsw.Connection | None = None  # the connection whose file holds the text indexes
 
     def __repr__(self) -> str:
         return f"MessageStore(session_id={self.session_id!r})"
@@ -96,11 +97,15 @@ class MessageStore:
 
     def _write(self, op: Operation[T]) -> T:
         con = self.storage.connection
-        indexed = table_exists(con, FTS_TABLE)  # asked outside the transaction: once seen, never asked again
+        # Asked outside the transaction: once seen committed it stays (remembered per connection here).
+        indexed = con is self._indexed_on or table_exists(con, FTS_TABLE)
         with con:  # storage.transaction(), without a generator's frame on every write
             if not indexed:
                 create_on_first_use(con, FTS_TABLE)  # the message text indexes (schema version 7)
-            return drive(con, op)
+            result = drive(con, op)
+        if indexed and con.get_autocommit():
+            self._indexed_on = con
+        return result
 
     def _carried_leaf(self) -> CarriedLeaf | None:
         """The carried latest leaf while the file is as this store's last append left it, else ``None``."""
