@@ -625,7 +625,8 @@ def status_broadcast(
     """
     if phase not in ("idle", "compacting"):
         raise InvalidInputError(f"phase must be 'idle' or 'compacting', got {phase!r}", field="phase")
-    if (tokens_before is None and type(token_estimate) is int and -MAX_SAFE_INTEGER <= token_estimate <= MAX_SAFE_INTEGER
+    if (tokens_before is None and type(token_estimate) is int
+            and -MAX_SAFE_INTEGER <= token_estimate <= MAX_SAFE_INTEGER
             and (token_threshold is None or type(token_threshold) in (int, float))):
         # The payload after every append: each value as js_stringify writes it, the threshold's text
         # made once (a float costs a digits search), the object around them as the dict below is written.

@@ -239,6 +239,6 @@ def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     for message in messages:
         total += TOKENS_PER_MESSAGE
         for part in message_parts(message):
-            if isinstance(part, Mapping):
+            if type(part) is dict or isinstance(part, Mapping):
                 total += _part_tokens(part)
     return total
