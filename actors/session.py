@@ -273,8 +273,7 @@ class Session:
             held = self._held = store if isinstance(store, SqlStorage) and held_exclusively(store) else None
         if held is None:
             return None
-        con = held.connection  # called on every append, three times: no property in between
-        return None if not con.get_autocommit() else con.data_version()
+        return None if held.in_transaction else held.data_version
 
     # -- builders ------------------------------------------------------------
 
