@@ -307,28 +307,8 @@ def new_seqs(count: int) -> Operation[list[int]]:
     [(first,)] = yield NEXT_SEQ, ()
     return list(range(first, first + count))
 
-#: Search rows of a chain written per FTS5 flush (see :func:`insert_chain`).
-CHAIN_FLUSH_ROWS = 16
-
-
 def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | None, Place]]) -> Operation[None]:
-    """Every row in one ``executemany``, then the search rows, one ``executemany`` per statement
-    and :data:`CHAIN_FLUSH_ROWS` rows.
-
-    FTS5 keeps the rows of a transaction in memory and writes them as one
-    new segment on its lowest level when the transaction ends, at a
-    savepoint, or when they pass 1 MiB; it then merges a level once it
-    holds 4 segments, whatever their sizes. Rows written as one batch would
-    make a few segments of hundreds of pages on the lowest levels, which the
-    next single appends' merges (each append's commit writes one small
-    segment) would rewrite again and again: at 100,000 messages the appends
-    after such a batch wrote about twice the pages of appends to an index
-    built one message at a time. So a long chain's search rows go in
-    groups, each inside a savepoint of its own (released at once; the
-    caller's transaction still commits or rolls back all of them), which
-    makes each group its own small segment, and the merges build the levels
-    exactly as a session growing one append at a time builds them.
-    """
+    """Every row in one ``executemany``, then the search rows, one ``executemany`` per statement."""
     search: defaultdict[str, list[Sequence[Any]]] = defaultdict(list)
     for seq, m, _, _, _ in rows:
         for sql, params in fts.index_rows(FTS_TABLE, seq, m.text, tools=m.tools):
@@ -336,18 +316,7 @@ def insert_chain(s: str, rows: list[tuple[int, NewMessage, str | None, int | Non
     yield Many(INSERT_ROW, [(seq, s, m.id, parent, parent_seq, m.role, m.content, *place)
                             for seq, m, parent, parent_seq, place in rows])
     for statement, args in search.items():
-        if len(args) <= CHAIN_FLUSH_ROWS:
-            yield Many(statement, args)
-            continue
-        for start in range(0, len(args), CHAIN_FLUSH_ROWS):
-            yield _FLUSH_BEGIN, ()
-            yield Many(statement, args[start : start + CHAIN_FLUSH_ROWS])
-            yield _FLUSH_END, ()
-
-
-# A savepoint around each group of a chain's search rows: FTS5 writes its pending rows at each one.
-_FLUSH_BEGIN = "SAVEPOINT chain_search_rows"
-_FLUSH_END = "RELEASE chain_search_rows"
+        yield Many(statement, args)
 
 def rewrite(
     s: str, seq: int, message_id: str, role: str, content: str, text: str, tools: str, tokens: int
