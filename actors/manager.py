@@ -288,10 +288,11 @@ class SessionManager:
         Returns ``self``.
 
         Every session the manager opens gets :meth:`Session.with_embedder`: a
-        message stored with text gets a pending marker in its write's
-        transaction, and :meth:`embed_pending` (the owner runs it after the
-        write, off the write path: the manager actor's alarm) computes the
-        vectors. ``on_pending()`` is called after each committed write that marked messages.
+        message stored with text is pending until its vector is stored
+        (durably, as that method says), and :meth:`embed_pending` (the owner
+        runs it after the write, off the write path: the manager actor's
+        alarm) computes the vectors. ``on_pending()`` is called after each
+        committed write that stored or updated messages.
 
         Raises:
             ConflictError: a session is open.

@@ -417,11 +417,15 @@ class Session:
     def with_embedder(self, embedder: Embedder, *, on_pending: Callable[[], object] | None = None) -> Session:
         """Switch on semantic and hybrid :meth:`search` with ``embedder``; returns ``self``.
 
-        Every message stored or updated with text from now on gets a pending
-        marker in its write's transaction; :meth:`embed_pending` (which the
-        owner runs after the write, off the write path: the session actor's
-        alarm) computes the vectors. ``on_pending()`` is called after each
-        committed write that marked messages (the owner schedules that run).
+        Every message stored or updated with text is pending until its
+        vector is stored, durably: in a SQLite file an append writes nothing
+        more (the message is above the session's embedded-through ``seq``)
+        and an update of an embedded message writes a marker in its
+        transaction; in Postgres each such write marks its messages.
+        :meth:`embed_pending` (which the owner runs after the write, off the
+        write path: the session actor's alarm) computes the vectors.
+        ``on_pending()`` is called after each committed write that stored or
+        updated messages (the owner schedules that run).
         A session in a SQLite file (:class:`storage.embeddings.EmbeddingMessageStore`)
         or in Postgres (:class:`storage.postgres.embeddings.PostgresEmbeddingProvider`).
 

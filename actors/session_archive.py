@@ -22,8 +22,9 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from common.archive import ARCHIVE_FORMAT, ARCHIVE_VERSION, dump_record
@@ -117,6 +118,10 @@ async def import_records_postgres(agent: Any, records: Sequence[dict[str, Any]])
     """Store a parsed archive as the (empty) session of a :class:`~actors.session_agent_postgres.PostgresSessionAgent`:
     its rows in Postgres in one transaction, then the KV rows in the actor's file. Returns the messages stored.
 
+    The messages are prepared (:meth:`Session.prepared_rows`, then checked for Postgres) chain by chain inside
+    that transaction, on its worker thread, while Postgres stores the chains before
+    (:class:`storage.postgres.archive_rows.ArchivedChain`); the actor's turn waits for the whole call.
+
     Raises:
         ConflictError: the session already holds messages, compactions, search entries or KV rows.
         InvalidInputError: a record whose value Postgres cannot hold (NUL), a time not in the stored form,
@@ -124,13 +129,13 @@ async def import_records_postgres(agent: Any, records: Sequence[dict[str, Any]])
             nothing was stored.
         StorageUnavailableError: Postgres cannot be reached or does not answer in time (nothing stored).
     """
-    from storage.postgres.archive_rows import import_rows
+    from storage.postgres.archive_rows import ArchivedChain, import_rows
 
     storage = agent.storage
-    check_for_postgres(records)
+    messages = [record for _, record in check_for_postgres(records)]
     kv = [record for record in records if record["type"] == "kv"]
-    messages = [record for _, record in _messages(records)]
-    chains = [(_rows_for_postgres(agent, chain), chain[0]["parentId"]) for chain in _chains(messages)]
+    chains = [ArchivedChain([record["id"] for record in chain], chain[0]["parentId"],
+                            functools.partial(_rows_for_postgres, agent, chain)) for chain in _chains(messages)]
     times = [(record["id"], record["createdAt"]) for record in messages]
 
     async def store() -> int:
@@ -157,14 +162,16 @@ def _rows_for_postgres(agent: Any, chain: list[dict[str, Any]]) -> list[Any]:
     return check_messages(rows, agent.postgres.max_value_bytes)
 
 
-def check_for_postgres(records: Iterable[dict[str, Any]]) -> None:
+def check_for_postgres(records: Sequence[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     """Check a parsed archive before it wakes anything: every value of every record as Postgres text can hold it (no NUL), every time in the stored form,
     every ``kv`` value base64, every message record's ``message.id`` its ``id``.
+
+    Returns ``(line, record)`` of each message record.
 
     Raises:
         InvalidInputError: naming the first bad line (``line <n>: ...``).
     """
-    _messages(list(records))
+    messages = _messages(records)
     for line, record in enumerate(records, start=1):
         for key, value in record.items():
             if isinstance(value, str) and "\x00" in value:
@@ -179,6 +186,7 @@ def check_for_postgres(records: Iterable[dict[str, Any]]) -> None:
                 base64.b64decode(record["value"], validate=True)
             except (binascii.Error, ValueError):
                 raise InvalidInputError(f"line {line}: kv.value is not base64", field="archive") from None
+    return messages
 
 
 def _valid_time(text: str) -> bool:

@@ -5,7 +5,7 @@
   :func:`embedder_for` makes the embedder once per process and config (the
   local model's ~75 MB are loaded once, shared by every actor).
 * :class:`SessionVectors` is one session's side of it: it embeds the
-  messages marked pending (:mod:`storage.embeddings`) off the actor's loop
+  messages pending (:mod:`storage.embeddings`) off the actor's loop
   (``trio.to_thread.run_sync``; the model never runs inside a storage
   transaction), keeps the session's vectors in memory for the activation
   (:class:`actors.vectors.VectorIndex`, loaded at the first semantic search)
@@ -22,6 +22,7 @@ numpy and the model are imported only when an embedder is configured.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -250,6 +251,10 @@ class _SqliteVectorRows:
     def __init__(self, storage: SqlStorage, session_id: str) -> None:
         self.storage = storage
         self.session_id = session_id
+        # The text of each row a pending batch gave, by the token given as its ``mark``: a vector is
+        # stored only while its message still has the text it was computed from.
+        self._texts: dict[int, str] = {}
+        self._tokens = itertools.count(1)
 
     async def pending_count(self) -> int:
         return rows.pending_count(self.storage, self.session_id)
@@ -267,10 +272,18 @@ class _SqliteVectorRows:
         return rows.reset(self.storage, self.session_id, model)
 
     async def pending_batch(self, limit: int) -> list[tuple[int, int, str]]:
-        return rows.pending_batch(self.storage, self.session_id, limit)
+        if len(self._texts) > 4 * limit:
+            self._texts.clear()  # batches whose vectors never came (the embedder failed)
+        batch = []
+        for seq, _, text in rows.pending_batch(self.storage, self.session_id, limit):
+            token = next(self._tokens)
+            self._texts[token] = text
+            batch.append((seq, token, text))
+        return batch
 
     async def store_vectors(self, model: str, dimension: int, found: Sequence[tuple[int, int, bytes]]) -> list[int]:
-        return rows.store_vectors(self.storage, self.session_id, model, dimension, found)
+        return rows.store_vectors(self.storage, self.session_id, model, dimension,
+                                  [(seq, self._texts.pop(token, ""), blob) for seq, token, blob in found])
 
     async def vectors(self, model: str, after: int = 0) -> list[tuple[int, int, bytes]]:
         return [(seq, seq, blob) for seq, blob in rows.vectors(self.storage, self.session_id, model, after=after)]
@@ -346,13 +359,14 @@ class SessionVectors:
         """Embed every pending message, a batch at a time; returns how many vectors were stored.
 
         The model runs on a worker thread, outside any transaction; each
-        batch's vectors and the removal of their markers are one
-        transaction. A message updated while its batch was embedded keeps
-        its marker (the next batch embeds the new text).
+        batch's vectors and the removal of their markers (on SQLite, also
+        the move of the embedded-through ``seq``) are one transaction. A
+        message updated while its batch was embedded stays pending (the
+        next batch embeds the new text).
 
         Raises:
             actors.embedding.EmbedderError: the model or the endpoint failed
-                (the markers stay; the caller retries later).
+                (nothing is lost: the messages stay pending; the caller retries later).
             EmbeddingMismatchError: the session stores vectors of this model with another dimension.
         """
         import trio

@@ -1,7 +1,8 @@
 """Issue 17's goals, side by side in one run: every ratio against its ceiling or floor on this machine.
 
 Run: ``.venv/bin/python benchmarks/bench_goals.py [--sizes 100,10000,100000] [--seconds 3] [--only ...]``
-(about 5 minutes with the defaults on 2 cores; ``--only inprocess,footprint,served,regress`` picks sections).
+(about 5 minutes with the defaults on 2 cores; ``--only inprocess,footprint,served,regress`` picks sections;
+``--only websocket`` runs the served section's WebSocket part alone).
 
 Sections, each printing the goal it measures:
 
@@ -709,7 +710,7 @@ async def prepare_reads(url: str) -> None:
             await client.session(f"read-{i}").append_messages(history)
 
 
-def bench_served(root: Path, seconds: float, repeats: int, stub_cost: dict[str, float]) -> None:
+def bench_served(root: Path, seconds: float, repeats: int, stub_cost: dict[str, float], http: bool = True) -> None:
     cli = Path(sys.executable).with_name("durable-sessions")
     # As BENCH_CONFIG in-process: the WebSocket's session outgrows the default threshold within a run,
     # and compactions are not what an append costs.
@@ -724,8 +725,10 @@ def bench_served(root: Path, seconds: float, repeats: int, stub_cost: dict[str, 
                            root / "ceiling.json")
     try:
         trio.run(prepare_reads, server[1])
-        wrk = shutil.which("wrk")
-        if wrk is None:
+        wrk = shutil.which("wrk") if http else None
+        if not http:
+            pass
+        elif wrk is None:
             print("\n== HTTP: wrk not found on PATH: the HTTP goals are not measured ==")
             verdict("HTTP goals", "wrk missing", ">= 0.7x", None)
         else:
@@ -754,7 +757,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="appends per in-process batch (default 100)")
     parser.add_argument("--rounds", type=int, default=7, help="in-process batches per variant (default 7)")
     parser.add_argument("--only", default="inprocess,footprint,served",
-                        help="sections: inprocess (with regress at 10k), footprint, served, regress (alone)")
+                        help="sections: inprocess (with regress at 10k), footprint, served, regress (alone), "
+                             "websocket (the served section's WebSocket part alone)")
     parser.add_argument("--probe-active", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--probe-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -775,10 +779,10 @@ def main() -> None:
         if "footprint" in sections:
             trio.run(bench_footprint, root, make)
             bench_active_actors(root)
-        if "served" in sections:
+        if "served" in sections or "websocket" in sections:
             if "100" not in stub_cost:
                 trio.run(bench_inprocess, root / "stub", make, [100], args.batch, args.rounds, stub_cost, False)
-            bench_served(root, args.seconds, args.repeats, stub_cost)
+            bench_served(root, args.seconds, args.repeats, stub_cost, http="served" in sections)
     report()
 
 

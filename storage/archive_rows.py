@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .context import upsert_search_entry
-from .schema import create_on_first_use, table_exists
+from .schema import BLOCKS_TABLE, COMPACTIONS_TABLE, MESSAGES_TABLE, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 
 __all__ = ["ACTOR_NAME_KEY", "export_records", "holds_session_data", "restore_times", "write_records"]
@@ -37,7 +37,6 @@ _CONFIG = "SELECT key, value FROM assistant_config WHERE session_id = ? AND key 
 _BLOCKS = "SELECT label, content, updated_at FROM cf_agents_context_blocks ORDER BY label"
 _ENTRIES = "SELECT label, key, content, created_at, updated_at FROM cf_agents_search_entries ORDER BY seq"
 _KV = "SELECT key, value FROM _cf_KV ORDER BY key"
-_HOLDS = "SELECT EXISTS (SELECT 1 FROM assistant_messages) OR EXISTS (SELECT 1 FROM assistant_compactions)"
 # Tables made by their first write (storage.schema.ON_FIRST_USE): absent, they hold nothing.
 _ENTRY_TABLE = "cf_agents_search_entries"
 _KV_TABLE = "_cf_KV"
@@ -46,29 +45,33 @@ _KV_TABLE = "_cf_KV"
 def export_records(storage: SqlStorage, session_id: str = "") -> Iterator[dict[str, Any]]:
     """The file's records for ``session_id`` in archive order (messages, compactions, config, blocks,
     entries, kv). Read inside one transaction by the caller for a consistent view."""
-    for message_id, parent_id, created_at, content in storage.exec(_MESSAGES, session_id):
+    con = storage.connection
+    messages = storage.exec(_MESSAGES, session_id) if table_exists(con, MESSAGES_TABLE) else ()
+    for message_id, parent_id, created_at, content in messages:
         yield {"type": "message", "id": message_id, "parentId": parent_id, "createdAt": created_at,
                "message": json.loads(content)}
-    for row in storage.exec(_COMPACTIONS, session_id):
+    compactions = storage.exec(_COMPACTIONS, session_id) if table_exists(con, COMPACTIONS_TABLE) else ()
+    for row in compactions:
         yield dict(zip(("type", "id", "summary", "fromMessageId", "toMessageId", "createdAt"), ("compaction", *row)))
     for key, value in storage.exec(_CONFIG, session_id, ACTOR_NAME_KEY):
         yield {"type": "config", "key": key, "value": value}
-    for label, content, updated_at in storage.exec(_BLOCKS):
+    blocks = storage.exec(_BLOCKS) if table_exists(con, BLOCKS_TABLE) else ()
+    for label, content, updated_at in blocks:
         yield {"type": "contextBlock", "label": label, "content": content, "updatedAt": updated_at}
-    entries = storage.exec(_ENTRIES) if table_exists(storage.connection, _ENTRY_TABLE) else ()
+    entries = storage.exec(_ENTRIES) if table_exists(con, _ENTRY_TABLE) else ()
     for label, key, content, created_at, updated_at in entries:
         yield {"type": "searchEntry", "label": label, "key": key, "content": content, "createdAt": created_at,
                "updatedAt": updated_at}
-    kv = storage.exec(_KV) if table_exists(storage.connection, _KV_TABLE) else ()
+    kv = storage.exec(_KV) if table_exists(con, _KV_TABLE) else ()
     for key, value in kv:
         yield {"type": "kv", "key": key, "value": base64.b64encode(bytes(value)).decode("ascii")}
 
 
 def holds_session_data(storage: SqlStorage) -> bool:
     """``True`` when the file holds messages, compactions, search entries or KV rows (an import refuses it)."""
-    return bool(storage.scalar(_HOLDS)) or any(
+    return any(
         table_exists(storage.connection, table) and storage.scalar(f"SELECT EXISTS (SELECT 1 FROM {table})")
-        for table in (_ENTRY_TABLE, _KV_TABLE))
+        for table in (MESSAGES_TABLE, COMPACTIONS_TABLE, _ENTRY_TABLE, _KV_TABLE))
 
 
 def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], session_id: str = "") -> None:
@@ -81,6 +84,7 @@ def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], sessio
     for record in records:
         kind = record["type"]
         if kind == "compaction":
+            create_on_first_use(storage.connection, COMPACTIONS_TABLE)
             storage.exec("INSERT INTO assistant_compactions (id, session_id, summary, from_message_id, to_message_id, "
                          "created_at) VALUES (?, ?, ?, ?, ?, ?)", record["id"], session_id, record["summary"],
                          record["fromMessageId"], record["toMessageId"], record["createdAt"])
@@ -88,6 +92,7 @@ def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], sessio
             storage.exec("INSERT OR REPLACE INTO assistant_config (session_id, key, value) VALUES (?, ?, ?)",
                          session_id, record["key"], record["value"])
         elif kind == "contextBlock":
+            create_on_first_use(storage.connection, BLOCKS_TABLE)
             storage.exec("INSERT OR REPLACE INTO cf_agents_context_blocks (label, content, updated_at) "
                          "VALUES (?, ?, ?)", record["label"], record["content"], record["updatedAt"])
         elif kind == "searchEntry":
@@ -102,6 +107,8 @@ def write_records(storage: SqlStorage, records: Sequence[dict[str, Any]], sessio
 
 def restore_times(storage: SqlStorage, times: Sequence[tuple[str, str]], session_id: str = "") -> None:
     """Set each message's stored ``created_at`` back: ``times`` holds ``(message id, created_at)``."""
+    if not times:
+        return  # no message: the message table may not exist
     storage.connection.executemany(
         "UPDATE assistant_messages SET created_at = ? WHERE session_id = ? AND id = ?",
         [(created, session_id, message_id) for message_id, created in times])

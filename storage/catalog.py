@@ -37,6 +37,7 @@ import apsw
 
 from .integrity import ActorFacts, actor_facts, open_for_inspection
 from .backup import copy_database
+from .schema import MESSAGES_TABLE, table_exists
 from .sqlite import Durability, SqlStorage
 
 __all__ = ["CATALOG_FILE", "CATALOG_MIGRATIONS", "CatalogEntry", "HostCatalog", "last_write_ms", "read_facts"]
@@ -310,6 +311,8 @@ def _scrub_once(storage: SqlStorage) -> None:
 def last_write_ms(storage: SqlStorage) -> int | None:
     """Epoch milliseconds at which the newest row of ``assistant_messages`` (by insertion) was stored,
     or ``None`` without messages: one row read, whatever the history length."""
+    if not table_exists(storage.connection, MESSAGES_TABLE):
+        return None  # made by the first message written (storage.schema.ON_FIRST_USE)
     stamp = storage.scalar("SELECT created_at FROM assistant_messages ORDER BY seq DESC LIMIT 1")
     if stamp is None:
         return None

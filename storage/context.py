@@ -32,7 +32,7 @@ import apsw
 from .carried import exclusive
 from .errors import SearchQueryError
 from .fts import ParsedQuery, index_rows, matching_rowids_sql, parse_query, unindex_rows
-from .schema import NOW_MS, create_on_first_use, table_exists
+from .schema import BLOCKS_TABLE, NOW_MS, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 from .tree import context as rules
 from .tree.context import SEARCH_LIMIT, entries_summary, entries_text
@@ -115,18 +115,31 @@ def held_exclusively(storage: SqlStorage) -> bool:
     return exclusive(storage.connection)
 
 
+# The block table is made by the first block or cached prompt written (storage.schema.ON_FIRST_USE):
+# while it does not exist, no block has a row.
+
+
 def read_block(storage: SqlStorage, label: str) -> str | None:
     """Content of the block row ``label``, or ``None`` when there is no row."""
+    if not table_exists(storage.connection, BLOCKS_TABLE):
+        return None
     return _run(storage, rules.read_block(_SQLITE_CONTEXT, label))
 
 
 def write_block(storage: SqlStorage, label: str, content: str) -> None:
     """Insert or replace the block row ``label`` (``updated_at`` set to now, ms)."""
-    _run(storage, rules.write_block(_SQLITE_CONTEXT, label, content))
+    if table_exists(storage.connection, BLOCKS_TABLE):
+        _run(storage, rules.write_block(_SQLITE_CONTEXT, label, content))
+        return
+    with storage.transaction():  # the first block of the file: the table and its row, or neither
+        create_on_first_use(storage.connection, BLOCKS_TABLE)
+        _run(storage, rules.write_block(_SQLITE_CONTEXT, label, content))
 
 
 def delete_blocks(storage: SqlStorage, labels: list[str]) -> int:
     """Delete the block rows named in ``labels``; returns how many existed."""
+    if not table_exists(storage.connection, BLOCKS_TABLE):
+        return 0
     with storage.transaction():
         return _run(storage, rules.delete_blocks(_SQLITE_CONTEXT, labels))
 

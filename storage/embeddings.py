@@ -1,22 +1,40 @@
 """A session's message vectors in its SQLite file (semantic search, docs/semantic-search.md).
 
-Two tables (schema version 4, :mod:`storage.schema`), both keyed by the
-message's ``seq``:
+Three tables (:mod:`storage.schema`, made together by the first write that
+needs them), keyed by the message's ``seq``, or by the session:
 
 * ``assistant_embeddings``: one vector per message with text, a plain row
   (``vector`` is ``dimension * 4`` bytes, little-endian float32) with the
   embedder's ``model`` and ``dimension`` beside it. A cluster changeset
   carries it like any row (about 1.1 KB for 256 dimensions).
-* ``assistant_embeddings_pending``: one marker per message still to embed.
-  :class:`EmbeddingMessageStore` writes it in the append's (or update's)
-  transaction, so a message committed is a message that will be embedded,
-  even if the process dies before the model ran: the next activation finds
-  the markers (:func:`pending_batch`).
+* ``assistant_embeddings_through``: per session, the embedded-through
+  ``seq`` (0 without a row). Every message of the session with text and a
+  ``seq`` above it is pending *by definition*, so an append writes nothing
+  here: a message committed is a message that will be embedded, even if the
+  process dies before the model ran. :func:`store_vectors` moves it up past
+  the messages it stored vectors for.
+* ``assistant_embeddings_pending``: one marker per message at or below the
+  embedded-through ``seq`` that needs a vector again: updated (its old vector
+  no longer describes its text) or stored without a vector of the current
+  model (:func:`mark_missing`). :class:`EmbeddingMessageStore` writes it in
+  the update's transaction.
+
+So the pending messages of a session are those with text above its
+embedded-through ``seq`` and those with a marker (:func:`pending_count`
+counts exactly these; :func:`pending_batch` gives them, markers first).
+
+``seq`` is the file's rowid, and SQLite gives a new row the largest rowid
+plus one: after the newest rows of the file are deleted, their ``seq`` may
+be given again. Deleting messages through :class:`EmbeddingMessageStore`
+therefore lowers the embedded-through ``seq`` to the file's largest
+(nothing of the session lies between), and so does :func:`store_vectors`,
+so a message stored later is always above it.
 
 The vectors are bytes here; this module never imports numpy nor calls a
 model (the actor layer does both, off the write path:
-``actors.session_embeddings``). Deleting messages deletes their vectors and
-markers in the same transaction; clearing a session deletes all of its.
+``actors.session_embeddings``). A vector is stored only if the message still
+has the text it was computed from. Deleting messages deletes their vectors
+and markers in the same transaction; clearing a session deletes all of its.
 """
 
 from __future__ import annotations
@@ -26,14 +44,14 @@ from collections.abc import Iterable, Sequence
 
 from .messages import MessageStore
 from .schema import create_on_first_use, table_exists
-from .shapes import LATEST_LEAF, _LatestLeaf
 from .sqlite import SqlStorage
-from .tree.rows import NewMessage, SearchRow
+from .tree.rows import SearchRow
 from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
 
 __all__ = [
     "EmbeddingMessageStore",
     "clear_vectors",
+    "embedded_through",
     "entry_vectors",
     "has_messages",
     "hit_rows",
@@ -48,10 +66,10 @@ __all__ = [
 ]
 
 # Made by the first write that needs them (storage.schema.ON_FIRST_USE); a read finds nothing before.
-_VECTORS = "assistant_embeddings"
-_PENDING_TABLE = "assistant_embeddings_pending"
+_VECTORS = "assistant_embeddings"  # with assistant_embeddings_pending and assistant_embeddings_through
 _ENTRIES = "cf_agents_search_entries"
 _ENTRY_VECTORS = "cf_agents_search_embeddings"
+_MESSAGES = "assistant_messages"  # made by the first message written: a file without it holds no message
 
 
 def _has(storage: SqlStorage, table: str) -> bool:
@@ -59,7 +77,7 @@ def _has(storage: SqlStorage, table: str) -> bool:
 
 
 def _make_vector_tables(storage: SqlStorage) -> None:
-    """Inside the caller's transaction: the message vector tables (both), unless they exist."""
+    """Inside the caller's transaction: the message vector tables (all three), unless they exist."""
     create_on_first_use(storage.connection, _VECTORS)
 
 
@@ -70,57 +88,77 @@ ON CONFLICT (seq) DO UPDATE SET mark = mark + 1
 _SEQ_OF = "SELECT seq FROM assistant_messages WHERE session_id = ?1 AND id = ?2"
 _DELETE_VECTOR = "DELETE FROM assistant_embeddings WHERE seq = ?1"
 _DELETE_PENDING = "DELETE FROM assistant_embeddings_pending WHERE seq = ?1"
-_PENDING = f"""
+_THROUGH = "SELECT seq FROM assistant_embeddings_through WHERE session_id = ?1"
+_SET_THROUGH = """
+INSERT INTO assistant_embeddings_through (session_id, seq) VALUES (?1, ?2)
+ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq
+"""
+# No message of the file lies above its largest seq: the next one stored gets a larger one.
+_LOWER_THROUGH = """
+UPDATE assistant_embeddings_through SET seq = (SELECT coalesce(max(seq), 0) FROM assistant_messages)
+WHERE session_id = ?1 AND seq > (SELECT coalesce(max(seq), 0) FROM assistant_messages)
+"""
+_MARKED = f"""
 SELECT p.seq, p.mark, m.seq IS NOT NULL, coalesce((SELECT {TEXT_OF_CONTENT}), '')
-FROM assistant_embeddings_pending AS p LEFT JOIN assistant_messages AS m ON m.seq = p.seq
+FROM assistant_embeddings_pending AS p LEFT JOIN assistant_messages AS m ON m.seq = p.seq AND m.session_id = ?1
 WHERE p.session_id = ?1 ORDER BY p.seq LIMIT ?2
 """
+# ?1 session, ?2 embedded-through seq, ?3 limit.
+_ABOVE = f"""
+SELECT seq, text FROM (
+    SELECT m.seq AS seq, {TEXT_OF_CONTENT} AS text FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
+    WHERE m.session_id = ?1 AND m.seq > ?2 ORDER BY m.seq
+) WHERE text != '' LIMIT ?3
+"""
+_COUNT_ABOVE = f"""
+SELECT count(*) FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
+WHERE m.session_id = ?1 AND m.seq > ?2 AND {TEXT_OF_CONTENT} != ''
+"""
+_COUNT_MARKED = f"""
+SELECT count(*) FROM assistant_embeddings_pending AS p CROSS JOIN assistant_messages AS m ON m.seq = p.seq
+WHERE p.session_id = ?1 AND p.seq <= ?2 AND m.session_id = ?1 AND {TEXT_OF_CONTENT} != ''
+"""
+_TEXT_OF = f"SELECT {TEXT_OF_CONTENT} FROM assistant_messages AS m WHERE m.seq = ?1 AND m.session_id = ?2"
+# Markers for the session's messages with text up to ?2 that have no vector of ?3 (?1 session).
 _MISSING = f"""
 INSERT OR IGNORE INTO assistant_embeddings_pending (seq, session_id)
 SELECT m.seq, m.session_id FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
-WHERE m.session_id = ?1
-  AND NOT EXISTS (SELECT 1 FROM assistant_embeddings AS e WHERE e.seq = m.seq AND e.model = ?2)
+WHERE m.session_id = ?1 AND m.seq <= ?2
+  AND NOT EXISTS (SELECT 1 FROM assistant_embeddings AS e WHERE e.seq = m.seq AND e.model = ?3)
   AND {TEXT_OF_CONTENT} != ''
+"""
+# The session's messages with text in (?2, ?3], for the markers of those a batch did not store.
+_RANGE = f"""
+SELECT m.seq FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
+WHERE m.session_id = ?1 AND m.seq > ?2 AND m.seq <= ?3 AND {TEXT_OF_CONTENT} != ''
 """
 
 
 class EmbeddingMessageStore(MessageStore):
     """:class:`~storage.messages.MessageStore` that also keeps the embedding tables in step.
 
-    Each write is the store's write plus, in the same transaction: a pending
-    marker for every message stored or updated with text (an updated
-    message's old vector is deleted: it no longer describes the text), and
-    the deletion of the vectors and markers of deleted messages.
+    An append is the store's append and nothing else (the message is above
+    the session's embedded-through ``seq``: pending). An update deletes the
+    message's vector (it no longer describes the text) and, when the message
+    is at or below the embedded-through ``seq``, marks it (or unmarks it when
+    it has no text left), in the update's transaction. A delete deletes the
+    vectors and markers of the messages deleted and keeps the embedded-through
+    ``seq`` below any ``seq`` the file may give again.
     """
 
     def for_session(self, session_id: str) -> EmbeddingMessageStore:
         return EmbeddingMessageStore(self.storage, session_id)
-
-    def append(self, message_id: str, role: str, content: str, text: str,
-               parent_id: str | None | _LatestLeaf = LATEST_LEAF, *, tokens: int = 0,
-               tools: str = "") -> tuple[bool, str | None]:
-        with self.storage.transaction():
-            result = super().append(message_id, role, content, text, parent_id, tokens=tokens, tools=tools)
-            if result[0] and text:
-                self._mark([message_id])
-            return result
-
-    def append_chain(self, messages: Sequence[NewMessage],
-                     parent_id: str | None | _LatestLeaf = LATEST_LEAF) -> list[tuple[bool, str | None]]:
-        with self.storage.transaction():
-            results = super().append_chain(messages, parent_id)
-            self._mark([m.id for m, (inserted, _) in zip(messages, results) if inserted and m.text])
-            return results
 
     def update(self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0,
                tools: str = "") -> bool:
         with self.storage.transaction():
             if not super().update(message_id, role, content, text, tokens=tokens, tools=tools):
                 return False
+            if not _has(self.storage, _VECTORS):
+                return True  # no vector, no marker, everything pending
             seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
-            _make_vector_tables(self.storage)
             self.storage.exec(_DELETE_VECTOR, seq)
-            if text:
+            if text and seq <= embedded_through(self.storage, self.session_id):
                 self.storage.exec(_MARK, seq, self.session_id)
             else:
                 self.storage.exec(_DELETE_PENDING, seq)
@@ -128,13 +166,19 @@ class EmbeddingMessageStore(MessageStore):
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
         ids = list(message_ids)
+        if not _has(self.storage, _MESSAGES):
+            return []  # no message was ever written
         with self.storage.transaction():
+            if not _has(self.storage, _VECTORS):
+                return super().delete(ids)
             seqs = [self.storage.scalar(_SEQ_OF, self.session_id, i) for i in ids]
             deleted = super().delete(ids)
-            for seq in seqs if _has(self.storage, _VECTORS) else ():
+            for seq in seqs:
                 if seq is not None:
                     self.storage.exec(_DELETE_VECTOR, seq)
                     self.storage.exec(_DELETE_PENDING, seq)
+            if deleted:
+                self.storage.exec(_LOWER_THROUGH, self.session_id)
             return deleted
 
     def clear(self) -> None:
@@ -142,99 +186,132 @@ class EmbeddingMessageStore(MessageStore):
             super().clear()
             clear_vectors(self.storage, self.session_id)
 
-    def _mark(self, message_ids: list[str]) -> None:
-        if message_ids:
-            _make_vector_tables(self.storage)
-        for message_id in message_ids:
-            seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
-            if seq is not None:
-                self.storage.exec(_MARK, seq, self.session_id)
+
+def embedded_through(storage: SqlStorage, session_id: str) -> int:
+    """The ``seq`` up to which ``session_id``'s messages are embedded (0: none); those above are pending."""
+    if not _has(storage, _VECTORS):
+        return 0
+    seq = storage.scalar(_THROUGH, session_id)
+    return 0 if seq is None else int(seq)
 
 
 def clear_vectors(storage: SqlStorage, session_id: str) -> None:
-    """Delete every vector and marker of ``session_id`` (one transaction)."""
+    """Delete every vector and marker of ``session_id`` and its embedded-through ``seq`` (one transaction)."""
     if not _has(storage, _VECTORS):
         return
     with storage.transaction():
         storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
         storage.exec("DELETE FROM assistant_embeddings_pending WHERE session_id = ?1", session_id)
+        storage.exec("DELETE FROM assistant_embeddings_through WHERE session_id = ?1", session_id)
 
 
 def reset(storage: SqlStorage, session_id: str, model: str) -> int:
-    """Delete every vector of ``session_id`` and mark each message with text again, in one transaction
-    (``durable-sessions reembed``); returns how many messages are marked."""
-    with storage.transaction():
-        _make_vector_tables(storage)
-        storage.exec("DELETE FROM assistant_embeddings WHERE session_id = ?1", session_id)
-        storage.exec(_MISSING, session_id, model)
-        return pending_count(storage, session_id)
+    """Delete every vector and marker of ``session_id`` and its embedded-through ``seq``, so each
+    message with text is pending again, in one transaction (``durable-sessions reembed``); returns
+    how many messages are pending."""
+    clear_vectors(storage, session_id)
+    return pending_count(storage, session_id)
 
 
 def has_messages(storage: SqlStorage, session_id: str) -> bool:
     """Whether ``session_id`` holds any message."""
+    if not _has(storage, _MESSAGES):
+        return False
     return storage.scalar("SELECT 1 FROM assistant_messages WHERE session_id = ?1 LIMIT 1", session_id) is not None
 
 
 def pending_count(storage: SqlStorage, session_id: str) -> int:
-    """How many messages of ``session_id`` wait to be embedded."""
-    if not _has(storage, _PENDING_TABLE):
-        return 0
-    return int(storage.scalar("SELECT count(*) FROM assistant_embeddings_pending WHERE session_id = ?1", session_id))
+    """How many messages of ``session_id`` wait to be embedded: those with text above its
+    embedded-through ``seq`` (an index range from there: the messages stored since the last
+    embedding run) and those marked."""
+    if not _has(storage, _MESSAGES):
+        return 0  # no message was ever written
+    through = embedded_through(storage, session_id)
+    above = int(storage.scalar(_COUNT_ABOVE, session_id, through))
+    if not through:
+        return above
+    return above + int(storage.scalar(_COUNT_MARKED, session_id, through))
 
 
 def mark_missing(storage: SqlStorage, session_id: str, model: str) -> int:
-    """Mark every message with text that has no vector of ``model`` (and no marker); returns how many.
+    """Mark every message with text at or below the embedded-through ``seq`` that has no vector of
+    ``model`` (and no marker); returns how many. Those above are pending already.
 
-    For a session written before an embedder was configured, or with another
-    model (``durable-sessions reembed``). One pass over the session's messages.
+    For a session embedded with another model (``durable-sessions reembed``,
+    or a changed ``[search]`` section). One pass over the session's messages.
     """
+    through = embedded_through(storage, session_id)
+    if not through or not _has(storage, _MESSAGES):
+        return 0
     with storage.transaction():
-        _make_vector_tables(storage)
-        storage.exec(_MISSING, session_id, model)
+        storage.exec(_MISSING, session_id, through, model)
         return int(storage.connection.changes())
 
 
 def pending_batch(storage: SqlStorage, session_id: str, limit: int) -> list[tuple[int, int, str]]:
-    """Up to ``limit`` pending messages, oldest first: ``(seq, mark, text)``.
+    """Up to ``limit`` pending messages, the marked ones first, then those above the
+    embedded-through ``seq`` oldest first: ``(seq, mark, text)`` (``mark`` 0 for the latter).
 
     Markers of messages that no longer exist, or that have no text, are
     deleted on the way (nothing to embed) and not returned.
     """
     found: list[tuple[int, int, str]] = []
+    if not _has(storage, _MESSAGES):
+        return found  # no message was ever written: nothing pending (pending_count says 0)
+    if not _has(storage, _VECTORS):
+        return [(seq, 0, text) for seq, text in storage.exec(_ABOVE, session_id, 0, limit)]
+    through = embedded_through(storage, session_id)
     gone: list[int] = []
-    if not _has(storage, _PENDING_TABLE):
-        return found
-    for seq, mark, exists, text in storage.exec(_PENDING, session_id, limit):
+    for seq, mark, exists, text in storage.exec(_MARKED, session_id, limit):
         (found.append((seq, mark, text)) if exists and text else gone.append(seq))
     if gone:
         with storage.transaction():
             for seq in gone:
                 storage.exec(_DELETE_PENDING, seq)
+    marked = {seq for seq, _, _ in found}
+    if len(found) < limit:
+        found += [(seq, 0, text) for seq, text in storage.exec(_ABOVE, session_id, through, limit - len(found))
+                  if seq not in marked]
     return found
 
 
 def store_vectors(storage: SqlStorage, session_id: str, model: str, dimension: int,
-                  rows: Sequence[tuple[int, int, bytes]]) -> list[int]:
-    """Store the vectors of a batch and clear their markers, in one transaction.
+                  rows: Sequence[tuple[int, str, bytes]]) -> list[int]:
+    """Store the vectors of a batch, clear their markers and move the embedded-through ``seq`` up
+    past them, in one transaction.
 
-    ``rows`` are ``(seq, mark, vector bytes)`` as :func:`pending_batch` gave
-    the ``seq`` and ``mark``. A row whose marker changed meanwhile (the
-    message was updated while the model ran) or whose message is gone is
-    skipped: its marker stays and the next batch embeds the new text.
-    Returns the ``seq`` of the rows stored.
+    ``rows`` are ``(seq, text, vector bytes)``, ``seq`` and ``text`` as
+    :func:`pending_batch` gave them. A row whose message no longer has that
+    text (updated while the model ran) or is gone is skipped: one at or
+    below the embedded-through ``seq`` was marked by its update. The
+    embedded-through ``seq`` moves to the largest ``seq`` of the batch
+    (never down, never above the file's largest ``seq``); every message with
+    text between the old and the new one that was not stored here is marked
+    (one changed or stored meanwhile). Returns the ``seq`` of the rows stored.
     """
     stored: list[int] = []
+    if not _has(storage, _MESSAGES):
+        return stored  # no message was ever written: none of the rows is one
     with storage.transaction():
         _make_vector_tables(storage)
-        for seq, mark, blob in rows:
-            current = storage.scalar("SELECT mark FROM assistant_embeddings_pending WHERE seq = ?1", seq)
-            if current != mark:
+        for seq, text, blob in rows:
+            if storage.scalar(_TEXT_OF, seq, session_id) != text or not text:
                 continue
             storage.exec(
                 "INSERT OR REPLACE INTO assistant_embeddings (seq, session_id, model, dimension, vector) "
                 "VALUES (?1, ?2, ?3, ?4, ?5)", seq, session_id, model, dimension, blob)
             storage.exec(_DELETE_PENDING, seq)
             stored.append(seq)
+        through = embedded_through(storage, session_id)
+        largest = storage.scalar("SELECT coalesce(max(seq), 0) FROM assistant_messages")
+        up_to = min(max((seq for seq, _, _ in rows), default=0), int(largest))
+        if up_to > through:
+            done = set(stored)
+            for (seq,) in list(storage.exec(_RANGE, session_id, through, up_to)):
+                if seq not in done:
+                    storage.exec("INSERT OR IGNORE INTO assistant_embeddings_pending (seq, session_id) "
+                                 "VALUES (?1, ?2)", seq, session_id)
+            storage.exec(_SET_THROUGH, session_id, up_to)
     return stored
 
 
@@ -284,7 +361,7 @@ def store_entry_vectors(storage: SqlStorage, model: str, dimension: int,
 
 def hit_rows(storage: SqlStorage, session_id: str, seqs: list[int]) -> dict[int, SearchRow]:
     """The messages of ``session_id`` among ``seqs``, by ``seq`` (the rows text search answers with)."""
-    if not seqs:
+    if not seqs or not _has(storage, _MESSAGES):
         return {}
     return {
         seq: SearchRow(message_id, role, content, created_at)
@@ -299,12 +376,23 @@ _REGISTERED = "EXISTS (SELECT 1 FROM assistant_sessions AS r WHERE r.id = {alias
 
 
 def sessions_pending(storage: SqlStorage, limit: int) -> list[str]:
-    """Up to ``limit`` registered sessions (a SessionManager's file) holding pending markers."""
-    if not (_has(storage, _REGISTRY) and _has(storage, _PENDING_TABLE)):
-        return []  # made on first use: no session registered, or nothing ever marked
-    return [sid for (sid,) in storage.exec(
-        "SELECT DISTINCT p.session_id FROM assistant_embeddings_pending AS p "
-        f"WHERE {_REGISTERED.format(alias='p')} LIMIT ?1", limit)]
+    """Up to ``limit`` registered sessions (a SessionManager's file) with messages waiting for a
+    vector: marked, or with text above the session's embedded-through ``seq``."""
+    if not (_has(storage, _REGISTRY) and _has(storage, _MESSAGES)):
+        return []  # made on first use: no session registered, or no message written
+    vectors = _has(storage, _VECTORS)
+    sql = _SESSIONS_PENDING.replace("{through}", _THROUGH_OF_R if vectors else "0")
+    return [sid for (sid,) in storage.exec(sql.replace("{marked}", _MARKED_R if vectors else ""), limit)]
+
+
+# One index seek per registered session (each a row of assistant_sessions, alias r).
+_THROUGH_OF_R = "coalesce((SELECT t.seq FROM assistant_embeddings_through AS t WHERE t.session_id = r.id), 0)"
+_MARKED_R = "OR EXISTS (SELECT 1 FROM assistant_embeddings_pending AS p WHERE p.session_id = r.id)"
+_SESSIONS_PENDING = f"""
+SELECT r.id FROM assistant_sessions AS r WHERE EXISTS (
+    SELECT 1 FROM assistant_messages AS m INDEXED BY idx_assistant_msg_seq
+    WHERE m.session_id = r.id AND m.seq > {{through}} AND {TEXT_OF_CONTENT} != '') {{marked}}
+LIMIT ?1"""
 
 
 def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes]]:
@@ -319,7 +407,7 @@ def registered_vectors(storage: SqlStorage, model: str) -> list[tuple[int, bytes
 def registered_hits(storage: SqlStorage, seqs: list[int]) -> dict[int, dict[str, str]]:
     """The messages of registered sessions among ``seqs``, by ``seq``: ``{"id", "role", "content",
     "created_at", "session_id"}`` (the rows the cross-session text search answers with)."""
-    if not seqs or not _has(storage, _REGISTRY):
+    if not seqs or not _has(storage, _REGISTRY) or not _has(storage, _MESSAGES):
         return {}
     found: dict[str, list[int]] = {}
     for seq, session_id in storage.exec(

@@ -44,6 +44,7 @@ import apsw
 
 from . import cipher
 from .context import read_config
+from .schema import COMPACTIONS_TABLE, MESSAGES_TABLE, table_exists
 from .sqlite import SqlStorage
 
 __all__ = [
@@ -353,13 +354,16 @@ def actor_facts(storage: SqlStorage) -> ActorFacts:
     Counting messages reads the smallest index of ``assistant_messages``
     (about 1 ms per 30,000 messages).
     """
-    row = storage.connection.execute(
-        "SELECT count(*), min(created_at), max(created_at) FROM assistant_messages"
-    ).fetchone()
-    assert row is not None  # an aggregate without GROUP BY always yields one row
-    messages, first, last = row
-    compactions = storage.scalar("SELECT count(*) FROM assistant_compactions")
-    through = storage.scalar("SELECT to_message_id FROM assistant_compactions ORDER BY seq DESC LIMIT 1")
+    messages, first, last, compactions, through = 0, None, None, 0, None
+    if table_exists(storage.connection, MESSAGES_TABLE):  # made by the first message (schema version 9)
+        row = storage.connection.execute(
+            "SELECT count(*), min(created_at), max(created_at) FROM assistant_messages"
+        ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY always yields one row
+        messages, first, last = row
+    if table_exists(storage.connection, COMPACTIONS_TABLE):  # made by the first compaction
+        compactions = storage.scalar("SELECT count(*) FROM assistant_compactions")
+        through = storage.scalar("SELECT to_message_id FROM assistant_compactions ORDER BY seq DESC LIMIT 1")
     return ActorFacts(
         name=read_config(storage, "", ACTOR_NAME_KEY),
         generation=read_generation(storage),

@@ -19,7 +19,7 @@ behind and no other turn of the actor runs between a write and its commit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import apsw
 
@@ -27,7 +27,7 @@ from . import fts
 from .carried import CarriedLeaf, JumpNode, exclusive
 from .context import delete_config, read_config, write_config
 from .errors import SearchQueryError
-from .schema import create_on_first_use, table_exists
+from .schema import COMPACTIONS_TABLE, MESSAGES_TABLE, create_on_first_use, table_exists
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree import reads, writes
@@ -46,7 +46,7 @@ from .tree.rows import (
 )
 from .tree.search import search_query, search_records
 from .tree.sqlite import FTS_TABLE, TEXT_OF_CONTENT
-from .tree.steps import Operation, drive
+from .tree.steps import Dialect, Operation, drive
 
 __all__ = [
     "FTS_TABLE",
@@ -67,6 +67,47 @@ __all__ = [
 T = TypeVar("T")
 
 _ANY_COMPACTION = "SELECT EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = ?1)"
+#: What a message write makes when the file has none yet (storage.schema.ON_FIRST_USE).
+_MESSAGE_TABLES = (MESSAGES_TABLE, FTS_TABLE)
+
+
+class _Uncompacted:
+    """:mod:`storage.tree.sqlite` for a file without ``assistant_compactions`` (made by the first
+    compaction, ``storage.schema.ON_FIRST_USE``): its compaction reads name no table and find no
+    row, and clearing a session deletes no compaction. Everything else is the module's."""
+
+    # Each takes the parameters of the statement it stands for (apsw checks their number).
+    COMPACTIONS = "SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE ?1 IS NULL AND 0"
+    COMPACTION_END = "SELECT NULL WHERE ?1 IS NULL AND ?2 IS NULL AND 0"
+    LATEST_TOKENS = SQLITE.LATEST_TOKENS.replace(
+        "EXISTS (SELECT 1 FROM assistant_compactions WHERE session_id = ?1)", "0")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(SQLITE, name)
+
+    @staticmethod
+    def clear(s: str) -> Operation[None]:
+        """:func:`storage.tree.sqlite.clear` without its compaction step."""
+        op = SQLITE.clear(s)
+        rows: list[Any] = []
+        try:
+            step = next(op)
+            while True:
+                rows = [] if isinstance(step, tuple) and step[0] is SQLITE.CLEAR_COMPACTIONS else (yield step)
+                step = op.send(rows)
+        except StopIteration:
+            return
+
+
+if "assistant_compactions" in _Uncompacted.LATEST_TOKENS:  # storage/tree/sqlite.py changed it: follow it here
+    raise ImportError("storage.messages: _Uncompacted.LATEST_TOKENS still reads assistant_compactions")
+_UNCOMPACTED = cast(Dialect, _Uncompacted())
+
+
+def tree_dialect(con: apsw.Connection) -> Dialect:
+    """The dialect of the tree's statements on ``con``'s file: :mod:`storage.tree.sqlite`, or the
+    same without compaction reads while the file has no compaction table (a read of it would fail)."""
+    return SQLITE if table_exists(con, COMPACTIONS_TABLE) else _UNCOMPACTED
 
 
 class MessageStore:
@@ -83,7 +124,7 @@ class MessageStore:
         self.session_id = session_id
         self._carried: CarriedLeaf | None = None
         self._exclusive: bool | None = None
-        self._indexed_on: apsw.Connection | None = None  # the connection whose file holds the text indexes
+        self._made_on: apsw.Connection | None = None  # the connection whose file holds the message tables
 
     def __repr__(self) -> str:
         return f"MessageStore(session_id={self.session_id!r})"
@@ -95,16 +136,38 @@ class MessageStore:
     def _run(self, op: Operation[T]) -> T:
         return drive(self.storage.connection, op)
 
-    def _write(self, op: Operation[T]) -> T:
+    def _read(self, op: Operation[T], empty: T) -> T:
+        """``op``'s answer; ``empty`` when the file has no message table (made by the first message
+        written, ``storage.schema.ON_FIRST_USE``): no message, nothing read, nothing made."""
         con = self.storage.connection
-        # Asked outside the transaction: once seen committed it stays (remembered per connection here).
-        indexed = con is self._indexed_on or table_exists(con, FTS_TABLE)
+        if table_exists(con, MESSAGES_TABLE):
+            return drive(con, op)
+        op.close()
+        return empty
+
+    def _has_messages(self) -> bool:
+        return table_exists(self.storage.connection, MESSAGES_TABLE)
+
+    def _dialect(self) -> Dialect:
+        return tree_dialect(self.storage.connection)
+
+    def _write(self, op: Operation[T], tables: tuple[str, ...] = _MESSAGE_TABLES) -> T:
+        """Run ``op`` in one transaction, making first the ``tables`` of ``storage.schema.ON_FIRST_USE``
+        it writes that the file lacks (by default the message table and its text indexes)."""
+        con = self.storage.connection
+        # Asked outside the transaction: once seen committed a table stays. The message tables, the
+        # usual case (every append), are remembered per connection here: no schema-cache lookups.
+        usual = tables is _MESSAGE_TABLES
+        made = usual and con is self._made_on
+        if not made:
+            made = all(table_exists(con, table) for table in tables)
         with con:  # storage.transaction(), without a generator's frame on every write
-            if not indexed:
-                create_on_first_use(con, FTS_TABLE)  # the message text indexes (schema version 7)
+            if not made:
+                for table in tables:
+                    create_on_first_use(con, table)
             result = drive(con, op)
-        if indexed and con.get_autocommit():
-            self._indexed_on = con
+        if made and usual and con.get_autocommit():
+            self._made_on = con
         return result
 
     def _carried_leaf(self) -> CarriedLeaf | None:
@@ -130,26 +193,26 @@ class MessageStore:
 
     def get(self, message_id: str) -> str | None:
         """The stored JSON of ``message_id``, or ``None``."""
-        return self._run(reads.get(SQLITE, self.session_id, message_id))
+        return self._read(reads.get(SQLITE, self.session_id, message_id), None)
 
     def exists(self, message_id: str) -> bool:
         """``True`` when ``message_id`` is stored in this session."""
-        return self._run(reads.exists(SQLITE, self.session_id, message_id))
+        return self._read(reads.exists(SQLITE, self.session_id, message_id), False)
 
     def count(self) -> int:
         """Number of messages stored in this session."""
-        return self._run(reads.count(SQLITE, self.session_id))
+        return self._read(reads.count(SQLITE, self.session_id), 0)
 
     def latest_leaf(self) -> str | None:
         """Id of the latest leaf (the session's newest message, :mod:`storage.tree.sqlite`); ``None`` if empty."""
         carried = self._carried_leaf()
         if carried is not None:
             return carried.leaf_id
-        return self._run(reads.latest_leaf(SQLITE, self.session_id))
+        return self._read(reads.latest_leaf(SQLITE, self.session_id), None)
 
     def path_contents(self, leaf_id: str) -> list[str]:
         """Stored JSON of every message from the root down to ``leaf_id`` (``[]`` if unknown)."""
-        return self._run(reads.path_contents(SQLITE, self.session_id, leaf_id))
+        return self._read(reads.path_contents(SQLITE, self.session_id, leaf_id), [])
 
     def path_json(self, leaf_id: str) -> tuple[str, int] | None:
         """The path root <- ``leaf_id`` as one JSON array text, **leaf first**, and its length.
@@ -161,7 +224,7 @@ class MessageStore:
         statement: a rowid lookup per message, one string for all of them.
         """
         try:
-            return self._run(reads.path_json(SQLITE, self.session_id, leaf_id))
+            return self._read(reads.path_json(SQLITE, self.session_id, leaf_id), ("[]", 0))
         except apsw.TooBigError:
             return None
 
@@ -184,6 +247,8 @@ class MessageStore:
             apsw.Error: SQLite failed; the chunks yielded before stay valid.
         """
         check_chunk_limits(max_bytes, max_rows)
+        if not self._has_messages():
+            return
         after: tuple[int, Any] | None = None
         while True:
             rows, after = self._run(reads.chunk(SQLITE, self.session_id, leaf_id, after, max_rows, max_bytes))
@@ -194,7 +259,7 @@ class MessageStore:
 
     def path_stats(self, leaf_id: str) -> list[tuple[str, str, int]]:
         """Root -> ``leaf_id`` as ``(id, role, bytes)``; ``bytes`` is the UTF-8 size of the JSON."""
-        return self._run(reads.path_stats(SQLITE, self.session_id, leaf_id))
+        return self._read(reads.path_stats(SQLITE, self.session_id, leaf_id), [])
 
     def path_ids(self, leaf_id: str) -> list[str]:
         """Ids of the messages root -> ``leaf_id`` (``[]`` if unknown); no content is read."""
@@ -202,26 +267,26 @@ class MessageStore:
 
     def place(self, message_id: str) -> tuple[int, int] | None:
         """``(depth, path_bytes)`` of a stored message: its path's row count and JSON bytes; else ``None``."""
-        return self._run(reads.place(SQLITE, self.session_id, message_id))
+        return self._read(reads.place(SQLITE, self.session_id, message_id), None)
 
     def token_places(self, message_ids: Iterable[str]) -> dict[str, TokenPlace]:
         """:class:`TokenPlace` of each stored id among ``message_ids`` (unknown ids are left out)."""
-        return self._run(token_places(SQLITE, self.session_id, message_ids))
+        return self._read(token_places(SQLITE, self.session_id, message_ids), {})
 
     def ancestor_at_depth(self, seq: int, depth: int) -> int | None:
         """``seq`` of the message at ``depth`` on the path root -> row ``seq`` (itself at its own
         depth); ``None`` when ``depth`` is deeper than the row or below 1. O(log depth) reads."""
-        return self._run(ancestor_at_depth(SQLITE, self.session_id, seq, depth))
+        return self._read(ancestor_at_depth(SQLITE, self.session_id, seq, depth), None)
 
     def depth_on_path(self, message_id: str, leaf_id: str) -> int | None:
         """The depth of ``message_id`` (the root's is 1) when it lies on the path root -> ``leaf_id``
         (``leaf_id`` itself included), else ``None``. Two row reads and O(log depth) climbs."""
-        return self._run(reads.depth_on_path(SQLITE, self.session_id, message_id, leaf_id))
+        return self._read(reads.depth_on_path(SQLITE, self.session_id, message_id, leaf_id), None)
 
     def path_tokens(self, leaf_id: str) -> PathTokens | None:
         """Token total of the path root -> ``leaf_id`` and the overlays that apply on it
         (:func:`storage.tree.reads.path_tokens`); ``None`` for an unknown leaf."""
-        return self._run(reads.path_tokens(SQLITE, self.session_id, leaf_id))
+        return self._read(reads.path_tokens(self._dialect(), self.session_id, leaf_id), None)
 
     def latest_path_tokens(self) -> PathTokens | None:
         """:meth:`path_tokens` of the latest leaf; ``None`` in an empty session.
@@ -234,10 +299,11 @@ class MessageStore:
         carried = self._carried_leaf()
         if carried is not None:
             if carried.compacted is None:
-                carried.compacted = bool(self.storage.scalar(_ANY_COMPACTION, self.session_id))
+                carried.compacted = table_exists(self.storage.connection, COMPACTIONS_TABLE) and bool(
+                    self.storage.scalar(_ANY_COMPACTION, self.session_id))
             if not carried.compacted:
                 return PathTokens(carried.path_tokens, ())
-        return self._run(reads.latest_path_tokens(SQLITE, self.session_id))
+        return self._read(reads.latest_path_tokens(self._dialect(), self.session_id), None)
 
     def window(self, leaf_id: str, max_bytes: int, min_rows: int) -> tuple[list[str], bool]:
         """The newest messages of the path to ``leaf_id`` that fit ``max_bytes`` of JSON.
@@ -250,14 +316,16 @@ class MessageStore:
             ``(contents, truncated)``: stored JSON root-side first (``[]`` for
             an unknown leaf) and whether older rows were left out.
         """
-        return self._run(reads.window(SQLITE, self.session_id, leaf_id, max_bytes, min_rows))
+        return self._read(reads.window(SQLITE, self.session_id, leaf_id, max_bytes, min_rows), ([], False))
 
     def children(self, message_id: str) -> list[str]:
         """Stored JSON of the children of ``message_id``, oldest first (``created_at``, then ``seq``)."""
-        return self._run(reads.children(SQLITE, self.session_id, message_id))
+        return self._read(reads.children(SQLITE, self.session_id, message_id), [])
 
     def compactions(self) -> list[CompactionRow]:
         """Every compaction row of the session, oldest first (``created_at``, then ``seq``)."""
+        if not table_exists(self.storage.connection, COMPACTIONS_TABLE):
+            return []  # no compaction was ever stored: no table
         return self._run(reads.compactions(SQLITE, self.session_id))
 
     def search(self, query: fts.ParsedQuery, limit: int) -> list[SearchRow]:
@@ -270,7 +338,7 @@ class MessageStore:
         Raises:
             SearchQueryError: SQLite failed (never returned as an empty list).
         """
-        if not table_exists(self.storage.connection, FTS_TABLE):
+        if not (table_exists(self.storage.connection, FTS_TABLE) and self._has_messages()):
             return []  # nothing was ever written: no index, no hit
         try:
             return self._run(SQLITE.search(self.session_id, query, limit))
@@ -330,8 +398,9 @@ class MessageStore:
             link, above = before.link(self._depth_jump)
             latest = (before.leaf_id, link)
         alone = self.storage.connection.get_autocommit()  # not inside a caller's transaction
+        overlay = isinstance(parent_id, str) and parent_id.startswith(OVERLAY_PREFIX)  # may read a compaction
         row = self._write(writes.append_row(
-            SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id, latest
+            self._dialect() if overlay else SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id, latest
         ))
         if row is None:
             return False, None
@@ -361,7 +430,7 @@ class MessageStore:
         """
         if not messages:
             return []
-        return self._write(writes.append_chain(SQLITE, self.session_id, messages, parent_id))
+        return self._write(writes.append_chain(self._dialect(), self.session_id, messages, parent_id))
 
     def update(
         self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0, tools: str = ""
@@ -372,6 +441,8 @@ class MessageStore:
         totals of the message and everything below it shift by the change.
         Returns ``False`` (and writes nothing) when ``message_id`` is not stored.
         """
+        if not self._has_messages():
+            return False  # no message was ever written: nothing to update, nothing made
         return self._write(writes.update(SQLITE, self.session_id, message_id, role, content, text, tools, tokens))
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
@@ -383,15 +454,23 @@ class MessageStore:
         costs O(1), deleting an inner message O(size of its subtree).
         Returns the ids deleted, in the order given, without repeats.
         """
+        if not self._has_messages():
+            return []  # no message was ever written: nothing to delete, nothing made
         return self._write(writes.delete(SQLITE, self.session_id, message_ids))
 
     def clear(self) -> None:
-        """Delete every message, compaction and search row of the session."""
-        self._write(writes.clear(SQLITE, self.session_id))
+        """Delete every message, compaction and search row of the session (the tables that do not
+        exist hold none: nothing is made)."""
+        if self._has_messages():
+            self._write(writes.clear(self._dialect(), self.session_id))
+        elif table_exists(self.storage.connection, COMPACTIONS_TABLE):
+            with self.storage.transaction():
+                self.storage.exec(SQLITE.CLEAR_COMPACTIONS, self.session_id)
 
     def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
         """Store a compaction row; returns it with its ``seq`` and ``created_at``."""
-        return self._write(writes.add_compaction(SQLITE, self.session_id, compaction_id, summary, from_id, to_id))
+        return self._write(writes.add_compaction(SQLITE, self.session_id, compaction_id, summary, from_id, to_id),
+                           (COMPACTIONS_TABLE,))
 
     # -- per-session values (assistant_config) -------------------------------
 

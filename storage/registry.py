@@ -23,10 +23,10 @@ import apsw
 
 from . import fts
 from .errors import SearchQueryError
-from .schema import NOW_MS, create_on_first_use, table_exists
+from .schema import BLOCKS_TABLE, COMPACTIONS_TABLE, MESSAGES_TABLE, NOW_MS, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 from .tree import registry as rules
-from .tree import sqlite as SQLITE
+from .messages import tree_dialect
 from .tree.registry import SESSION_COLUMNS
 from .tree.rows import NewMessage
 from .tree.sqlite import FTS_TABLE, TEXT_OF_CONTENT
@@ -47,22 +47,25 @@ _TOUCH = f"updated_at = {NOW_MS}, updated_seq = {_NEXT_UPDATE}"
 
 #: The registry's table (made by the first session registered: ``storage.schema.ON_FIRST_USE``).
 REGISTRY_TABLE = "assistant_sessions"
-_EMBEDDINGS = "assistant_embeddings"  # with assistant_embeddings_pending (made together, on first use)
+_EMBEDDINGS = "assistant_embeddings"  # with assistant_embeddings_pending and _through (made together, on first use)
 
 # Everything keyed by the session id; search rows first (their rowid is the message's seq). Each
-# statement with the table of storage.schema.ON_FIRST_USE it needs (None: always there): one made
+# statement with the tables of storage.schema.ON_FIRST_USE it needs (none: always there): one made
 # on first use that does not exist holds no row of the session.
-_DELETE_SESSION_ROWS = (
-    (FTS_TABLE, f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
-    (FTS_TABLE, f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
-    (FTS_TABLE, f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN "
-                "(SELECT seq FROM assistant_messages WHERE session_id = ?)"),
-    (_EMBEDDINGS, "DELETE FROM assistant_embeddings WHERE session_id = ?"),
-    (_EMBEDDINGS, "DELETE FROM assistant_embeddings_pending WHERE session_id = ?"),
-    (None, "DELETE FROM assistant_messages WHERE session_id = ?"),
-    (None, "DELETE FROM assistant_compactions WHERE session_id = ?"),
-    (None, "DELETE FROM assistant_config WHERE session_id = ?"),
-    (None, "DELETE FROM assistant_sessions WHERE id = ?"),
+_DELETE_SESSION_ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((FTS_TABLE, MESSAGES_TABLE),
+     f"DELETE FROM {FTS_TABLE} WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    ((FTS_TABLE, MESSAGES_TABLE),
+     f"DELETE FROM {FTS_TABLE}_cjk WHERE rowid IN (SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    ((FTS_TABLE, MESSAGES_TABLE), f"DELETE FROM {FTS_TABLE}{fts.TOOLS_SUFFIX} WHERE rowid IN "
+                                  "(SELECT seq FROM assistant_messages WHERE session_id = ?)"),
+    ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings WHERE session_id = ?"),
+    ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings_pending WHERE session_id = ?"),
+    ((_EMBEDDINGS,), "DELETE FROM assistant_embeddings_through WHERE session_id = ?"),
+    ((MESSAGES_TABLE,), "DELETE FROM assistant_messages WHERE session_id = ?"),
+    ((COMPACTIONS_TABLE,), "DELETE FROM assistant_compactions WHERE session_id = ?"),
+    ((), "DELETE FROM assistant_config WHERE session_id = ?"),
+    ((), "DELETE FROM assistant_sessions WHERE id = ?"),
 )
 # Block rows of one session: labels "<something>_<session id>" (?1 = length of "_<id>", ?2 = "_<id>").
 _DELETE_BLOCKS = "DELETE FROM cf_agents_context_blocks WHERE length(label) > ?1 AND substr(label, -?1) = ?2"
@@ -123,11 +126,12 @@ WHERE id = ?1 RETURNING {_COLUMNS}
         """The session's search rows first (their rowid is the message's seq), then its rows and blocks
         (skipping the tables made on first use that do not exist)."""
         con = self._con
-        for table, statement in _DELETE_SESSION_ROWS:
-            if table is None or con is None or table_exists(con, table):
+        for tables, statement in _DELETE_SESSION_ROWS:
+            if con is None or all(table_exists(con, table) for table in tables):
                 yield statement, (session_id,)
-        suffix = rules.block_suffix(session_id)
-        yield _DELETE_BLOCKS, (len(suffix), suffix)
+        if con is None or table_exists(con, BLOCKS_TABLE):
+            suffix = rules.block_suffix(session_id)
+            yield _DELETE_BLOCKS, (len(suffix), suffix)
 
 
 
@@ -160,16 +164,21 @@ def _run(storage: SqlStorage, op: Operation[T]) -> T:
     return drive(storage.connection, op)
 
 
-def _write(storage: SqlStorage, op: Operation[T]) -> T:
-    """Run a registry write in one transaction, making the registry and the message text indexes
-    first when the file has none yet (the first session registered, with its first messages)."""
+def _write(storage: SqlStorage, op: Operation[T], tables: tuple[str, ...] = ()) -> T:
+    """Run a registry write in one transaction, making first the ``tables`` (of
+    ``storage.schema.ON_FIRST_USE``) it writes that the file has none of yet."""
     con = storage.connection
-    made = table_exists(con, REGISTRY_TABLE) and table_exists(con, FTS_TABLE)  # outside: once seen, never asked again
+    made = all(table_exists(con, table) for table in tables)  # outside: once seen, never asked again
     with storage.transaction():
         if not made:
-            create_on_first_use(con, REGISTRY_TABLE)
-            create_on_first_use(con, FTS_TABLE)
+            for table in tables:
+                create_on_first_use(con, table)
         return _run(storage, op)
+
+
+#: What registering a session writes: the registry, and its first messages with their text indexes
+#: (a chain naming an overlay reads compactions through :func:`storage.messages.tree_dialect`).
+_REGISTERING = (REGISTRY_TABLE, MESSAGES_TABLE, FTS_TABLE)
 
 
 def _registered(storage: SqlStorage) -> bool:
@@ -232,8 +241,9 @@ def insert_session(
         apsw.ConstraintError: ``session_id`` is already registered (nothing written).
     """
     return _write(storage, rules.insert_session(
-        _SQLITE_REGISTRY, SQLITE, session_id, name, parent_session_id, model, source, messages, end
-    ))
+        _SQLITE_REGISTRY, tree_dialect(storage.connection), session_id, name, parent_session_id, model, source,
+        messages, end,
+    ), _REGISTERING)
 
 
 def touch_session(storage: SqlStorage, session_id: str) -> bool:
@@ -302,7 +312,8 @@ def search_messages(storage: SqlStorage, query: fts.ParsedQuery, limit: int) -> 
     Raises:
         SearchQueryError: SQLite failed (never returned as an empty list).
     """
-    if not (_registered(storage) and table_exists(storage.connection, FTS_TABLE)):
+    con = storage.connection
+    if not (_registered(storage) and table_exists(con, FTS_TABLE) and table_exists(con, MESSAGES_TABLE)):
         return []  # no session registered, or no message ever written: no hit
     try:
         return _run(storage, _search(query, limit))

@@ -52,8 +52,10 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
 * ``transcript_entries`` holds Claude Agent SDK transcript entries (opaque
   JSON, append order, de-duplicated by ``uuid`` per ``subpath``);
 * ``assistant_embeddings`` holds one vector per message with text (semantic
-  search, version 4) and ``assistant_embeddings_pending`` the messages still to
-  embed (:mod:`storage.embeddings`);
+  search, version 4), ``assistant_embeddings_through`` each session's
+  embedded-through ``seq`` (version 8: the messages above it are pending) and
+  ``assistant_embeddings_pending`` the messages at or below it to embed again
+  (:mod:`storage.embeddings`);
 * ``_cf_KV`` is the Durable Object key-value store (msgpack values) and
   ``_cf_alarm`` the actor's single alarm;
 * children are found through ``idx_assistant_msg_parent`` on ``parent_seq``
@@ -63,8 +65,13 @@ docs/behaviours.md §1, except where docs/deviations.md says better:
   the message text indexes ``assistant_fts``, ``assistant_fts_tools`` and
   ``assistant_fts_cjk``, made by the first write to the messages, and the
   session registry ``assistant_sessions``, made by the first session a
-  SessionManager registers) exist
-  only once written (versions 6 and 7 drop them while empty): readers ask
+  SessionManager registers; since version 9 the message table
+  ``assistant_messages``, made by the first message written,
+  ``assistant_compactions``, made by the first compaction, and
+  ``cf_agents_context_blocks``, made by the first block or cached prompt
+  written, so a session only read or holding only its prompt costs a few
+  pages) exist only once written (versions 6, 7 and 9 drop them while
+  empty): readers ask
   :func:`table_exists`, writers call :func:`create_on_first_use` inside
   their transaction; a cluster restore makes them all
   (:func:`create_for_restore`); a cluster's capture makes them all before
@@ -442,8 +449,95 @@ def _empty(con: apsw.Connection, table: str) -> bool:
     return not con.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchall()[0][0]
 
 
+# Version 8: an append writes nothing for semantic search (docs/semantic-search.md). Each session
+# keeps the ``seq`` up to which its messages are embedded (``assistant_embeddings_through``, one row
+# per session, storage/embeddings.py): a message above it is pending by definition, and a marker
+# (``assistant_embeddings_pending``) is written only for a message at or below it that needs a
+# vector again (updated, or embedded with another model). Made with the other embedding tables, on
+# first use. A file that has them gets it here, each session holding embedding rows at its newest
+# message: version 7 marked every message it stored, so its markers already say what is pending.
+_THROUGH = """
+CREATE TABLE IF NOT EXISTS assistant_embeddings_through (
+    session_id TEXT PRIMARY KEY,
+    seq        INTEGER NOT NULL
+) WITHOUT ROWID;"""
+ON_FIRST_USE["assistant_embeddings"] += _THROUGH
+_COMPANIONS["assistant_embeddings"] += ("assistant_embeddings_through",)
+
+
+def _v8(con: apsw.Connection) -> None:
+    """Version 8: the embedded-through table, filled from the version-7 rows (see above)."""
+    if not _in_schema(con, "assistant_embeddings"):
+        return  # made on first use, with the new table
+    con.execute(_THROUGH)
+    con.execute(
+        "INSERT INTO assistant_embeddings_through (session_id, seq) "
+        "SELECT s.session_id, (SELECT coalesce(max(m.seq), 0) FROM assistant_messages AS m "
+        "                      WHERE m.session_id = s.session_id) "
+        "FROM (SELECT session_id FROM assistant_embeddings UNION SELECT session_id FROM assistant_embeddings_pending) AS s")
+
+
+# Version 9: the tables every session's file had from the start are made on first use too
+# (docs/performance.md): the message table with its key and two indexes (4 pages) by the first
+# write of a message, the compaction table with its key and index (3) by the first compaction, the
+# block table with its key (2) by the first block or cached prompt written. Made exactly as
+# versions 1, 3 and 5 left them; a file where one holds no row has it dropped here.
+ON_FIRST_USE["assistant_messages"] = f"""
+CREATE TABLE IF NOT EXISTS assistant_messages (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL DEFAULT '',
+    id         TEXT NOT NULL,
+    parent_id  TEXT,
+    parent_seq INTEGER,
+    role       TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL DEFAULT {NOW_MS},
+    depth      INTEGER NOT NULL DEFAULT 1,
+    path_bytes INTEGER NOT NULL DEFAULT 0,
+    tokens      INTEGER NOT NULL DEFAULT 0,
+    path_tokens INTEGER NOT NULL DEFAULT 0,
+    jump_seq    INTEGER,
+    UNIQUE (session_id, id)
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_msg_parent ON assistant_messages (parent_seq);
+CREATE INDEX IF NOT EXISTS idx_assistant_msg_seq ON assistant_messages (session_id, seq);"""
+ON_FIRST_USE["assistant_compactions"] = f"""
+CREATE TABLE IF NOT EXISTS assistant_compactions (
+    seq             INTEGER PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    session_id      TEXT NOT NULL DEFAULT '',
+    summary         TEXT NOT NULL,
+    from_message_id TEXT NOT NULL,
+    to_message_id   TEXT NOT NULL,
+    created_at      TEXT NOT NULL DEFAULT {NOW_MS}
+);
+CREATE INDEX IF NOT EXISTS idx_assistant_compactions_session ON assistant_compactions (session_id, seq);"""
+ON_FIRST_USE["cf_agents_context_blocks"] = f"""
+CREATE TABLE IF NOT EXISTS cf_agents_context_blocks (
+    label      TEXT PRIMARY KEY,
+    content    TEXT NOT NULL,
+    updated_at TEXT NOT NULL DEFAULT {NOW_MS}
+);"""
+
+#: The message table (made by the first message written: :data:`ON_FIRST_USE`).
+MESSAGES_TABLE = "assistant_messages"
+#: The compaction table (made by the first compaction stored).
+COMPACTIONS_TABLE = "assistant_compactions"
+#: The block table (made by the first block or cached prompt written).
+BLOCKS_TABLE = "cf_agents_context_blocks"
+
+
+def _v9(con: apsw.Connection) -> None:
+    """Version 9: drop the message, compaction and block tables when they hold no row (nothing
+    else changes). The message table stays while its text indexes hold a row (a search hit is
+    read from it)."""
+    if all(_empty(con, name) for name in ("assistant_fts", "assistant_fts_tools", "assistant_fts_cjk")):
+        _drop_empty(con, (MESSAGES_TABLE,))
+    _drop_empty(con, (COMPACTIONS_TABLE, BLOCKS_TABLE))
+
+
 #: The ladder. Index i holds the step that moves a file from version i to i+1.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6, _v7)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _v2, _V3, _V4, _V5, _v6, _v7, _v8, _v9)
 
 #: The version a file has once every migration ran.
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,9 +1,9 @@
 """The type check: mypy, configured in ``pyproject.toml`` (``[tool.mypy]``), reports no error.
 
-``.ci/run`` runs the same command (``python -m mypy`` from the repository root)
-as its own step before pytest; this test makes the README's test command catch
-a type error too. Without mypy installed it is skipped, except in CI (``CI``
-set), where a missing checker must fail rather than pass silently.
+This test runs ``python -m mypy`` from the repository root, so the README's test
+command (the one ``.ci/run`` runs) fails on a type error. Without mypy installed
+it is skipped, except in CI (``CI`` set), where a missing checker must fail
+rather than pass silently.
 
 The other tests pin the configuration itself: the strict modules get every
 flag ``mypy --strict`` enables (a per-module ``strict = true`` would switch

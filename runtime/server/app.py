@@ -255,6 +255,7 @@ class SessionsServer:
         app.url_map.merge_slashes = False  # "/v1/sessions//x" is an empty session id, not a redirect
         app.extensions["durable_sessions"] = self
         asgi: Callable[..., Awaitable[None]] = _ShieldedResponseEnd(app.asgi_app)
+        asgi = WebSocketEndpoint(asgi, self)  # WS /v1/sessions/{id}/ws, below Quart (runtime.server.websocket)
         asgi = SessionShortcut(asgi, self)  # the session table's plain requests, below Quart (runtime.server.shortcut)
         if self.forwarder is not None:
             asgi = ForwardingShortcut(asgi, self, self.forwarder)
@@ -278,7 +279,6 @@ class SessionsServer:
         lifecycle_routes.install(app, self)  # gc, backup (runtime.server.lifecycle_routes)
         app.add_url_rule(f"{SESSIONS_PREFIX}<rest:rest>", "sessions", self._sessions,
                          methods=["GET", "POST", "PUT", "DELETE"])
-        app.add_websocket(f"{SESSIONS_PREFIX}<rest:rest>", "sessions_ws", WebSocketEndpoint(self).handle)
         transcript_routes.install(app, self)  # with the "transcripts" namespace (single host and cluster)
         managers.install(app, self)  # with the "managers" namespace
         checkpoint_routes.install(app, self)  # LangGraph threads, with the "checkpoints" namespace

@@ -14,7 +14,9 @@ behind them. :class:`AdmittingListener` keeps that bounded:
   head that has already arrived is read at once and never counts as
   waiting, and one that arrived before its connection was accepted is
   judged (answered at once when refused) by the accept loop itself: a burst
-  of refused calls costs no task each.
+  of refused calls costs no task each, and refusals do not count against
+  the :data:`ACCEPT_BATCH` connections a turn of the loop keeps (up to
+  :data:`ACCEPT_MOST` are taken per turn).
 * one client address may hold at most ``max_per_peer`` connections at once
   (``server.max_connections_per_peer``); the next is answered ``503``
   ``ServerBusyError`` with ``Retry-After`` at once, nothing read.
@@ -85,6 +87,9 @@ EXEMPT_REQUESTS = (b"GET /v1/health ", b"GET /v1/health?", b"GET /metrics ", b"G
 #: Most connections taken from the kernel queue per turn of the accept loop (one per turn would let a
 #: burst of other work starve accepting; all at once would let a flood crowd out running requests).
 ACCEPT_BATCH = 16
+#: Most connections taken from the kernel queue per turn of the accept loop, counting those refused on the
+#: way (answered at once, no task each): a flood's refusals do not wait for many busy turns.
+ACCEPT_MOST = 128
 #: Most bytes of a new connection's request head read before admitting it (hypercorn's own bound on a
 #: head, h11's ``max_incomplete_event_size``, is 16 KiB: a longer head is its to refuse).
 HEAD_BYTES = 16384
@@ -143,41 +148,47 @@ class AdmittingListener(trio.abc.Listener[trio.abc.HalfCloseableStream]):
         """Not used: :meth:`accept_batch` and :meth:`admit` are what the server uses."""
         raise NotImplementedError("use accept_batch() and admit()")
 
-    async def accept_batch(self, limit: int) -> list[tuple[stdlib_socket.socket, Any, _Screened | None]]:
-        """The connections waiting in the kernel queue, up to ``limit``, at once (at least one), each with
+    async def accept_batch(self, limit: int, most: int | None = None
+                           ) -> list[tuple[stdlib_socket.socket, Any, _Screened | None]]:
+        """The connections waiting in the kernel queue, up to ``limit`` kept (at least one taken), each with
         what :meth:`_screen` made of its request head when the whole head had already arrived (else ``None``).
 
-        Taking them all in one go keeps the accept loop from being starved by other work. A
+        Taking them in one go keeps the accept loop from being starved by other work. A
         connection from a peer already holding ``max_per_peer`` connections is refused on the way
         (503 ``ServerBusyError`` with ``Retry-After``, nothing read) and not returned; so is one whose
-        head has arrived and that :meth:`_screen` refuses.
+        head has arrived and that :meth:`_screen` refuses. Refused connections cost no task and do not
+        count against ``limit``: up to ``most`` connections (default :data:`ACCEPT_MOST`) are taken
+        in all, so a flood's refusals are answered within a few turns of the accept loop, however
+        busy each turn is.
         """
-        accepted = [await self._accept()]
-        while len(accepted) < limit:
-            try:
-                conn, address = self.socket.accept()
-            except (BlockingIOError, InterruptedError):
-                break
-            conn.setblocking(False)
-            accepted.append((conn, address))
-        kept = []
-        for conn, address in accepted:
+        most = ACCEPT_MOST if most is None else max(most, limit)
+        kept: list[tuple[stdlib_socket.socket, Any, _Screened | None]] = []
+        conn, address = await self._accept()
+        taken = 1
+        while True:
             peer = str(address[0])
             if self._peers.get(peer, 0) >= self.max_per_peer:
                 self.refused += 1
                 _refuse(conn, _answer(ServerBusyError(
                     f"this address has {self.max_per_peer} connections open, the server's limit per client "
                     "(server.max_connections_per_peer); retry shortly")), self.closer)
-                continue
-            head = _receive_nowait(conn, b"")
-            screened = None
-            if head is not None and _head_complete(head):
-                screened = self._screen(conn, head)
-                if screened is None:
-                    continue  # refused, from its head
-            self._peers[peer] = self._peers.get(peer, 0) + 1
-            kept.append((conn, address, screened))
-        return kept
+            else:
+                head = _receive_nowait(conn, b"")
+                screened, refused = None, False
+                if head is not None and _head_complete(head):
+                    screened = self._screen(conn, head)
+                    refused = screened is None  # refused, from its head
+                if not refused:
+                    self._peers[peer] = self._peers.get(peer, 0) + 1
+                    kept.append((conn, address, screened))
+            if len(kept) >= limit or taken >= most:
+                return kept
+            try:
+                conn, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return kept
+            conn.setblocking(False)
+            taken += 1
 
     async def admit(self, conn: stdlib_socket.socket, address: Any,
                     screened: _Screened | None = None) -> _ReleasingStream | None:

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Protocol
 
 import trio
-from quart import websocket
 
 from common.errors import NotOwnerError
 from common.wire import CLOSE_RECONNECT, HOP_HEADER
 from runtime.server.forwarding import FORWARDED_REQUEST_HEADERS, Forwarder, OwnerGone, OwnerMoved
 from runtime.wsclient import ConnectionClosed, WebSocketConnection
 
-__all__ = ["client_close_code", "open_upstream", "relay_frames"]
+__all__ = ["ClientSocket", "client_close_code", "open_upstream", "relay_frames"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,16 @@ logger = logging.getLogger(__name__)
 PASSED_CODES = frozenset({1000, 1008, 1009})
 #: Seconds a closed client socket waits for the client's goodbye before the handler returns.
 CLOSE_DRAIN_TIMEOUT_S = 5.0
+
+
+class ClientSocket(Protocol):
+    """The client's accepted WebSocket as the relay uses it (:class:`runtime.server.websocket._Socket`)."""
+
+    async def send(self, frame: str | bytes) -> None: ...
+
+    async def receive(self) -> str | bytes: ...
+
+    async def close(self, code: int, reason: str = "") -> None: ...
 
 
 def client_close_code(code: int, reason: str) -> tuple[int, str]:
@@ -75,8 +85,9 @@ async def open_upstream(
     return upstream
 
 
-async def relay_frames(upstream: WebSocketConnection, closing: trio.Event, lease_s: float) -> None:
-    """Copy frames between the accepted client socket and ``upstream`` until either side ends.
+async def relay_frames(client: ClientSocket, upstream: WebSocketConnection, closing: trio.Event,
+                       lease_s: float) -> None:
+    """Copy frames between the accepted ``client`` socket and ``upstream`` until either side ends.
 
     Closes the client's socket as the module docstring says, and always the
     relay to the owner. The owner is pinged every ``lease_s / 3`` seconds; no
@@ -89,7 +100,7 @@ async def relay_frames(upstream: WebSocketConnection, closing: trio.Event, lease
             async def owner_to_client() -> None:
                 try:
                     while True:
-                        await websocket.send(await upstream.receive())
+                        await client.send(await upstream.receive())
                 except ConnectionClosed as closed:
                     close.append(client_close_code(closed.code, closed.reason))
                 nursery.cancel_scope.cancel()
@@ -97,8 +108,7 @@ async def relay_frames(upstream: WebSocketConnection, closing: trio.Event, lease
             async def client_to_owner() -> None:
                 try:
                     while True:
-                        frame = await websocket.receive()
-                        await upstream.send(b"" if frame is None else frame)  # quart: an empty binary frame is None
+                        await upstream.send(await client.receive())
                 except ConnectionClosed as closed:  # the owner's side closed while we were sending
                     close.append(client_close_code(closed.code, closed.reason))
                 nursery.cancel_scope.cancel()
@@ -133,7 +143,7 @@ async def relay_frames(upstream: WebSocketConnection, closing: trio.Event, lease
         with trio.CancelScope(shield=True), trio.move_on_after(2):
             await upstream.aclose()
     if close:
-        await websocket.close(*close[0])
+        await client.close(*close[0])
         with trio.move_on_after(CLOSE_DRAIN_TIMEOUT_S):  # the client's frames until its goodbye
             while True:
-                await websocket.receive()
+                await client.receive()

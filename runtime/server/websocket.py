@@ -21,6 +21,12 @@ calls wait for room in the first case). A frame over the body limit is
 answered with a ``PayloadTooLargeError`` frame (``"id": null``), and so is one holding more
 than ``server.max_body_items`` values in arrays and objects (it is not parsed).
 
+The route is answered below Quart (:class:`WebSocketEndpoint` is ASGI
+middleware in front of the app): hypercorn's ``websocket.*`` messages are
+read and sent as they are, with no framework object, context or task per
+socket or frame; the checks and refusals before the handshake are the
+app's (an HTTP error answer through ``websocket.http.response``).
+
 In a cluster, a socket for a session another host owns is relayed to that
 owner (:mod:`runtime.server.relay`); a peer the host drops because the
 session moved away (:meth:`_Peer.close`), and every peer when the host
@@ -34,11 +40,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
-from quart import Response, websocket
+from werkzeug.datastructures import Headers
 
 from actors.agent import callable_method
 from common.errors import (
@@ -55,6 +61,7 @@ from common.wire import (
     HOP_HEADER,
     JSON,
     MSGPACK,
+    SESSIONS_PREFIX,
     decode_body,
     encode_body,
     unquote_segment,
@@ -109,6 +116,8 @@ class _Peer:
         self._drained: trio.Event | None = None
         self.close_requested = trio.Event()
         self.close_code: tuple[int, str] = (CLOSE_RECONNECT, "")
+        #: Called with ``(code, reason)`` when the socket must close (set while the endpoint serves it).
+        self.on_stop: Callable[[int, str], None] | None = None
 
     def close(self, code: int = CLOSE_RECONNECT, reason: str = "") -> None:
         """Close the socket soon with ``code`` (without blocking; the first request wins).
@@ -119,6 +128,13 @@ class _Peer:
         if not self.close_requested.is_set():
             self.close_code = (code, reason)
             self.close_requested.set()
+            if self.on_stop is not None:
+                self.on_stop(code, reason)
+
+    def _overflow(self) -> None:
+        self.overflowed.set()
+        if self.on_stop is not None:
+            self.on_stop(CLOSE_POLICY, "too slow: outgoing queue full")
 
     def send(self, message: str | bytes) -> None:
         """Queue a frame without blocking; a full queue marks the peer too slow (it is then closed)."""
@@ -127,7 +143,7 @@ class _Peer:
             self.outbox.send_nowait(message)
         except trio.WouldBlock:
             self.queued -= len(message)
-            self.overflowed.set()
+            self._overflow()
             raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it") from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.queued -= len(message)
@@ -167,12 +183,90 @@ class _Peer:
 
     def _account(self, message: str | bytes) -> None:
         if self.queued and self.queued + len(message) > self.max_queued:
-            self.overflowed.set()
+            self._overflow()
             raise RuntimeError(f"WebSocket peer {self.id} is not reading; closing it")
         self.queued += len(message)
 
 
-def check_browser(policy: OriginPolicy, authorized: Callable[[str | None], bool]) -> tuple[str | None, str | None]:
+class _Socket:
+    """One WebSocket as the ASGI server hands it over: what the endpoint and the relay use of it.
+
+    :meth:`receive` skips the server's ``websocket.connect``; when the client is gone
+    (``websocket.disconnect``) it cancels ``gone``, the scope around the socket's handler, so
+    whatever the handler was doing ends there and its ``finally`` clauses run (as Quart ends a
+    WebSocket handler).
+    """
+
+    __slots__ = ("scope", "headers", "closed", "_receive", "_send", "_gone")
+
+    def __init__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
+                 send: Callable[[dict[str, Any]], Awaitable[None]], gone: trio.CancelScope) -> None:
+        self.scope = scope
+        self.headers = Headers([(name.decode("latin-1"), value.decode("latin-1"))
+                                for name, value in scope.get("headers", ())])
+        self.closed = False
+        self._receive = receive
+        self._send = send
+        self._gone = gone
+
+    @property
+    def path(self) -> str:
+        return cast(str, self.scope["path"])
+
+    @property
+    def query_string(self) -> bytes:
+        return cast(bytes, self.scope.get("query_string", b""))
+
+    @property
+    def scheme(self) -> str:
+        return cast(str, self.scope.get("scheme", "ws"))
+
+    @property
+    def requested_subprotocols(self) -> list[str]:
+        return list(self.scope.get("subprotocols", ()))
+
+    async def accept(self, subprotocol: str | None) -> None:
+        await self._send({"type": "websocket.accept", "subprotocol": subprotocol, "headers": []})
+
+    async def receive(self) -> str | bytes:
+        """The next frame (text: ``str``, binary: ``bytes``); the handler is cancelled once the client is gone."""
+        while True:
+            event = await self._receive()
+            kind = event["type"]
+            if kind == "websocket.receive":
+                data = event.get("bytes")
+                if data is None:
+                    data = event.get("text") or ""
+                return cast("str | bytes", data)
+            if kind == "websocket.disconnect":
+                self.closed = True
+                self._gone.cancel()
+                await trio.lowlevel.checkpoint()  # raises Cancelled
+
+    async def send(self, frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            await self._send({"type": "websocket.send", "text": frame})
+        else:
+            await self._send({"type": "websocket.send", "bytes": frame})
+
+    async def close(self, code: int, reason: str = "") -> None:
+        if not self.closed:
+            self.closed = True
+            await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+    async def refuse(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        """Answer the upgrade with an HTTP error (``websocket.http.response``; a server without it: close 1000)."""
+        if "websocket.http.response" in (self.scope.get("extensions") or {}):
+            sent = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+            sent += [(b"content-type", JSON.encode("ascii")), (b"content-length", str(len(body)).encode("ascii"))]
+            await self._send({"type": "websocket.http.response.start", "status": status, "headers": sent})
+            await self._send({"type": "websocket.http.response.body", "body": body, "more_body": False})
+        else:
+            await self.close(1000)
+
+
+def check_browser(socket: _Socket, policy: OriginPolicy,
+                  authorized: Callable[[str | None], bool]) -> tuple[str | None, str | None]:
     """Check a WebSocket upgrade's ``Origin`` and token (``Authorization``, or a browser's ``bearer.``
     subprotocol: :mod:`runtime.server.browsers`); ``(authorization, subprotocol to select)``.
 
@@ -181,12 +275,12 @@ def check_browser(policy: OriginPolicy, authorized: Callable[[str | None], bool]
         UnauthorizedError: no valid token.
         InvalidInputError: a token subprotocol offered without ``durable-sessions`` beside it.
     """
-    headers = websocket.headers
+    headers = socket.headers
     origin = headers.get("Origin")
     if origin is not None and HOP_HEADER not in headers and \
-            not policy.allows(origin, headers.get("Host"), websocket.scheme):
+            not policy.allows(origin, headers.get("Host"), socket.scheme):
         raise OriginNotAllowedError(refusal_message(origin))
-    offered = websocket.requested_subprotocols
+    offered = socket.requested_subprotocols
     authorization = headers.get("Authorization")
     if authorization is None and offered:
         token = token_from_protocols(offered)
@@ -200,52 +294,67 @@ def check_browser(policy: OriginPolicy, authorized: Callable[[str | None], bool]
 
 
 class WebSocketEndpoint:
-    """The WebSocket route of one :class:`~runtime.server.app.SessionsServer`: one :meth:`handle` per socket."""
+    """ASGI middleware: the WebSocket route of one :class:`~runtime.server.app.SessionsServer`,
+    ``WS /v1/sessions/{session_id}/ws``, answered on the raw ASGI messages (no Quart request
+    context or per-frame framework work); every other scope goes to ``app``."""
 
-    def __init__(self, server: SessionsServer) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]], server: SessionsServer) -> None:
+        self.app = app
         self.server = server
 
-    async def handle(self, rest: str) -> Response | None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "websocket" or not scope.get("path", "").startswith(SESSIONS_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        with trio.CancelScope() as gone:
+            socket = _Socket(scope, receive, send, gone)
+            try:
+                await self.handle(socket, scope["path"][len(SESSIONS_PREFIX):])
+            except Exception:  # noqa: BLE001 - a bug: logged; the socket ends (as Quart ended it)
+                logger.exception("the WebSocket %s failed", scope.get("path"))
+                if not socket.closed:
+                    await socket.close(1000)
+
+    async def handle(self, socket: _Socket, rest: str) -> None:
         try:
-            authorization, subprotocol = check_browser(self.server.origins, self.server.authorized)
+            authorization, subprotocol = check_browser(socket, self.server.origins, self.server.authorized)
             if self.server.closing.is_set():
                 raise ServiceUnavailableError("the server is shutting down")
             session_id, *segments = rest.split("/")
             actor_id = self.server.actor_id(unquote_segment(session_id, "session_id"))
             if segments != ["ws"]:
-                raise RouteNotFoundError(f"no WebSocket route for {websocket.path}")
+                raise RouteNotFoundError(f"no WebSocket route for {socket.path}")
             peer = _Peer(PEER_QUEUE_BODIES * self.server.max_body_bytes)
             forwarder = self.server.forwarder
             if forwarder is None:
                 await self.server.namespace.connect(actor_id, peer)
                 upstream = None
             else:
-                upstream = await self._connect_in_cluster(forwarder, actor_id, peer, authorization)
+                upstream = await self._connect_in_cluster(socket, forwarder, actor_id, peer, authorization)
         except Exception as exc:  # noqa: BLE001 - refused before the handshake completes
             status, body = describe_error(exc)
-            return Response(encode_body(body, JSON), status=status, content_type=JSON,
-                            headers=self.server.error_headers(exc, status))
+            await socket.refuse(status, encode_body(body, JSON), self.server.error_headers(exc, status))
+            return
         if upstream is not None and forwarder is not None:
             try:
-                await websocket.accept(subprotocol=subprotocol)
-                await relay_frames(upstream, self.server.closing, forwarder.lease_s)
+                await socket.accept(subprotocol)
+                await relay_frames(socket, upstream, self.server.closing, forwarder.lease_s)
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await upstream.aclose()
-            return None
+            return
         try:
-            await websocket.accept(subprotocol=subprotocol)
-            await self._run_peer(actor_id, peer)
+            await socket.accept(subprotocol)
+            await self._run_peer(socket, actor_id, peer)
         finally:
             with trio.CancelScope(shield=True):
                 await self._disconnect(actor_id, peer)
-        return None
 
-    async def _connect_in_cluster(self, forwarder: Forwarder, actor_id: ActorId, peer: _Peer,
+    async def _connect_in_cluster(self, socket: _Socket, forwarder: Forwarder, actor_id: ActorId, peer: _Peer,
                                   authorization: str | None) -> WebSocketConnection | None:
         """Hold ``peer`` here when this host owns the session (``None``), else open the relay to the owner
         (with the token as ``Authorization``, however the browser sent it)."""
-        headers = {name.lower(): value for name, value in websocket.headers.items()}
+        headers = {name.lower(): value for name, value in socket.headers.items()}
         headers.pop("sec-websocket-protocol", None)
         if authorization is not None:
             headers["authorization"] = authorization
@@ -255,50 +364,52 @@ class WebSocketEndpoint:
             return None
 
         async def remote(url: str) -> WebSocketConnection | None:
-            return await open_upstream(forwarder, url, websocket.path, websocket.query_string, headers,
+            return await open_upstream(forwarder, url, socket.path, socket.query_string, headers,
                                        self.server.relay_max_message_bytes)
 
-        return await forwarder.answer(actor_id, HOP_HEADER in websocket.headers, local, remote)
+        return await forwarder.answer(actor_id, HOP_HEADER in socket.headers, local, remote)
 
-    async def _run_peer(self, actor_id: ActorId, peer: _Peer) -> None:
+    async def _run_peer(self, socket: _Socket, actor_id: ActorId, peer: _Peer) -> None:
+        """Serve the socket until the client goes (the handler is cancelled), the host closes the peer
+        (:meth:`_Peer.close`), the peer stops reading (1008) or the server stops (1001; a cluster host: 1012).
+        The first reason to close wins; one task pumps frames out, one waits for the server to stop."""
         close: list[tuple[int, str]] = []
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, peer)
-            nursery.start_soon(self._watch, peer, nursery.cancel_scope, close)
-            await self._read_frames(actor_id, peer, nursery)
+            def stop(code: int, reason: str) -> None:
+                if not close:
+                    close.append((code, reason))
+                nursery.cancel_scope.cancel()
+
+            peer.on_stop = stop
+            if peer.close_requested.is_set():  # before it was served (e.g. while on_connect ran)
+                stop(*peer.close_code)
+            elif peer.overflowed.is_set():
+                stop(CLOSE_POLICY, "too slow: outgoing queue full")
+            nursery.start_soon(self._pump, socket, peer)
+            nursery.start_soon(self._watch_server, stop)
+            await self._read_frames(socket, actor_id, peer, nursery)
             nursery.cancel_scope.cancel()
+        peer.on_stop = None
         if close:
-            await websocket.close(*close[0])
-            await _drain_frames()
+            await socket.close(*close[0])
+            await _drain_frames(socket)
 
-    async def _watch(self, peer: _Peer, scope: trio.CancelScope, close: list[tuple[int, str]]) -> None:
-        async with trio.open_nursery() as nursery:
-            async def wait(event: trio.Event, code: int, reason: str) -> None:
-                await event.wait()
-                close.append((code, reason))
-                nursery.cancel_scope.cancel()
-                scope.cancel()
-            if self.server.forwarder is None:
-                nursery.start_soon(wait, self.server.closing, CLOSE_GOING_AWAY, "server shutting down")
-            else:  # the session lives on at another host of the cluster
-                nursery.start_soon(wait, self.server.closing, CLOSE_RECONNECT, "host shutting down; connect again")
-            nursery.start_soon(wait, peer.overflowed, CLOSE_POLICY, "too slow: outgoing queue full")
+    async def _watch_server(self, stop: Callable[[int, str], None]) -> None:
+        await self.server.closing.wait()
+        if self.server.forwarder is None:
+            stop(CLOSE_GOING_AWAY, "server shutting down")
+        else:  # the session lives on at another host of the cluster
+            stop(CLOSE_RECONNECT, "host shutting down; connect again")
 
-            async def requested() -> None:
-                await peer.close_requested.wait()
-                close.append(peer.close_code)
-                nursery.cancel_scope.cancel()
-                scope.cancel()
-            nursery.start_soon(requested)
-
-    async def _pump(self, peer: _Peer) -> None:
+    async def _pump(self, socket: _Socket, peer: _Peer) -> None:
         """Send the peer's frames in order; those queued together leave in one socket write (when the
         server's listener serves the socket: :data:`~runtime.server.listener.WRITES_SCOPE_KEY`)."""
-        writes = cast("_ReleasingStream | None", websocket.scope.get(WRITES_SCOPE_KEY))
+        writes = cast("_ReleasingStream | None", socket.scope.get(WRITES_SCOPE_KEY))
+        send = socket.send
         async for frame in peer.inbox:
             if writes is None:
                 peer.sent(frame)
-                await websocket.send(frame)
+                await send(frame)
                 continue
             await trio.lowlevel.checkpoint()  # the frames due with it (a turn's broadcast, then its reply) join it
             frames = [frame]
@@ -311,17 +422,15 @@ class WebSocketEndpoint:
             try:
                 for frame in frames:
                     peer.sent(frame)
-                    await websocket.send(frame)
+                    await send(frame)
             finally:
                 await writes.release_writes()
 
-    async def _read_frames(self, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
+    async def _read_frames(self, socket: _Socket, actor_id: ActorId, peer: _Peer, nursery: trio.Nursery) -> None:
         limiter = trio.Semaphore(PEER_MAX_INFLIGHT)
         while True:
             await peer.wait_for_room()  # a peer that reads slowly is read slowly
-            frame = await websocket.receive()
-            if frame is None:  # an empty binary frame (quart hands it over as None)
-                frame = b""
+            frame = await socket.receive()
             if len(frame) > self.server.max_body_bytes:
                 too_big = PayloadTooLargeError(f"the frame is larger than {self.server.max_body_bytes} bytes")
                 await peer.reply(_encode_frame({"id": None, **describe_error(too_big)[1]}, frame))
@@ -379,7 +488,7 @@ class WebSocketEndpoint:
         peer.outbox.close()
 
 
-async def _drain_frames() -> None:
+async def _drain_frames(socket: _Socket) -> None:
     """After the server closed a WebSocket, drop the client's frames until its goodbye arrives.
 
     Frames the client sent before it saw the close wait in hypercorn's queue
@@ -390,7 +499,7 @@ async def _drain_frames() -> None:
     """
     with trio.move_on_after(CLOSE_DRAIN_TIMEOUT_S):
         while True:
-            await websocket.receive()
+            await socket.receive()
 
 
 def _parse_frame(frame: str | bytes, max_items: int | None) -> tuple[Any, InvalidInputError | PayloadTooLargeError | None]:

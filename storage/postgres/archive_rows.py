@@ -15,29 +15,40 @@ the actor's own file (``actors.session_archive``).
 
 :func:`export_rows` reads under the session's advisory lock (the one every
 message write takes), in one transaction; :func:`import_rows` writes
-everything in one transaction -- messages through the tree engine
-(:func:`storage.tree.writes.append_chain`: places, token totals, searched
-text), then their stored times, then the other rows -- and refuses a
-session that already holds messages, compactions or search entries, so a
-failure stores nothing. Compaction ids, like message ids, are unique per
-session (schema version 5), so a copy of a session imports beside it.
+everything in one transaction and refuses a session that already holds
+messages, compactions or search entries, so a failure stores nothing.
+The messages of an archive whose ids are all new and none an overlay id
+(every archive an export writes) go in with one ``COPY``, their places
+(:mod:`storage.tree.places`), ``seq`` values and stored times computed
+here, each chain's rows made while the rows before it stream
+(:class:`ArchivedChain`); any other archive goes through the tree engine
+chain by chain (:func:`storage.tree.writes.append_chain`), then its stored
+times in one ``UPDATE``. Then the other rows. Compaction ids, like message
+ids, are unique per session (schema version 5), so a copy of a session
+imports beside it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from common.errors import ConflictError
+from common.errors import ConflictError, InvalidInputError
+from common.shapes import OVERLAY_PREFIX
 
 from ..tree import postgres as POSTGRES
 from ..tree import writes
-from ..tree.postgres import DROP_ACTIVE_LEAF_SQL, stamp
-from ..tree.rows import NewMessage
-from .connection import Many, Operation, Query, on_postgres
+from ..tree.places import Places
+from ..tree.postgres import DROP_ACTIVE_LEAF_SQL, keep_statistics, stamp
+from ..tree.rows import NewMessage, utf8_length
+from ..tree.steps import Operation as TreeOperation
+from .connection import Copy, Many, Operation, Query, on_postgres
 
-__all__ = ["NAME_KEY", "export_rows", "import_rows"]
+T = TypeVar("T")
+
+__all__ = ["NAME_KEY", "ArchivedChain", "export_rows", "import_rows"]
 
 #: ``assistant_config`` key of the name the session is addressed by: never exported (the header names it).
 NAME_KEY = "actor_name"
@@ -60,6 +71,10 @@ SELECT EXISTS (SELECT 1 FROM assistant_messages WHERE session_id = %(s)s)
     OR EXISTS (SELECT 1 FROM cf_agents_search_entries WHERE {_OWNED}) AS holds
 """
 _UTC = "%({0})s::timestamp AT TIME ZONE 'UTC'"
+_NEW_SEQS = "SELECT nextval(pg_get_serial_sequence('assistant_messages', 'seq')) AS seq FROM generate_series(1, %(n)s)"
+#: The columns :func:`_copied_messages` writes (the generated search columns follow from them).
+_MESSAGE_COLUMNS = ("seq", "session_id", "id", "parent_id", "role", "content", "text_content", "tools_content",
+                    "created_at", "depth", "path_bytes", "tokens", "path_tokens", "jump_seq")
 # One statement for every message (its triggers run once, not once per row: per-row statements cost
 # O(session) each, 36 s for 10,000 messages against 0.3 s).
 _RESTORE_TIMES = (
@@ -110,30 +125,51 @@ def export_rows(session_id: str) -> Operation[list[dict[str, Any]]]:
     return records
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivedChain:
+    """A run of an archive's messages, each under the one before, as :func:`import_rows` stores it.
+
+    ``ids``: the messages' ids, in order; ``parent``: the first one's ``parentId``; ``rows()``: their
+    checked rows (:class:`~storage.tree.rows.NewMessage`, the same ids in the same order), made when the
+    import writes them -- on the runner's worker thread, inside the import's transaction, while Postgres
+    stores the rows made before. Anything it raises ends the import with nothing stored.
+    """
+
+    ids: Sequence[str]
+    parent: str | None
+    rows: Callable[[], Sequence[NewMessage]]
+
+
 def import_rows(
-    session_id: str, chains: Sequence[tuple[Sequence[NewMessage], str | None]], times: Sequence[tuple[str, str]],
+    session_id: str, chains: Sequence[ArchivedChain], times: Sequence[tuple[str, str]],
     records: Sequence[Mapping[str, Any]],
 ) -> Operation[None]:
     """Store an archive as session ``session_id``, in the caller's one transaction (``write=True``).
 
-    ``chains``: the messages as ``(rows, parent id)`` runs for ``append_chain``, in stored order;
-    ``times``: ``(message id, createdAt)``; ``records``: the archive's other records (compactions, config,
-    blocks, entries; other types are skipped). Values are checked by the caller (text Postgres can hold,
-    times as ``YYYY-MM-DD HH:MM:SS[.fff]``).
+    ``chains``: the messages as runs for ``append_chain``, in stored order; ``times``: ``(message id,
+    createdAt)``; ``records``: the archive's other records (compactions, config, blocks, entries; other
+    types are skipped). Values are checked by the caller (text Postgres can hold, times as
+    ``YYYY-MM-DD HH:MM:SS[.fff]``).
 
     Raises:
         ConflictError: the session already holds messages, compactions or search entries (nothing stored).
+        InvalidInputError: a chain's rows do not carry its ids (nothing stored); and whatever
+            ``ArchivedChain.rows`` raises (nothing stored).
     """
     owned = _owned(session_id)
     yield Query(_LOCK, owned)
     if (yield Query(_HOLDS, owned))[0]["holds"]:
         raise ConflictError("the session already holds data: import an archive only into a session that was "
                             "never written (or delete it first)")
-    for rows, parent in chains:
-        yield from on_postgres(writes.append_chain(POSTGRES, session_id, rows, parent))
-    if times:
-        yield Query(_RESTORE_TIMES, {"s": session_id, "ids": [message_id for message_id, _ in times],
-                                     "times": [created for _, created in times]})
+    stored_times = dict(times)
+    if _plain(chains, stored_times):
+        yield from _copied_messages(session_id, chains, stored_times)
+    else:
+        for chain in chains:
+            yield from on_postgres(writes.append_chain(POSTGRES, session_id, _made(chain), chain.parent))
+        if times:
+            yield Query(_RESTORE_TIMES, {"s": session_id, "ids": [message_id for message_id, _ in times],
+                                         "times": [created for _, created in times]})
     yield Query(DROP_ACTIVE_LEAF_SQL, {"s": session_id})  # the archive's own ``active_leaf`` (if any) comes back
     steps: dict[str, list[dict[str, Any]]] = {_INSERT_COMPACTION: [], _UPSERT_CONFIG: [], _UPSERT_BLOCK: [],
                                               _UPSERT_ENTRY: []}
@@ -157,3 +193,73 @@ def import_rows(
             yield Many(sql, params)
 
 
+def _made(chain: ArchivedChain) -> Sequence[NewMessage]:
+    """The rows of ``chain``, checked to carry its ids."""
+    rows = chain.rows()
+    if [m.id for m in rows] != list(chain.ids):
+        raise InvalidInputError("the rows made for an archive's messages carry other ids than their records "
+                                f"(the run of {len(chain.ids)} from {next(iter(chain.ids), None)!r})",
+                                field="archive")
+    return rows
+
+
+def _plain(chains: Sequence[ArchivedChain], times: Mapping[str, str]) -> bool:
+    """Whether every message id is new (no repeat) with a time, and no id or parent is an overlay id: then each
+    message is stored, under its parent when an earlier message has that id, else as a root -- what
+    ``append_chain``, chain by chain into the empty session, stores -- and :func:`_copied_messages` can place
+    every row without reading one."""
+    seen: set[str] = set()
+    for chain in chains:
+        if chain.parent is not None and chain.parent.startswith(OVERLAY_PREFIX):
+            return False
+        for message_id in chain.ids:
+            if message_id in seen or message_id.startswith(OVERLAY_PREFIX) or message_id not in times:
+                return False
+            seen.add(message_id)
+    return True
+
+
+def _copied_messages(session_id: str, chains: Sequence[ArchivedChain], times: Mapping[str, str]) -> Operation[None]:
+    """The messages of :func:`_plain` ``chains`` in one ``COPY`` with their stored times, into the empty session.
+
+    The rows, their ``seq`` values (one draw) and places (:class:`~storage.tree.places.Places`, every parent
+    and jump target among the rows placed before) are what ``append_chain`` stores chain by chain, but in
+    one statement: the search columns and indexes are computed in one pass, the catalog's statement-level
+    triggers run once, no ``UPDATE`` rewrites the rows for their times. The rows are made while the ``COPY``
+    streams (each chain's ``rows()`` as its turn comes), so Python prepares messages while Postgres stores
+    the ones before. The planner statistics are checked once, for the deepest row (``keep_statistics``).
+    """
+    count = sum(len(chain.ids) for chain in chains)
+    if not count:
+        return
+    seqs = iter(sorted(row["seq"] for row in (yield Query(_NEW_SEQS, {"n": count}))))
+    deepest = [0]
+
+    def copied() -> Iterator[tuple[Any, ...]]:
+        places = Places(POSTGRES, session_id)
+        stored: set[str] = set()
+        for chain in chains:
+            parent = chain.parent if chain.parent in stored else None
+            for m in _made(chain):
+                seq = next(seqs)
+                depth, path_bytes, tokens, path_tokens, jump = _without_reads(
+                    places.place(seq, m.id, parent, utf8_length(m.content), m.tokens))
+                yield (seq, session_id, m.id, parent, m.role, m.content, m.text, m.tools, times[m.id] + "+00",
+                       depth, path_bytes, tokens, path_tokens, jump)
+                deepest[0] = max(deepest[0], depth)
+                stored.add(m.id)
+                parent = m.id
+
+    yield Copy("assistant_messages", _MESSAGE_COLUMNS, copied())
+    yield from on_postgres(keep_statistics(count, deepest[0]))
+
+
+def _without_reads(op: TreeOperation[T]) -> T:
+    """The result of ``op``, which must read nothing (every row it needs was placed before)."""
+    try:
+        step = next(op)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    op.close()
+    raise AssertionError(f"placing an imported row read the database ({step!r})")

@@ -1,9 +1,9 @@
 """Running the providers' statements on a Postgres connection, under trio.
 
 The providers never touch a socket. Each call is written as a generator
-(an :data:`Operation`) that yields :class:`Query` / :class:`Many` steps
-and receives each step's rows as a list of dicts; a :class:`Runner` drives
-it on one connection, inside one transaction for writes, and returns its
+(an :data:`Operation`) that yields :class:`Query` / :class:`Many` /
+:class:`Copy` steps and receives each step's rows as a list of dicts; a
+:class:`Runner` drives it on one connection, inside one transaction for writes, and returns its
 result. The same operation thus runs on any of the accepted connections:
 
 * a ``psycopg.Connection`` (psycopg 3, sync API) -- the recommended one;
@@ -65,7 +65,7 @@ import inspect
 import re
 import threading
 import weakref
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -97,8 +97,37 @@ class Many:
     params: Sequence[Mapping[str, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Rows written into ``table``'s ``columns`` in one statement; its rows are ``[]``.
+
+    On psycopg one ``COPY ... FROM STDIN`` (the rows streamed, no statement
+    per row; statement-level triggers fire once); on an ``execute(query, args)``
+    object one ``INSERT`` per row. Each row holds one value per column, in
+    their order, as psycopg adapts it (``None`` for ``NULL``). ``rows`` may
+    be made lazily (a generator): they are then made while the statement
+    runs (on psycopg: on the runner's worker thread), and anything raised
+    while making them ends the statement and the transaction, nothing
+    written."""
+
+    table: str
+    columns: tuple[str, ...]
+    rows: Iterable[Sequence[Any]]
+
+    @property
+    def sql(self) -> str:
+        """The ``COPY`` statement psycopg runs."""
+        return f"COPY {self.table} ({', '.join(self.columns)}) FROM STDIN"
+
+    @property
+    def insert(self) -> str:
+        """The ``INSERT`` of one row (``%(c<i>)s`` placeholders) an ``execute`` object runs instead."""
+        values = ", ".join(f"%(c{i})s" for i in range(len(self.columns)))
+        return f"INSERT INTO {self.table} ({', '.join(self.columns)}) VALUES ({values})"
+
+
 #: A provider call: yields steps, receives each step's rows, returns the call's result.
-Operation = Generator["Query | Many", Rows, T]
+Operation = Generator["Query | Many | Copy", Rows, T]
 
 
 def on_postgres(op: TreeOperation[T]) -> Operation[T]:
@@ -183,6 +212,11 @@ def _drive_psycopg(conn: Any, op: Operation[T]) -> T:
                 if isinstance(step, Many):
                     cur.executemany(step.sql, step.params)
                     rows: Rows = []
+                elif isinstance(step, Copy):
+                    with cur.copy(step.sql) as copy:
+                        for row in step.rows:
+                            copy.write_row(row)
+                    rows = []
                 else:
                     cur.execute(step.sql, step.params)
                     rows = cur.fetchall() if cur.description is not None else []
@@ -344,6 +378,10 @@ class _ExecuteRunner:
                     for params in step.params:
                         await self._execute(step.sql, params)
                     rows: Rows = []
+                elif isinstance(step, Copy):
+                    for row in step.rows:
+                        await self._execute(step.insert, {f"c{i}": value for i, value in enumerate(row)})
+                    rows = []
                 else:
                     rows = await self._execute(step.sql, step.params)
                 step = op.send(rows)

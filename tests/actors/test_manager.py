@@ -12,6 +12,7 @@ import pytest
 from actors import InvalidInputError, InvalidMessageError, NotFoundError, Session, SessionManager
 from storage import SqlStorage
 from storage.registry import SESSION_COLUMNS
+from tests.support.backends import row_count
 
 pytestmark = pytest.mark.both_storages
 
@@ -334,7 +335,7 @@ async def test_unknown_session_ids_raise_not_found_and_write_nothing(manager, st
     with pytest.raises(NotFoundError, match=r"^session 'nope' not found$") as info:
         await UNKNOWN_CALLS[call](manager)
     assert (info.value.kind, info.value.key, info.value.status) == ("session", "nope", 404)
-    assert storage.scalar("SELECT count(*) FROM assistant_messages") == 0
+    assert row_count(storage, "assistant_messages") == 0
     assert await manager.list() == []
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from actors import ConflictError, InvalidInputError, SessionManager
 from actors.context import SEPARATOR
-from tests.support.backends import kind_of
+from tests.support.backends import kind_of, row_count
 
 pytestmark = pytest.mark.both_storages
 
@@ -69,7 +69,7 @@ async def test_an_explicit_provider_is_shared_by_every_session(storage):
     await a.replace_context_block("team", "changed by A")
     assert shared.value == "changed by A"
     assert (await b.get_context_block("team"))["content"] == "changed by A"
-    assert storage.sql("SELECT label FROM cf_agents_context_blocks") == []
+    assert row_count(storage, "cf_agents_context_blocks") == 0
 
 
 async def test_cached_prompt_is_stored_per_session(storage):

@@ -15,7 +15,7 @@ import pytest
 from actors.manager import SessionManager
 from actors.session import Session
 from common.errors import InvalidInputError, InvalidMessageError, MessageNotFoundError
-from tests.support.backends import index_rows, kind_of
+from tests.support.backends import index_rows, kind_of, row_count
 
 pytestmark = pytest.mark.both_storages
 
@@ -25,7 +25,7 @@ def msg(mid, text="hello flight", **extra):
 
 
 def counts(storage):
-    return storage.scalar("SELECT count(*) FROM assistant_messages"), len(index_rows(storage))
+    return row_count(storage, "assistant_messages"), len(index_rows(storage))
 
 
 # -- what already holds ----------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 from actors.manager import SessionManager
 from actors.session import Session
 from common.errors import InvalidInputError, InvalidMessageError
+from tests.support.backends import row_count
 
 pytestmark = pytest.mark.both_storages
 
@@ -27,7 +28,7 @@ async def test_a_lone_surrogate_names_the_string_holding_it(storage, message, fi
         await session.append_message(message)
     assert raised.value.field == field
     assert str(raised.value) == f"{field} holds a lone UTF-16 surrogate, which is not text"
-    assert storage.scalar("SELECT count(*) FROM assistant_messages") == 0
+    assert row_count(storage, "assistant_messages") == 0
 
 
 async def test_a_lone_surrogate_in_a_batch_names_the_message_and_writes_nothing(storage):
@@ -35,7 +36,7 @@ async def test_a_lone_surrogate_in_a_batch_names_the_message_and_writes_nothing(
     with pytest.raises(InvalidMessageError) as raised:
         await session.append_messages([msg("ok"), msg("bad", "\ud83d")])
     assert raised.value.field == "messages[1].parts[0].text"
-    assert storage.scalar("SELECT count(*) FROM assistant_messages") == 0
+    assert row_count(storage, "assistant_messages") == 0
 
 
 async def test_a_created_at_utc_cannot_hold_is_an_invalid_created_at(storage):
@@ -43,7 +44,7 @@ async def test_a_created_at_utc_cannot_hold_is_an_invalid_created_at(storage):
     with pytest.raises(InvalidMessageError, match="outside the dates UTC can hold") as raised:
         await Session.create(storage).append_message(msg("d", createdAt=early))
     assert raised.value.field == "message.createdAt"
-    assert storage.scalar("SELECT count(*) FROM assistant_messages") == 0
+    assert row_count(storage, "assistant_messages") == 0
 
 
 async def test_usage_sums_that_would_overflow_name_the_counter_and_change_nothing(storage):

@@ -99,8 +99,9 @@ async def test_a_message_updated_while_its_batch_was_embedded_keeps_its_marker(s
     batch = embeddings.pending_batch(storage, "", 10)
     await session.update_message(msg("pasta", "Quarterly tax forms are due"))  # while "the model runs"
     stored = embeddings.store_vectors(storage, "", "wordllama/l2_supercat-256", 256,
-                                      [(seq, mark, b"\0" * 1024) for seq, mark, _ in batch])
+                                      [(seq, text, b"\0" * 1024) for seq, _, text in batch])
     assert len(stored) == 3 and (await session.search_status())["pending"] == 1
+    assert storage.scalar("SELECT count(*) FROM assistant_embeddings_pending") == 1  # marked: now below the mark
     await session.embed_pending()
     assert ids(await session.search("paying taxes", mode="semantic", limit=1)) == ["pasta"]
 
@@ -147,10 +148,25 @@ async def test_mark_missing_picks_up_messages_stored_before_the_embedder(storage
         await plain.append_message(msg(mid, text))
     await plain.append_message({"id": "tool", "role": "assistant", "parts": [{"type": "tool-x", "input": {}}]})
     session = Session.create(storage).with_embedder(embedder_for(EmbedderConfig()))
-    assert (await session.search_status())["pending"] == 0
-    assert session.vectors is not None and await session.vectors.mark_missing() == 4  # not the text-less one
-    assert await session.vectors.mark_missing() == 0
+    # Above the embedded-through seq (none yet): pending without any marker; not the text-less one.
+    assert (await session.search_status())["pending"] == 4
+    assert session.vectors is not None and await session.vectors.mark_missing() == 0
     assert await session.embed_pending() == 4
+    assert (await session.search_status())["pending"] == 0
+
+
+async def test_mark_missing_marks_what_another_model_embedded(storage):
+    session = Session.create(storage).with_embedder(embedder_for(EmbedderConfig()))
+    for mid, text in TEXTS.items():
+        await session.append_message(msg(mid, text))
+    assert await session.embed_pending() == 4
+    storage.exec("UPDATE assistant_embeddings SET model = 'another' WHERE seq IN (SELECT seq FROM assistant_embeddings "
+                 "ORDER BY seq LIMIT 3)")
+    assert session.vectors is not None and await session.vectors.mark_missing() == 3
+    assert await session.vectors.mark_missing() == 0
+    assert (await session.search_status())["pending"] == 3
+    assert await session.embed_pending() == 3
+    assert (await session.search_status())["pending"] == 0
 
 
 async def test_a_searchable_block_finds_entries_by_meaning_through_the_actor_tools(tmp_path):

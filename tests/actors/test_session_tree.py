@@ -11,6 +11,7 @@ import trio
 from actors import InvalidInputError, InvalidMessageError, MessageNotFoundError
 from actors.session import LATEST_LEAF, MessagesChange, Session
 from tests.support.backends import index_rows, kind_of
+from tests.support.backends import row_count as rows_of
 
 pytestmark = pytest.mark.both_storages
 
@@ -34,7 +35,7 @@ async def chain(session, *mids, parent_id=LATEST_LEAF):
 
 
 def row_count(storage, table="assistant_messages"):
-    return storage.scalar(f"SELECT count(*) FROM {table}")
+    return rows_of(storage, table)  # a table made on first use that does not exist holds none
 
 
 # -- create / builders ---------------------------------------------------------

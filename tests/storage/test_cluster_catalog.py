@@ -10,6 +10,7 @@ from storage.cluster.capture import ChangeCapture
 from storage.cluster.catalog import CatalogTracker
 from storage.context import write_config
 from storage.kv import ActorStorage
+from storage.schema import create_every_table
 
 INSERT_MESSAGE = "INSERT INTO assistant_messages (id, role, content, created_at) VALUES (?, 'user', '[]', ?)"
 INSERT_COMPACTION = ("INSERT INTO assistant_compactions (id, summary, from_message_id, to_message_id) "
@@ -19,6 +20,7 @@ INSERT_COMPACTION = ("INSERT INTO assistant_compactions (id, summary, from_messa
 @pytest.fixture
 def storage(tmp_path):
     s = ActorStorage.open(tmp_path / "actor.sqlite3")
+    create_every_table(s.connection)  # as cluster mode, whose files the tracker follows, makes them
     yield s
     s.close()
 

@@ -16,6 +16,7 @@ from storage.integrity import (
     wal_checksum_problem,
 )
 from storage.kv import ActorStorage
+from storage.schema import create_on_first_use
 
 PAGE = 4096
 FRAME = PAGE + 24
@@ -110,6 +111,9 @@ def test_the_generation_starts_at_zero_and_only_rises(tmp_path):
 def test_facts_count_messages_and_compactions_and_read_the_name(tmp_path):
     with ActorStorage.open(tmp_path / "a.sqlite3") as storage:
         storage.sql("INSERT INTO assistant_config VALUES ('', 'actor_name', 'chat-42')")
+        assert actor_facts(storage).messages == 0  # no message table yet (made by the first message)
+        create_on_first_use(storage.connection, "assistant_messages")
+        create_on_first_use(storage.connection, "assistant_compactions")
         for i in range(3):
             storage.sql("INSERT INTO assistant_messages (id, role, content, created_at) VALUES (?, 'user', '{}', ?)",
                         f"m{i}", f"2026-01-0{i + 1} 00:00:00.000")

@@ -15,6 +15,7 @@ from actors import SessionManager
 from actors.session import Session
 from storage import SqlStorage, registry
 from storage.fts import parse_query
+from storage.schema import SCHEMA_VERSION
 
 REGISTRY = ("assistant_sessions", "idx_assistant_sessions_updated")
 
@@ -92,7 +93,7 @@ def test_a_v6_file_keeps_a_registry_with_rows_and_loses_an_empty_one(tmp_path, t
     for name, kept in (("v6_actor.sqlite3", True), ("v6_empty.sqlite3", False)):
         shutil.copyfile(test_data / "schema_v6" / name, tmp_path / name)
         with SqlStorage.open(tmp_path / name) as migrated:
-            assert migrated.user_version == 7
+            assert migrated.user_version == SCHEMA_VERSION
             assert set(schema(migrated)) == (set(REGISTRY) | {"sqlite_autoindex_assistant_sessions_1",
                                                               "sqlite_autoindex_assistant_sessions_2"}
                                              if kept else set())

@@ -49,7 +49,7 @@ def test_the_v1_file_is_at_version_1_with_tools_in_the_text_index(tmp_path, v1_f
 
 
 def test_migration_moves_tool_calls_out_of_the_text_index(migrated):
-    assert migrated.user_version == SCHEMA_VERSION == 7  # versions 4 to 7 (tables, an index, tables on first use) move no row
+    assert migrated.user_version == SCHEMA_VERSION == 9  # versions 4 to 9 (tables, an index, tables on first use) move no row
     # version 3 leaves the text index only its text (contentless): see test_schema_migration_v2.py
     assert [r["name"] for r in migrated.sql("SELECT name FROM pragma_table_info('assistant_fts')")] == ["content"]
     assert [r["rowid"] for r in migrated.sql("SELECT rowid FROM assistant_fts ORDER BY rowid")] == [1, 2, 4, 5, 6, 7, 8]

@@ -60,7 +60,7 @@ def test_the_v4_file_is_at_version_4_with_the_parent_index_on_text_ids(v4_copy):
 
 async def test_a_v4_file_migrates_and_answers_as_the_v4_release_did(v4_copy):
     with SqlStorage.open(v4_copy) as storage:
-        assert storage.user_version == SCHEMA_VERSION == 7
+        assert storage.user_version == SCHEMA_VERSION == 9
         columns = [row[2] for row in storage.exec("PRAGMA index_info(idx_assistant_msg_parent)")]
         assert columns == ["parent_seq"]
         assert storage.scalar("PRAGMA integrity_check") == "ok"

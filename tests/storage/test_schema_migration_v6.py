@@ -51,7 +51,7 @@ def test_the_v6_files_are_at_version_6_with_the_indexes(tmp_path, test_data):
 async def test_a_file_with_indexed_messages_keeps_its_indexes_and_finds_as_before(tmp_path, test_data):
     storage = SqlStorage.open(copy(tmp_path, test_data, "v6_actor.sqlite3"))
     try:
-        assert storage.user_version == SCHEMA_VERSION == 7
+        assert storage.user_version == SCHEMA_VERSION == 9
         assert set(INDEXES) <= set(tables(storage))
         session = Session.create(storage)
         assert [m["id"] for m in await session.search("lisbon")] == ["a", "b"]  # text, then tool input
@@ -74,7 +74,7 @@ async def test_a_file_with_empty_indexes_loses_them_and_makes_them_again_at_its_
     con.close()
     storage = SqlStorage.open(copy(tmp_path, test_data, "v6_empty.sqlite3"))
     try:
-        assert storage.user_version == 7
+        assert storage.user_version == 9
         assert not any(name.startswith("assistant_fts") for name in tables(storage))
         assert storage.scalar("SELECT value FROM assistant_config WHERE key = 'actor_name'") == "empty"
         session = Session.create(storage)

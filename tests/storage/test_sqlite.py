@@ -4,7 +4,7 @@ import apsw
 import pytest
 
 from storage import SchemaTooNewError, SqlStorage, StorageClosedError
-from storage.schema import SCHEMA_VERSION
+from storage.schema import SCHEMA_VERSION, create_on_first_use
 
 
 def test_open_applies_settings_and_schema(storage):
@@ -13,10 +13,9 @@ def test_open_applies_settings_and_schema(storage):
     assert storage.scalar("PRAGMA foreign_keys") == 1
     assert storage.user_version == SCHEMA_VERSION
     tables = {r["name"] for r in storage.sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for name in ("assistant_messages", "assistant_compactions", "assistant_config",
-                 "cf_agents_context_blocks"):
-        assert name in tables
-    for name in ("cf_agents_search_entries", "cf_agents_search_fts", "_cf_KV", "_cf_alarm", "transcript_entries",
+    assert "assistant_config" in tables
+    for name in ("assistant_messages", "assistant_compactions", "cf_agents_context_blocks",
+                 "cf_agents_search_entries", "cf_agents_search_fts", "_cf_KV", "_cf_alarm", "transcript_entries",
                  "assistant_embeddings", "assistant_embeddings_pending", "cf_agents_search_embeddings",
                  "assistant_fts", "assistant_fts_tools", "assistant_fts_cjk", "assistant_sessions"):
         assert name not in tables  # made by their first write (storage.schema.ON_FIRST_USE)
@@ -48,6 +47,7 @@ def test_sql_returns_dicts_and_binds_params(storage):
 
 
 def test_created_at_has_milliseconds(storage):
+    create_on_first_use(storage.connection, "cf_agents_context_blocks")
     storage.sql("INSERT INTO cf_agents_context_blocks (label, content) VALUES ('a', 'b')")
     stamp = storage.scalar("SELECT updated_at FROM cf_agents_context_blocks")
     assert len(stamp) == len("2026-01-01 00:00:00.000") and stamp[19] == "."

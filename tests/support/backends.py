@@ -116,6 +116,14 @@ def _has_table(storage: SqlStorage, table: str) -> bool:
     return bool(storage.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", table))
 
 
+def row_count(storage: Any, table: str) -> int:
+    """Rows of ``table``; on SQLite a table made on first use (``storage.schema.ON_FIRST_USE``) that
+    does not exist holds none."""
+    if isinstance(storage, SqlStorage) and not _has_table(storage, table):
+        return 0
+    return int(storage.scalar(f"SELECT count(*) FROM {table}"))
+
+
 def index_rows(storage: Any) -> list[dict[str, Any]]:
     """The messages indexed by their text, oldest first: ``{id, session_id, role, content}``.
 
@@ -163,6 +171,10 @@ def refusing_inserts(storage: Any, table: str, message: str, when: str = "TRUE")
     if isinstance(storage, SqlStorage):
         import apsw
 
+        from storage.schema import ON_FIRST_USE, create_on_first_use
+
+        if table in ON_FIRST_USE:  # a trigger needs its table, made here as its first write would
+            create_on_first_use(storage.connection, table)
         storage.exec(f"CREATE TRIGGER refuse BEFORE INSERT ON {table} WHEN {when} "
                      f"BEGIN SELECT RAISE(ABORT, '{message}'); END")
         try:

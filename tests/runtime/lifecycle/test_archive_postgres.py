@@ -146,6 +146,15 @@ async def test_a_bad_archive_names_its_line_and_stores_nothing_in_postgres(tmp_p
                 assert answer.json()["error"]["message"].startswith(expected), answer.text
                 assert session_rows(pg_empty_dsn, "dst") == 0
                 assert (await http.get(f"{base}/dst/export")).status_code == 404
+            # Refused by the session while the messages stream into Postgres (its rows are made inside the
+            # COPY): the actor woke, so the name is known, but no row of the archive is stored.
+            refused = "\n".join([*lines[:3], lines[3].replace('"role":"user"', '"role":7'), *lines[4:]])
+            answer = await http.post(f"{base}/dst/import", content=refused.encode(), headers=NDJSON)
+            assert answer.status_code == 400, answer.text
+            assert "messages[2].role must be a string" in answer.json()["error"]["message"], answer.text
+            assert session_rows(pg_empty_dsn, "dst") == 0
+            assert (await http.post(f"{base}/dst/import", content=archive.encode(), headers=NDJSON)).status_code == 201
+            same_apart_from_header(archive, (await http.get(f"{base}/dst/export")).text, "dst")
 
         # The command line: one line naming the bad record, exit 1; a good archive is stored.
         bad = tmp_path / "bad.jsonl"

@@ -221,6 +221,36 @@ async def test_a_connection_finding_as_many_waiting_as_places_is_refused_at_once
     await listener.aclose()
 
 
+async def test_refusals_answered_by_the_accept_loop_do_not_count_against_its_batch():
+    """A turn of the accept loop keeps at most ``limit`` connections (each gets a task) but answers every
+    refused one it meets on the way, up to ``most`` taken in all: a flood's refusals leave in few turns."""
+    sock = listening_socket()
+    listener = AdmittingListener(sock, max_waiting=64, max_wait_s=60,
+                                 early_refusal=lambda head: ActorBusyError("s", 1.0) if b"/busy/" in head else None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener.closer.run)  # closes the refused connections (when cancelled, at the end)
+        refused = clients_sending_heads(sock, 10, "/v1/sessions/busy/messages")
+        admitted = clients_sending_heads(sock, 3)
+        batch = await listener.accept_batch(limit=1)  # one turn
+        assert listener.refused == 10 and len(batch) == 1
+        for client in refused:
+            answer = received(client)
+            assert answer.startswith(b"HTTP/1.1 429 ") and b"\r\nRetry-After: 1\r\n" in answer
+        assert all(received(client) == b"" for client in admitted)  # kept: answered by the server later
+        batch += await listener.accept_batch(limit=8)
+        assert len(batch) == 3 and listener.refused == 10
+
+        more = clients_sending_heads(sock, 6, "/v1/sessions/busy/messages")
+        assert await listener.accept_batch(limit=1, most=4) == [] and listener.refused == 14  # at most 4 taken
+        assert await listener.accept_batch(limit=1, most=4) == [] and listener.refused == 16
+        nursery.cancel_scope.cancel()
+    for conn, _, _ in batch:
+        conn.close()
+    for client in refused + admitted + more:
+        client.close()
+    await listener.aclose()
+
+
 CALLS = 600
 UPGRADES = 40
 

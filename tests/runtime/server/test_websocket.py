@@ -21,11 +21,13 @@ WS = "/v1/sessions/room-1/ws"
 
 
 class Chatty(SessionAgent):
-    """Broadcasts on request, echoes plain frames, refuses the session named 'closed'."""
+    """Broadcasts on request, echoes plain frames, refuses the session named 'closed', closes 'moved' at once."""
 
     async def on_connect(self, conn):
         if self.ctx.id.name == "closed":
             raise ConflictError("this session takes no connections")
+        if self.ctx.id.name == "moved":  # the host asks for the socket's close before it is served
+            conn.close(1012, "the owner moved")
 
     async def on_message(self, conn, message):
         conn.send(f"echo:{message}" if isinstance(message, str) else b"echo:" + message)
@@ -189,6 +191,21 @@ async def test_connections_without_the_token_or_refused_by_on_connect_get_an_htt
         response = refused.response
         assert response.status_code == status
         assert json.loads(await response.get_data())["error"]["type"] == error_type
+
+
+async def test_a_close_requested_while_the_socket_connects_closes_it_once_accepted(app):
+    async with app.test_client().websocket("/v1/sessions/moved/ws", headers=AUTH) as ws:
+        with pytest.raises(WebsocketDisconnectError) as caught:
+            await ws.receive()
+        assert caught.value.args == (1012,)
+
+
+async def test_an_empty_frame_goes_to_on_message_as_it_was_sent(app):
+    async with app.test_client().websocket(WS, headers=AUTH) as ws:
+        await ws.send(b"")
+        assert await ws.receive() == b"echo:"
+        await ws.send("")
+        assert await ws.receive() == "echo:"
 
 
 async def test_shutdown_closes_sockets_with_going_away(app):
