@@ -158,11 +158,11 @@ class Agent:
         """
         if not isinstance(message, str | bytes):
             raise TypeError(f"broadcast sends str or bytes, not {type(message).__name__}")
-        skipped = _excluded(exclude)
-        skipped_ids = {item for item in skipped if isinstance(item, str)}
-        skipped_conns = [item for item in skipped if not isinstance(item, str)]
+        skipped = _excluded(exclude)  # usually empty (a status after every append): nothing to build or ask
+        skipped_ids = {item for item in skipped if isinstance(item, str)} if skipped else ()
+        skipped_conns = [item for item in skipped if not isinstance(item, str)] if skipped else ()
         for conn in self.ctx.get_connections():
-            if conn.id in skipped_ids or any(item is conn or item == conn for item in skipped_conns):
+            if skipped and (conn.id in skipped_ids or any(item is conn or item == conn for item in skipped_conns)):
                 continue
             try:
                 conn.send(message)

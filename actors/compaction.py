@@ -44,7 +44,7 @@ from typing import Any, TypedDict
 from common.errors import CompactionError, InvalidInputError
 
 from .summary import build_summary_prompt, extractive_summarize
-from .tokens import estimate_message_tokens, estimate_string_tokens, js_stringify, message_parts
+from .tokens import MAX_SAFE_INTEGER, estimate_message_tokens, estimate_string_tokens, js_stringify, message_parts
 
 __all__ = [
     "COMPACTION_PREFIX",
@@ -77,6 +77,8 @@ __all__ = [
 COMPACTION_PREFIX = "compaction_"
 #: ``type`` of status broadcasts.
 CF_AGENT_SESSION = "cf_agent_session"
+# ``tokenThreshold`` texts of status payloads, by (type, value): a config holds one or two thresholds.
+_THRESHOLD_TEXT: dict[tuple[type, Any], str] = {}
 #: ``type`` of compaction-failure broadcasts.
 CF_AGENT_SESSION_ERROR = "cf_agent_session_error"
 #: Result text of the stub inserted for a tool call whose result was compacted away.
@@ -623,6 +625,20 @@ def status_broadcast(
     """
     if phase not in ("idle", "compacting"):
         raise InvalidInputError(f"phase must be 'idle' or 'compacting', got {phase!r}", field="phase")
+    if (tokens_before is None and type(token_estimate) is int
+            and -MAX_SAFE_INTEGER <= token_estimate <= MAX_SAFE_INTEGER
+            and (token_threshold is None or type(token_threshold) in (int, float))):
+        # The payload after every append: each value as js_stringify writes it, the threshold's text
+        # made once (a float costs a digits search), the object around them as the dict below is written.
+        key = (type(token_threshold), token_threshold)
+        threshold = _THRESHOLD_TEXT.get(key)
+        if threshold is None:
+            threshold = js_stringify(token_threshold)
+            if len(_THRESHOLD_TEXT) >= 16:
+                _THRESHOLD_TEXT.clear()
+            _THRESHOLD_TEXT[key] = threshold
+        return (f'{{"type":"{CF_AGENT_SESSION}","phase":"{phase}","tokenEstimate":{token_estimate},'
+                f'"tokenThreshold":{threshold},"sessionId":{js_stringify(session_id)}}}')
     payload: dict[str, Any] = {
         "type": CF_AGENT_SESSION,
         "phase": phase,

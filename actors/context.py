@@ -44,7 +44,7 @@ from storage.sqlite import SqlStorage
 
 from .session_spec import BlockSpec, ContextSpec, PerSession, has_method
 from .session_spec import check_text as _check_text
-from .skills import SkillHost, SkillTracker
+from .skills import SkillHost, SkillTracker, skill_events
 from .tokens import estimate_string_tokens
 from .tools import Tool, build_context_tools, percent
 
@@ -892,7 +892,9 @@ class ContextBlocks:
     async def note_appended(self, message: dict[str, Any]) -> None:
         """Call after a message was stored: its finished load/unload tool parts
         update the loaded set. Costs nothing for a message without such parts."""
-        await self._skill_tracker().note_appended(message, may_scan=self._may_scan())
+        skills = self._skill_tracker()
+        if skill_events(message):  # else nothing to apply: may_scan is not even asked (every append comes here)
+            await skills.note_appended(message, may_scan=self._may_scan())
 
     async def note_updated(self, message: dict[str, Any]) -> None:
         """Call after a message was updated (see :meth:`SkillTracker.note_updated`)."""

@@ -251,7 +251,8 @@ class Session:
     def _bind(self, compaction: CompactionSpec) -> None:
         """Open the message store of :attr:`session_id` and the compaction part over it."""
         self._messages = as_async_store(self._store_for(self._session_id))
-        self._exclusive: bool | None = None
+        # The exclusively held SqlStorage behind the store (see _file_version); None: none; False: not known yet.
+        self._held: SqlStorage | None | Literal[False] = False
         self._context.with_state(self._messages if callable(getattr(self._messages, "get_config", None)) else None)
         self._channel.session_id = self._session_id
         self._compaction = SessionCompaction(
@@ -266,12 +267,13 @@ class Session:
         (see :mod:`actors.session_compaction`), else ``None``: a synchronous store (no other task
         writes between its reads) on a SQLite file this process holds exclusively, outside a
         caller's transaction."""
-        store = getattr(sync_store(self._messages), "storage", None)
-        if not isinstance(store, SqlStorage) or store.in_transaction:
+        held = self._held
+        if held is False:  # not looked at yet since _bind
+            store = getattr(sync_store(self._messages), "storage", None)
+            held = self._held = store if isinstance(store, SqlStorage) and held_exclusively(store) else None
+        if held is None:
             return None
-        if self._exclusive is None:
-            self._exclusive = held_exclusively(store)
-        return store.data_version if self._exclusive else None
+        return None if held.in_transaction else held.data_version
 
     # -- builders ------------------------------------------------------------
 

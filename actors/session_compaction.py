@@ -90,6 +90,8 @@ NO_FUNCTION = "No compaction function registered. Call on_compaction() first."
 
 
 async def _resolve(value: Any) -> Any:
+    if value is None:  # a broadcaster returning nothing (Agent.broadcast): no awaitable check
+        return None
     return await value if inspect.isawaitable(value) else value
 
 

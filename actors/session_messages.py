@@ -48,7 +48,7 @@ def check_message(message: Any) -> Message:
     A top-level ``createdAt`` given as a ``datetime`` is replaced by its
     JavaScript ``Date.toISOString()`` text (naive means UTC).
     """
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):  # a dict: no ABC check
         raise InvalidMessageError(
             f"message must be a dict with id, role and parts, not {type(message).__name__}", field="message"
         )
@@ -170,7 +170,7 @@ def utf8_length(text: str) -> int:
 
 def search_text(parts: list[Any]) -> str:
     """The text parts joined by one space (what search indexes, docs/behaviours.md §2)."""
-    texts = [p.get("text") for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
+    texts = [p.get("text") for p in parts if (type(p) is dict or isinstance(p, Mapping)) and p.get("type") == "text"]
     return " ".join(t if isinstance(t, str) else "" for t in texts)
 
 
@@ -194,7 +194,7 @@ def tool_search_text(parts: list[Any]) -> str:
     """
     pieces: list[str] = []
     for part in parts:
-        name = _tool_name(part) if isinstance(part, Mapping) else None
+        name = _tool_name(part) if type(part) is dict or isinstance(part, Mapping) else None
         if name is None:
             continue
         if name:

@@ -356,20 +356,34 @@ def index_rows(
     """
     stmts: list[tuple[str, tuple[Any, ...]]] = []
     if text:
-        cols = dict(extra or {})
-        cols["content"] = indexed_text(text)
-        names = ", ".join(cols)
-        marks = ", ".join("?" for _ in cols)
-        stmts.append((f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (rowid, *cols.values())))
+        if extra:
+            cols = dict(extra)
+            cols["content"] = indexed_text(text)
+            stmts.append((_insert_sql(table, tuple(cols)), (rowid, *cols.values())))
+        else:  # the hot path (every message append): no dict, the statement text made once
+            stmts.append((_insert_sql(table, ("content",)), (rowid, indexed_text(text))))
     if tools:
-        stmts.append((
-            f"INSERT INTO {table}{TOOLS_SUFFIX} (rowid, content, tools) VALUES (?, ?, ?)",
-            (rowid, indexed_text(text), indexed_text(tools)),
-        ))
-    twin = "\n".join(t for t in (text, tools) if t)
+        stmts.append((_insert_sql(table + TOOLS_SUFFIX, ("content", "tools")),
+                      (rowid, indexed_text(text), indexed_text(tools))))
+        twin = f"{text}\n{tools}" if text else tools
+    else:
+        twin = text
     if has_cjk(twin):
-        stmts.append((f"INSERT INTO {table}_cjk (rowid, content) VALUES (?, ?)", (rowid, twin)))
+        stmts.append((_insert_sql(table + "_cjk", ("content",)), (rowid, twin)))
     return stmts
+
+
+_INSERT_SQL: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
+    """``INSERT INTO <table> (rowid, <columns>) VALUES (?, ...)``, made once per table and columns
+    (both trusted identifiers of this package: a handful of keys)."""
+    sql = _INSERT_SQL.get((table, columns))
+    if sql is None:
+        marks = ", ".join("?" for _ in columns)
+        sql = _INSERT_SQL[(table, columns)] = f"INSERT INTO {table} (rowid, {', '.join(columns)}) VALUES (?, {marks})"
+    return sql
 
 
 def unindex_rows(table: str, rowid: int, *, tools: bool = False) -> list[tuple[str, tuple[Any, ...]]]:

@@ -124,6 +124,7 @@ class MessageStore:
         self.session_id = session_id
         self._carried: CarriedLeaf | None = None
         self._exclusive: bool | None = None
+        self._made_on: apsw.Connection | None = None  # the connection whose file holds the message tables
 
     def __repr__(self) -> str:
         return f"MessageStore(session_id={self.session_id!r})"
@@ -154,14 +155,20 @@ class MessageStore:
         """Run ``op`` in one transaction, making first the ``tables`` of ``storage.schema.ON_FIRST_USE``
         it writes that the file lacks (by default the message table and its text indexes)."""
         con = self.storage.connection
-        made = True
-        for table in tables:  # asked outside the transaction: once seen, never asked again
-            made = made and table_exists(con, table)
-        with self.storage.transaction():
+        # Asked outside the transaction: once seen committed a table stays. The message tables, the
+        # usual case (every append), are remembered per connection here: no schema-cache lookups.
+        usual = tables is _MESSAGE_TABLES
+        made = usual and con is self._made_on
+        if not made:
+            made = all(table_exists(con, table) for table in tables)
+        with con:  # storage.transaction(), without a generator's frame on every write
             if not made:
                 for table in tables:
                     create_on_first_use(con, table)
-            return drive(con, op)
+            result = drive(con, op)
+        if made and usual and con.get_autocommit():
+            self._made_on = con
+        return result
 
     def _carried_leaf(self) -> CarriedLeaf | None:
         """The carried latest leaf while the file is as this store's last append left it, else ``None``."""
@@ -390,7 +397,7 @@ class MessageStore:
         if before is not None and parent_id is LATEST_LEAF:
             link, above = before.link(self._depth_jump)
             latest = (before.leaf_id, link)
-        alone = not self.storage.in_transaction
+        alone = self.storage.connection.get_autocommit()  # not inside a caller's transaction
         overlay = isinstance(parent_id, str) and parent_id.startswith(OVERLAY_PREFIX)  # may read a compaction
         row = self._write(writes.append_row(
             self._dialect() if overlay else SQLITE, self.session_id, message_id, role, content, text, tools, tokens, parent_id, latest

@@ -18,7 +18,7 @@ from actors.compaction import (
     plan_compaction,
     status_broadcast,
 )
-from actors.tokens import estimate_message_tokens
+from actors.tokens import estimate_message_tokens, js_stringify
 from common.errors import CompactionError, InvalidInputError
 
 
@@ -286,6 +286,19 @@ def test_status_broadcasts_keep_the_original_key_order_plus_session_id():
     }
     with pytest.raises(InvalidInputError, match="phase must be"):
         status_broadcast(phase="done", token_estimate=0, token_threshold=None, session_id="")
+
+
+@pytest.mark.parametrize("threshold", [None, 0, 2000, 2000.0, 1e12, 0.5, 1e21, 1.5e-7, 2**53 + 1, -3.25, True,
+                                       float("inf"), float("nan")])
+@pytest.mark.parametrize("estimate", [0, 7, -1, 2**53, 2**53 + 1, True, 12.0])
+@pytest.mark.parametrize("session_id", ["", "s1", 'quo"te\\', "sessão 会话 \u2028"])
+def test_status_broadcasts_after_appends_are_written_as_the_whole_payload_is(threshold, estimate, session_id):
+    # The append path's status (no tokensBefore) is put together from its values; the same text as the dict's.
+    payload = {"type": "cf_agent_session", "phase": "idle", "tokenEstimate": estimate, "tokenThreshold": threshold,
+               "sessionId": session_id}
+    for _ in range(2):  # the threshold's text is remembered after the first
+        assert status_broadcast(phase="idle", token_estimate=estimate, token_threshold=threshold,
+                                session_id=session_id) == js_stringify(payload)
 
 
 def test_error_broadcast_carries_the_message_and_session_id():

@@ -40,3 +40,12 @@ def test_estimate_message_tokens():
 
 def test_js_stringify_writes_integral_floats_like_js():
     assert js_stringify({"a": 1.0, "b": [2.5, "é"]}) == '{"a":1,"b":[2.5,"é"]}'
+
+
+@pytest.mark.parametrize("text, words", [
+    ("one", 1), (" one", 1), ("one ", 1), ("\t\n\v\f\r one  two\r\n", 2), ("a\x1db\x1ec\x1fd", 1),
+    ("a \x1c b", 3), ("   ", 0), ("a\u00a0b", 2), ("a\x85b", 1), ("x y\u3000z", 3),
+])
+def test_words_are_cut_where_javascript_cuts_them(text, words):
+    # ASCII text goes through str.split() unless it holds \x1c-\x1f; other text through the \s regex.
+    assert estimate_string_tokens(text) == max(-(-len(text) // 4), -(-words * 13 // 10))
