@@ -163,6 +163,9 @@ class HostAlarms:
         self._spawn = spawn
         self._scheduler = AlarmScheduler(index, clock, self.start_delivery)
         self._deliveries: set[tuple[str, str]] = set()
+        # Actors whose alarm came due again while a delivery of it was still finishing (the handler
+        # re-armed it, or a later turn set it): delivered again as soon as that delivery ends.
+        self._again: set[tuple[str, str]] = set()
 
     def add_namespace(self, name: str) -> None:
         """Serve the alarms of namespace ``name`` (bound just now)."""
@@ -194,9 +197,16 @@ class HostAlarms:
             self._scheduler.wake()
 
     def start_delivery(self, namespace: str, hex_id: str) -> None:
-        """Deliver the actor's alarm in the background, unless a delivery of it runs or the host closed."""
+        """Deliver the actor's alarm in the background (nothing once the host closed); while a delivery of
+        it is still running, deliver it again once that one ends."""
         key = (namespace, hex_id)
-        if key not in self._deliveries and not self._host.closed:
+        if self._host.closed:
+            return
+        if key in self._deliveries:
+            # The scheduler already moved the index row a lease ahead: without this the alarm would
+            # wait for that lease (60 s) instead of running once the current delivery ends.
+            self._again.add(key)
+        else:
             self._deliveries.add(key)
             self._spawn(self._deliver_in_background, ActorId(namespace, hex_id))
 
@@ -210,7 +220,13 @@ class HostAlarms:
         except Exception:
             logger.warning("alarm of %s failed", describe(actor_id), exc_info=True)
         finally:
-            self._deliveries.discard((actor_id.namespace, actor_id.hex))
+            key = (actor_id.namespace, actor_id.hex)
+            self._deliveries.discard(key)
+            if key in self._again:
+                # A delivery that finds the alarm not due yet runs nothing, and its turn copies the
+                # actor's row back over the index's lease.
+                self._again.discard(key)
+                self.start_delivery(*key)
 
     async def deliver(self, actor_id: ActorId, *, force: bool = False) -> bool:
         """Run the actor's alarm as a turn if it is due (or at once with ``force``); whether it ran.

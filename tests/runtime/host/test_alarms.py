@@ -35,7 +35,7 @@ class Reminder(Agent):
         if info.retry_count < self.env.get("fail_times", 0):
             raise RuntimeError(f"alarm failure {info.retry_count}")
         if len(runs) < self.env.get("repeat", 1):
-            self.storage.set_alarm(self.ctx.now_ms() + 1_000)
+            self.storage.set_alarm(self.ctx.now_ms() + self.env.get("rearm_ms", 1_000))
 
 
 @pytest.fixture
@@ -160,6 +160,20 @@ async def test_alarm_set_inside_alarm_is_kept(autojump_clock, actor_data_dir, cl
         await stub.remind_in(1_000)
         await trio.sleep(60)
         assert [round(at - start, 6) for at, _, _ in env["runs"]] == [1, 2, 3]
+        assert await stub.scheduled() is None
+
+
+async def test_alarm_set_due_at_once_inside_alarm_fires_at_once(autojump_clock, actor_data_dir, clock):
+    """An alarm re-armed for "now" from its handler is due while its delivery is still finishing (the
+    scheduler sees it before the delivering task has let go): it runs at once, not a delivery lease
+    (60 s) later."""
+    env = {"runs": [], "repeat": 3, "rearm_ms": 0}
+    async with open_host(actor_data_dir, clock=clock) as host:
+        stub = host.bind("r", Reminder, env=env).get_by_name("a")
+        start = trio.current_time()
+        await stub.remind_in(1_000)
+        await trio.sleep(600)
+        assert [round(at - start, 3) for at, _, _ in env["runs"]] == [1, 1, 1]
         assert await stub.scheduled() is None
 
 
