@@ -16,7 +16,7 @@ needs them), keyed by the message's ``seq``, or by the session:
 * ``assistant_embeddings_pending``: one marker per message at or below the
   embedded-through ``seq`` that needs a vector again: updated (its old vector
   no longer describes its text) or stored without a vector of the current
-  model (:func:`mark_missing`). :class:`EmbeddingMessageStore` writes it in
+  model (:func:`mark_missing`). :func:`update_keeping_vectors` writes it in
   the update's transaction.
 
 So the pending messages of a session are those with text above its
@@ -25,7 +25,7 @@ counts exactly these; :func:`pending_batch` gives them, markers first).
 
 ``seq`` is the file's rowid, and SQLite gives a new row the largest rowid
 plus one: after the newest rows of the file are deleted, their ``seq`` may
-be given again. Deleting messages through :class:`EmbeddingMessageStore`
+be given again. Deleting messages (:func:`delete_keeping_vectors`)
 therefore lowers the embedded-through ``seq`` to the file's largest
 (nothing of the session lies between), and so does :func:`store_vectors`,
 so a message stored later is always above it.
@@ -35,6 +35,10 @@ model (the actor layer does both, off the write path:
 ``actors.session_embeddings``). A vector is stored only if the message still
 has the text it was computed from. Deleting messages deletes their vectors
 and markers in the same transaction; clearing a session deletes all of its.
+:class:`~storage.messages.MessageStore` does this bookkeeping in every file
+that holds message vectors, whether the session at hand has an embedder or
+not: a session with semantic search switched off for a while keeps vectors
+that describe its messages.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from .messages import MessageStore
-from .schema import create_on_first_use, table_exists
+from .schema import VECTORS_TABLE, create_on_first_use, table_exists
 from .sqlite import SqlStorage
 from .tree.rows import SearchRow
 from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
@@ -51,6 +55,8 @@ from .tree.sqlite import HIT_ROWS, TEXT_OF_CONTENT
 __all__ = [
     "EmbeddingMessageStore",
     "clear_vectors",
+    "delete_keeping_vectors",
+    "update_keeping_vectors",
     "embedded_through",
     "entry_vectors",
     "has_messages",
@@ -66,7 +72,7 @@ __all__ = [
 ]
 
 # Made by the first write that needs them (storage.schema.ON_FIRST_USE); a read finds nothing before.
-_VECTORS = "assistant_embeddings"  # with assistant_embeddings_pending and assistant_embeddings_through
+_VECTORS = VECTORS_TABLE  # with assistant_embeddings_pending and assistant_embeddings_through
 _ENTRIES = "cf_agents_search_entries"
 _ENTRY_VECTORS = "cf_agents_search_embeddings"
 _MESSAGES = "assistant_messages"  # made by the first message written: a file without it holds no message
@@ -135,56 +141,61 @@ WHERE m.session_id = ?1 AND m.seq > ?2 AND m.seq <= ?3 AND {TEXT_OF_CONTENT} != 
 
 
 class EmbeddingMessageStore(MessageStore):
-    """:class:`~storage.messages.MessageStore` that also keeps the embedding tables in step.
+    """:class:`~storage.messages.MessageStore` of a session with an embedder.
 
     An append is the store's append and nothing else (the message is above
-    the session's embedded-through ``seq``: pending). An update deletes the
-    message's vector (it no longer describes the text) and, when the message
-    is at or below the embedded-through ``seq``, marks it (or unmarks it when
-    it has no text left), in the update's transaction. A delete deletes the
-    vectors and markers of the messages deleted and keeps the embedded-through
-    ``seq`` below any ``seq`` the file may give again.
+    the session's embedded-through ``seq``: pending). Updates, deletes and
+    clears keep the embedding tables in step in any store, with an embedder
+    or without (:func:`update_keeping_vectors`, :func:`delete_keeping_vectors`):
+    a session that had semantic search switched off for a while keeps true
+    vectors.
     """
 
     def for_session(self, session_id: str) -> EmbeddingMessageStore:
         return EmbeddingMessageStore(self.storage, session_id)
 
-    def update(self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0,
-               tools: str = "") -> bool:
-        with self.storage.transaction():
-            if not super().update(message_id, role, content, text, tokens=tokens, tools=tools):
-                return False
-            if not _has(self.storage, _VECTORS):
-                return True  # no vector, no marker, everything pending
-            seq = self.storage.scalar(_SEQ_OF, self.session_id, message_id)
-            self.storage.exec(_DELETE_VECTOR, seq)
-            if text and seq <= embedded_through(self.storage, self.session_id):
-                self.storage.exec(_MARK, seq, self.session_id)
-            else:
-                self.storage.exec(_DELETE_PENDING, seq)
-            return True
 
-    def delete(self, message_ids: Iterable[str]) -> list[str]:
-        ids = list(message_ids)
-        if not _has(self.storage, _MESSAGES):
-            return []  # no message was ever written
-        with self.storage.transaction():
-            if not _has(self.storage, _VECTORS):
-                return super().delete(ids)
-            seqs = [self.storage.scalar(_SEQ_OF, self.session_id, i) for i in ids]
-            deleted = super().delete(ids)
-            for seq in seqs:
-                if seq is not None:
-                    self.storage.exec(_DELETE_VECTOR, seq)
-                    self.storage.exec(_DELETE_PENDING, seq)
-            if deleted:
-                self.storage.exec(_LOWER_THROUGH, self.session_id)
-            return deleted
+def update_keeping_vectors(store: MessageStore, message_id: str, role: str, content: str, text: str, *,
+                           tokens: int = 0, tools: str = "") -> bool:
+    """:meth:`MessageStore.update` in a file with message vectors (called by it).
 
-    def clear(self) -> None:
-        with self.storage.transaction():
-            super().clear()
-            clear_vectors(self.storage, self.session_id)
+    In the update's transaction the message's vector is deleted (it no
+    longer describes the text) and, when the message is at or below the
+    embedded-through ``seq``, it is marked pending (or unmarked when it has
+    no text left).
+    """
+    storage = store.storage
+    with storage.transaction():
+        if not store._update_rows(message_id, role, content, text, tokens=tokens, tools=tools):
+            return False
+        seq = storage.scalar(_SEQ_OF, store.session_id, message_id)
+        storage.exec(_DELETE_VECTOR, seq)
+        if text and seq <= embedded_through(storage, store.session_id):
+            storage.exec(_MARK, seq, store.session_id)
+        else:
+            storage.exec(_DELETE_PENDING, seq)
+        return True
+
+
+def delete_keeping_vectors(store: MessageStore, message_ids: Iterable[str]) -> list[str]:
+    """:meth:`MessageStore.delete` in a file with message vectors (called by it).
+
+    In the delete's transaction the vectors and markers of the messages
+    deleted go too, and the embedded-through ``seq`` is kept below any
+    ``seq`` SQLite may give again (the largest left plus one).
+    """
+    storage = store.storage
+    ids = list(message_ids)
+    with storage.transaction():
+        seqs = [storage.scalar(_SEQ_OF, store.session_id, i) for i in ids]
+        deleted = store._delete_rows(ids)
+        for seq in seqs:
+            if seq is not None:
+                storage.exec(_DELETE_VECTOR, seq)
+                storage.exec(_DELETE_PENDING, seq)
+        if deleted:
+            storage.exec(_LOWER_THROUGH, store.session_id)
+        return deleted
 
 
 def embedded_through(storage: SqlStorage, session_id: str) -> int:

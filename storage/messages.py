@@ -27,7 +27,7 @@ from . import fts
 from .carried import CarriedLeaf, JumpNode, exclusive
 from .context import delete_config, read_config, write_config
 from .errors import SearchQueryError
-from .schema import COMPACTIONS_TABLE, MESSAGES_TABLE, create_on_first_use, table_exists
+from .schema import COMPACTIONS_TABLE, MESSAGES_TABLE, VECTORS_TABLE, create_on_first_use, table_exists
 from .shapes import LATEST_LEAF, OVERLAY_PREFIX, _LatestLeaf
 from .sqlite import SqlStorage
 from .tree import reads, writes
@@ -443,6 +443,15 @@ class MessageStore:
         """
         if not self._has_messages():
             return False  # no message was ever written: nothing to update, nothing made
+        if table_exists(self.storage.connection, VECTORS_TABLE):
+            from .embeddings import update_keeping_vectors  # (that module builds on this one)
+
+            return update_keeping_vectors(self, message_id, role, content, text, tokens=tokens, tools=tools)
+        return self._update_rows(message_id, role, content, text, tokens=tokens, tools=tools)
+
+    def _update_rows(self, message_id: str, role: str, content: str, text: str, *, tokens: int = 0,
+                    tools: str = "") -> bool:
+        """:meth:`update` of the message's own rows only (no vector bookkeeping)."""
         return self._write(writes.update(SQLITE, self.session_id, message_id, role, content, text, tools, tokens))
 
     def delete(self, message_ids: Iterable[str]) -> list[str]:
@@ -456,16 +465,28 @@ class MessageStore:
         """
         if not self._has_messages():
             return []  # no message was ever written: nothing to delete, nothing made
+        if table_exists(self.storage.connection, VECTORS_TABLE):
+            from .embeddings import delete_keeping_vectors  # (that module builds on this one)
+
+            return delete_keeping_vectors(self, message_ids)
+        return self._delete_rows(message_ids)
+
+    def _delete_rows(self, message_ids: Iterable[str]) -> list[str]:
+        """:meth:`delete` of the messages' own rows only (no vector bookkeeping)."""
         return self._write(writes.delete(SQLITE, self.session_id, message_ids))
 
     def clear(self) -> None:
-        """Delete every message, compaction and search row of the session (the tables that do not
-        exist hold none: nothing is made)."""
-        if self._has_messages():
-            self._write(writes.clear(self._dialect(), self.session_id))
-        elif table_exists(self.storage.connection, COMPACTIONS_TABLE):
-            with self.storage.transaction():
+        """Delete every message, compaction, search row and message vector of the session, in one
+        transaction (the tables that do not exist hold none: nothing is made)."""
+        with self.storage.transaction():
+            if self._has_messages():
+                self._write(writes.clear(self._dialect(), self.session_id))
+            elif table_exists(self.storage.connection, COMPACTIONS_TABLE):
                 self.storage.exec(SQLITE.CLEAR_COMPACTIONS, self.session_id)
+            if table_exists(self.storage.connection, VECTORS_TABLE):
+                from .embeddings import clear_vectors  # (that module builds on this one)
+
+                clear_vectors(self.storage, self.session_id)
 
     def add_compaction(self, compaction_id: str, summary: str, from_id: str, to_id: str) -> CompactionRow:
         """Store a compaction row; returns it with its ``seq`` and ``created_at``."""

@@ -525,6 +525,8 @@ MESSAGES_TABLE = "assistant_messages"
 COMPACTIONS_TABLE = "assistant_compactions"
 #: The block table (made by the first block or cached prompt written).
 BLOCKS_TABLE = "cf_agents_context_blocks"
+#: The message vectors (made with the other embedding tables by the first vector or marker stored).
+VECTORS_TABLE = "assistant_embeddings"
 
 
 def _v9(con: apsw.Connection) -> None:

@@ -137,6 +137,28 @@ async def test_the_seq_of_a_deleted_newest_message_given_again_is_pending(tmp_pa
         assert ids(await session.search("a small cat napping", mode="semantic", limit=1)) == ["cat"]
 
 
+async def test_writes_made_while_no_embedder_is_configured_keep_the_vectors_true(tmp_path):
+    """A session opened without an embedder (semantic search switched off for a while) still keeps
+    the vectors it has in step: an update drops the vector of the old text, a delete drops the
+    deleted message's and keeps a number SQLite gives again pending."""
+    with SqlStorage.open(tmp_path / "s.sqlite3") as storage:
+        session = embedded_session(storage)
+        for mid, text in TEXTS.items():
+            await session.append_message(msg(mid, text))
+        assert await session.embed_pending() == 4
+        plain = Session(storage, session_id=session.session_id)  # no embedder
+        dog = storage.scalar("SELECT seq FROM assistant_messages WHERE id = 'dog'")
+        assert await plain.delete_messages(["dog"]) == 1
+        await plain.append_message(msg("cat", "The kitten sleeps on the warm laptop"))
+        assert storage.scalar("SELECT seq FROM assistant_messages WHERE id = 'cat'") == dog  # given again
+        await plain.update_message(msg("pasta", "Quarterly tax forms are due to the accountant"))
+        again = embedded_session(storage, session.session_id)
+        assert await pending(again) == truth(storage) == 2  # cat and the new pasta
+        assert await again.embed_pending() == 2
+        assert ids(await again.search("a small cat napping", mode="semantic", limit=1)) == ["cat"]
+        assert ids(await again.search("paying taxes", mode="semantic", limit=1)) == ["pasta"]
+
+
 async def test_a_message_changed_or_replaced_while_the_model_runs_is_embedded_again(tmp_path):
     with SqlStorage.open(tmp_path / "s.sqlite3") as storage:
         session = embedded_session(storage)
